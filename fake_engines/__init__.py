@@ -1,0 +1,1 @@
+"""Fake vLLM-like engines with KV handoff emulation and fault controls."""

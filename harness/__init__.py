@@ -1,0 +1,1 @@
+"""Harness: topologies, scenarios, load, faults, history, checkers."""

@@ -1,0 +1,1 @@
+"""pdchaos: chaos test harness for prefill/decode disaggregated LLM serving."""

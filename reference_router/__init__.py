@@ -1,0 +1,1 @@
+"""Reference PD router: the oracle with correct health and engine-id semantics."""

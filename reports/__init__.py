@@ -1,0 +1,1 @@
+"""Report renderers: JSON, JUnit XML, HTML."""
