@@ -1,0 +1,731 @@
+"""Run history: one JSONL stream per scenario run, written as it happens and read back as a typed view.
+
+Writing: `HistoryRecorder(path, clock)` stamps every record with `t` = seconds since the recorder was
+made, from the monotonic `clock` it is given (real runs: `time.monotonic`; the simulator: the simpy
+clock). Record types and fields are fixed by CONTRACTS.md section 3; each has a typed helper method.
+
+Reading: `load_history(path)` / `History.from_records(records)` join the stream into views the checkers
+use: requests (invoked + completed, by `req`), faults (applied + verified + healed, by `fault`), router
+status timelines per worker, handoff records by tag and by engine, engine identities over time. A history
+cut short (crash, kill) is read as far as it goes; `History.complete` tells whether `run_ended` was seen.
+
+Two timestamps: `t` is when the harness wrote the record. Router events and engine handoff records also
+carry their own wall-clock `ts` (they may be fetched late, e.g. from `/control/records`);
+`run_started.wall_start` maps `ts` back onto the scenario clock (`Handoff.at`, `RouterEvent.at`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pdchaos.jsonl import JsonlWriter, read_jsonl
+
+Clock = Callable[[], float]
+ReqId = str | int
+Record = dict[str, Any]
+
+RECORD_TYPES = (
+    "run_started",
+    "run_ended",
+    "request_invoked",
+    "request_completed",
+    "fault_applied",
+    "fault_verified",
+    "fault_healed",
+    "router_status",
+    "router_event",
+    "engine_state",
+    "handoff",
+    "note",
+)
+
+# Router statuses that may carry traffic; anything else means the router will not route to the worker.
+READY = "ready"
+_DP_SUFFIX = re.compile(r"_dp\d+$")
+
+
+def base_engine_id(engine_id: str | None) -> str | None:
+    """Engine id without the data-parallel suffix `_dp<rank>` (what identifies the engine process)."""
+    if not engine_id:
+        return None
+    return _DP_SUFFIX.sub("", engine_id)
+
+
+# --------------------------------------------------------------------------------------------------- writing
+
+
+class HistoryRecorder:
+    """Appends history records to `path` (JSONL, flushed per line).
+
+    `clock` is a monotonic clock in seconds; `t` = clock() - clock() at construction (or `start` when given).
+    `wall_clock` is used once, for `run_started.wall_start`, so wall-stamped records can be placed on `t`.
+    `path=None` keeps records in memory only (tests, the simulator). Records are always kept in memory
+    (`records`), so `history()` gives the typed view without re-reading the file.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None,
+        clock: Clock = time.monotonic,
+        *,
+        start: float | None = None,
+        wall_clock: Clock = time.time,
+    ) -> None:
+        self.path = Path(path) if path is not None else None
+        self._clock = clock
+        self._start = clock() if start is None else start
+        self._wall_start = wall_clock() - (clock() - self._start)
+        self._writer = JsonlWriter(path)
+        self.records: list[Record] = []
+        self._closed = False
+
+    @property
+    def wall_start(self) -> float:
+        """Wall-clock time corresponding to t = 0."""
+        return self._wall_start
+
+    def now(self) -> float:
+        """Seconds since the start on the recorder's clock."""
+        return self._clock() - self._start
+
+    def t_of_wall(self, ts: float) -> float:
+        """A wall-clock timestamp placed on the scenario clock."""
+        return ts - self._wall_start
+
+    def record(
+        self, type_: str, fields: Mapping[str, Any] | None = None, *, t: float | None = None
+    ) -> Record:
+        """Write one record of `type_` (any type; helpers below cover the contract's types). Returns it."""
+        rec: Record = dict(fields or {})
+        rec["type"] = type_
+        rec["t"] = round(self.now() if t is None else t, 6)
+        self.records.append(rec)
+        if not self._closed:
+            self._writer.write(rec)
+        return rec
+
+    # -- contract record types (CONTRACTS.md section 3) --
+
+    def run_started(
+        self,
+        scenario: str,
+        topology: str,
+        connector: str,
+        transport: str,
+        router: str,
+        seed: int | None = None,
+        settings: Mapping[str, Any] | None = None,
+        **extra: Any,
+    ) -> Record:
+        fields = {
+            "scenario": scenario,
+            "topology": topology,
+            "connector": connector,
+            "transport": transport,
+            "router": router,
+            "seed": seed,
+            "settings": dict(settings or {}),
+            "wall_start": self._wall_start,
+        }
+        fields.update(extra)
+        return self.record("run_started", fields)
+
+    def run_ended(self, reason: str = "done", **extra: Any) -> Record:
+        return self.record("run_ended", {"reason": reason, **extra})
+
+    def request_invoked(
+        self,
+        req: ReqId,
+        tag: str | None,
+        *,
+        stream: bool = False,
+        endpoint: str = "/v1/completions",
+        deadline_s: float | None = None,
+        prompt_chars: int | None = None,
+        **extra: Any,
+    ) -> Record:
+        """A client request was sent. `deadline_s` is relative to this record's `t`."""
+        fields = {
+            "req": req,
+            "tag": tag,
+            "stream": stream,
+            "endpoint": endpoint,
+            "deadline_s": deadline_s,
+            "prompt_chars": prompt_chars,
+        }
+        fields.update(extra)
+        return self.record("request_invoked", fields)
+
+    def request_completed(
+        self,
+        req: ReqId,
+        tag: str | None,
+        *,
+        status: int,
+        ok: bool,
+        latency_s: float,
+        ttft_s: float | None = None,
+        error: str | None = None,
+        text_ok: bool | None = None,
+        timed_out: bool = False,
+        **extra: Any,
+    ) -> Record:
+        """A client request ended: `status` is the HTTP code (0 = no response); `ok` = 2xx and no
+        error chunk; `text_ok` = output equals the expected completion (None when not checked);
+        `timed_out` = the client gave up at its deadline."""
+        fields = {
+            "req": req,
+            "tag": tag,
+            "status": status,
+            "ok": ok,
+            "latency_s": latency_s,
+            "ttft_s": ttft_s,
+            "error": error,
+            "text_ok": text_ok,
+            "timed_out": timed_out,
+        }
+        fields.update(extra)
+        return self.record("request_completed", fields)
+
+    def fault_applied(
+        self,
+        fault: str,
+        kind: str,
+        target: str,
+        params: Mapping[str, Any] | None = None,
+        changed: Mapping[str, Any] | None = None,
+        **extra: Any,
+    ) -> Record:
+        """A fault was put in place. `fault` is a run-unique id; `target` the engine name (as in
+        `engine_state` and handoff `engine`), a router worker id/url, or a proxy name."""
+        fields = {
+            "fault": fault,
+            "kind": kind,
+            "target": target,
+            "params": dict(params or {}),
+            "changed": dict(changed or {}),
+        }
+        fields.update(extra)
+        return self.record("fault_applied", fields)
+
+    def fault_verified(self, fault: str, ok: bool, evidence: Any = None, **extra: Any) -> Record:
+        return self.record("fault_verified", {"fault": fault, "ok": ok, "evidence": evidence, **extra})
+
+    def fault_healed(self, fault: str, kind: str, target: str, **extra: Any) -> Record:
+        """The fault was removed (one-shot faults such as restart/crash: the target is back)."""
+        return self.record("fault_healed", {"fault": fault, "kind": kind, "target": target, **extra})
+
+    def router_status(
+        self,
+        worker: str,
+        url: str,
+        role: str,
+        status: str,
+        kv_engine_id: str | None = None,
+        **extra: Any,
+    ) -> Record:
+        """One worker as seen in the router's `/workers` (record each poll or only changes: both work)."""
+        fields = {"worker": worker, "url": url, "role": role, "status": status, "kv_engine_id": kv_engine_id}
+        fields.update(extra)
+        return self.record("router_status", fields)
+
+    def router_event(self, event: Mapping[str, Any]) -> Record:
+        """A router event record (CONTRACTS.md section 2). Its own `type` is kept as `event` (ours is
+        `router_event`); its wall `ts` is kept."""
+        fields = {k: v for k, v in event.items() if k not in ("type", "t")}
+        fields["event"] = event.get("type")
+        return self.record("router_event", fields)
+
+    def engine_state(
+        self,
+        engine: str,
+        engine_id: str | None,
+        generation: int | None = None,
+        side_channel_port: int | None = None,
+        *,
+        role: str | None = None,
+        url: str | None = None,
+        **extra: Any,
+    ) -> Record:
+        """An engine's identity now (after start and after each fault). Optional `role` and `url` (the URL the
+        router knows the engine by) let checkers map a fault target to the router's worker."""
+        fields = {
+            "engine": engine,
+            "engine_id": engine_id,
+            "generation": generation,
+            "side_channel_port": side_channel_port,
+        }
+        if role is not None:
+            fields["role"] = role
+        if url is not None:
+            fields["url"] = url
+        fields.update(extra)
+        return self.record("engine_state", fields)
+
+    def handoff(self, provenance: Mapping[str, Any]) -> Record:
+        """An engine handoff provenance record, verbatim (its `ts` is the engine's wall clock)."""
+        fields = {k: v for k, v in provenance.items() if k not in ("type", "t")}
+        return self.record("handoff", fields)
+
+    def note(self, message: str, **extra: Any) -> Record:
+        return self.record("note", {"message": message, **extra})
+
+    def history(self) -> History:
+        """The typed view of everything recorded so far."""
+        return History.from_records(self.records)
+
+    def close(self) -> None:
+        self._closed = True
+        self._writer.close()
+
+    def __enter__(self) -> HistoryRecorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------------------------------- reading
+
+
+def _f(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class RequestView:
+    """A client request: invoked and (maybe) completed. Times are on the scenario clock."""
+
+    req: ReqId
+    tag: str | None = None
+    invoked_t: float | None = None
+    stream: bool | None = None
+    endpoint: str | None = None
+    deadline_s: float | None = None
+    prompt_chars: int | None = None
+    completed_t: float | None = None
+    status: int | None = None
+    ok: bool | None = None
+    latency_s: float | None = None
+    ttft_s: float | None = None
+    error: str | None = None
+    text_ok: bool | None = None
+    timed_out: bool = False
+
+    @property
+    def completed(self) -> bool:
+        return self.completed_t is not None
+
+    @property
+    def start_t(self) -> float | None:
+        """When the request was sent (invoked record, else completion time minus latency)."""
+        if self.invoked_t is not None:
+            return self.invoked_t
+        if self.completed_t is not None and self.latency_s is not None:
+            return self.completed_t - self.latency_s
+        return self.completed_t
+
+    @property
+    def deadline_t(self) -> float | None:
+        if self.invoked_t is None or self.deadline_s is None:
+            return None
+        return self.invoked_t + self.deadline_s
+
+    @property
+    def succeeded(self) -> bool:
+        """Completed OK with output not known to be wrong."""
+        return bool(self.ok) and self.text_ok is not False
+
+
+@dataclass
+class FaultView:
+    """A fault: applied, verified, healed. `healed_t` None means still active when the history ends."""
+
+    fault: str
+    kind: str | None = None
+    target: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    changed: dict[str, Any] = field(default_factory=dict)
+    applied_t: float | None = None
+    verified_t: float | None = None
+    verified_ok: bool | None = None
+    evidence: Any = None
+    healed_t: float | None = None
+
+    def window(self, end_t: float) -> tuple[float, float]:
+        """[applied, healed] with an unhealed fault running to `end_t`."""
+        start = self.applied_t if self.applied_t is not None else 0.0
+        return start, self.healed_t if self.healed_t is not None else end_t
+
+
+@dataclass(frozen=True)
+class StatusPoint:
+    """One router `/workers` observation of one worker."""
+
+    t: float
+    worker: str
+    url: str | None
+    role: str | None
+    status: str
+    kv_engine_id: str | None
+
+
+@dataclass(frozen=True)
+class EngineState:
+    t: float
+    engine: str
+    engine_id: str | None
+    generation: int | None
+    side_channel_port: int | None
+    role: str | None = None
+    url: str | None = None
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """An engine handoff provenance record. `at` = the engine's `ts` on the scenario clock (else `t`)."""
+
+    t: float
+    at: float
+    engine: str | None
+    engine_id: str | None
+    generation: int | None
+    role: str | None
+    kind: str | None
+    request_id: str | None
+    tag: str | None
+    connector: str | None
+    transfer_id: str | None
+    remote_engine_id: str | None
+    remote_request_id: str | None
+    prompt_digest: str | None
+    kv_digest: str | None
+    outcome: str | None
+    error: str | None
+    duration_s: float | None
+    output_digest: str | None
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class RouterEvent:
+    """A router event. `event` is the router's own type (status_change, probe, ...); `at` as for Handoff."""
+
+    t: float
+    at: float
+    event: str | None
+    worker: str | None
+    fields: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.fields.get(key, default)
+
+
+class History:
+    """Typed, joined view of one run's records (see module doc). Build: `from_records`, `load_history`."""
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+        self.run: dict[str, Any] | None = None
+        self.ended: dict[str, Any] | None = None
+        self.end_t: float = 0.0
+        self.wall_start: float | None = None
+        self.requests: dict[ReqId, RequestView] = {}
+        self.faults: dict[str, FaultView] = {}
+        self.status: dict[str, list[StatusPoint]] = {}
+        self.engines: dict[str, list[EngineState]] = {}
+        self.handoffs: list[Handoff] = []
+        self.router_events: list[RouterEvent] = []
+        self.notes: list[tuple[float, str]] = []
+        self.bad_records: int = 0
+        self._by_tag: dict[str, list[Handoff]] = {}
+        self._req_by_tag: dict[str, RequestView] = {}
+
+    # -- construction --
+
+    @classmethod
+    def from_records(cls, records: Iterable[Mapping[str, Any]]) -> History:
+        h = cls()
+        items = []
+        for r in records:
+            if isinstance(r, Mapping):
+                items.append(dict(r))
+            else:
+                h.bad_records += 1
+        # wall_start first, so wall-stamped records seen before run_started can still be placed.
+        for r in items:
+            if r.get("type") == "run_started":
+                h.wall_start = _f(r.get("wall_start"))
+                break
+        for r in items:
+            t = _f(r.get("t"))
+            if t is None or not isinstance(r.get("type"), str):
+                h.bad_records += 1
+                continue
+            h.records.append(r)
+            h.end_t = max(h.end_t, t)
+            h._add(r, t)
+        for views in h.status.values():
+            views.sort(key=lambda p: p.t)
+        for states in h.engines.values():
+            states.sort(key=lambda s: s.t)
+        h.handoffs.sort(key=lambda x: x.at)
+        h.router_events.sort(key=lambda x: x.at)
+        for ho in h.handoffs:
+            if ho.tag is not None:
+                h._by_tag.setdefault(ho.tag, []).append(ho)
+        for rv in h.requests.values():
+            if rv.tag is not None:
+                h._req_by_tag.setdefault(rv.tag, rv)
+        return h
+
+    def _at(self, r: Mapping[str, Any], t: float) -> float:
+        ts = _f(r.get("ts"))
+        if ts is None or self.wall_start is None:
+            return t
+        return ts - self.wall_start
+
+    def _req(self, r: Mapping[str, Any]) -> RequestView:
+        key = r.get("req")
+        view = self.requests.get(key)
+        if view is None:
+            view = RequestView(req=key)
+            self.requests[key] = view
+        if view.tag is None and r.get("tag") is not None:
+            view.tag = r.get("tag")
+        return view
+
+    def _fault(self, r: Mapping[str, Any]) -> FaultView:
+        key = str(r.get("fault"))
+        view = self.faults.get(key)
+        if view is None:
+            view = FaultView(fault=key)
+            self.faults[key] = view
+        return view
+
+    def _add(self, r: Record, t: float) -> None:
+        kind = r["type"]
+        if kind == "run_started":
+            self.run = r
+        elif kind == "run_ended":
+            self.ended = r
+        elif kind == "request_invoked":
+            v = self._req(r)
+            v.invoked_t = t
+            v.stream = r.get("stream")
+            v.endpoint = r.get("endpoint")
+            v.deadline_s = _f(r.get("deadline_s"))
+            v.prompt_chars = r.get("prompt_chars")
+        elif kind == "request_completed":
+            v = self._req(r)
+            v.completed_t = t
+            status = r.get("status")
+            v.status = int(status) if isinstance(status, int | float) else 0
+            v.ok = bool(r.get("ok"))
+            v.latency_s = _f(r.get("latency_s"))
+            v.ttft_s = _f(r.get("ttft_s"))
+            v.error = r.get("error")
+            text_ok = r.get("text_ok")
+            v.text_ok = None if text_ok is None else bool(text_ok)
+            v.timed_out = bool(r.get("timed_out"))
+        elif kind == "fault_applied":
+            fv = self._fault(r)
+            fv.kind = r.get("kind")
+            fv.target = None if r.get("target") is None else str(r.get("target"))
+            fv.params = dict(r.get("params") or {})
+            fv.changed = dict(r.get("changed") or {})
+            fv.applied_t = t
+        elif kind == "fault_verified":
+            fv = self._fault(r)
+            fv.verified_t = t
+            fv.verified_ok = bool(r.get("ok"))
+            fv.evidence = r.get("evidence")
+        elif kind == "fault_healed":
+            fv = self._fault(r)
+            fv.healed_t = t
+            fv.kind = fv.kind or r.get("kind")
+            fv.target = fv.target or (None if r.get("target") is None else str(r.get("target")))
+        elif kind == "router_status":
+            worker = str(r.get("worker"))
+            self.status.setdefault(worker, []).append(
+                StatusPoint(
+                    t=t,
+                    worker=worker,
+                    url=r.get("url"),
+                    role=r.get("role"),
+                    status=str(r.get("status")),
+                    kv_engine_id=r.get("kv_engine_id"),
+                )
+            )
+        elif kind == "router_event":
+            worker = r.get("worker")
+            self.router_events.append(
+                RouterEvent(
+                    t=t,
+                    at=self._at(r, t),
+                    event=r.get("event"),
+                    worker=None if worker is None else str(worker),
+                    fields=dict(r),
+                )
+            )
+        elif kind == "engine_state":
+            name = str(r.get("engine"))
+            gen = r.get("generation")
+            port = r.get("side_channel_port")
+            self.engines.setdefault(name, []).append(
+                EngineState(
+                    t=t,
+                    engine=name,
+                    engine_id=r.get("engine_id"),
+                    generation=gen if isinstance(gen, int) else None,
+                    side_channel_port=port if isinstance(port, int) else None,
+                    role=r.get("role"),
+                    url=r.get("url"),
+                )
+            )
+        elif kind == "handoff":
+            gen = r.get("generation")
+            self.handoffs.append(
+                Handoff(
+                    t=t,
+                    at=self._at(r, t),
+                    engine=r.get("engine"),
+                    engine_id=r.get("engine_id"),
+                    generation=gen if isinstance(gen, int) else None,
+                    role=r.get("role"),
+                    kind=r.get("kind"),
+                    request_id=r.get("request_id"),
+                    tag=r.get("tag"),
+                    connector=r.get("connector"),
+                    transfer_id=r.get("transfer_id"),
+                    remote_engine_id=r.get("remote_engine_id"),
+                    remote_request_id=r.get("remote_request_id"),
+                    prompt_digest=r.get("prompt_digest"),
+                    kv_digest=r.get("kv_digest"),
+                    outcome=r.get("outcome"),
+                    error=r.get("error"),
+                    duration_s=_f(r.get("duration_s")),
+                    output_digest=r.get("output_digest"),
+                    raw=dict(r),
+                )
+            )
+        elif kind == "note":
+            self.notes.append((t, str(r.get("message"))))
+
+    # -- run metadata --
+
+    @property
+    def complete(self) -> bool:
+        """True when `run_ended` was recorded (else the run crashed or was killed: judge with care)."""
+        return self.ended is not None
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return dict((self.run or {}).get("settings") or {})
+
+    def of_type(self, type_: str) -> list[Record]:
+        return [r for r in self.records if r.get("type") == type_]
+
+    # -- requests --
+
+    def request_list(self) -> list[RequestView]:
+        """Requests in start order."""
+        return sorted(self.requests.values(), key=lambda v: (v.start_t is None, v.start_t or 0.0))
+
+    def request_by_tag(self, tag: str | None) -> RequestView | None:
+        return None if tag is None else self._req_by_tag.get(tag)
+
+    def requests_started_in(self, start: float, end: float) -> list[RequestView]:
+        """Requests sent in [start, end)."""
+        return [v for v in self.request_list() if v.start_t is not None and start <= v.start_t < end]
+
+    # -- faults --
+
+    def fault_list(self) -> list[FaultView]:
+        return sorted(self.faults.values(), key=lambda f: (f.applied_t is None, f.applied_t or 0.0))
+
+    def fault_windows(self) -> list[tuple[FaultView, float, float]]:
+        return [(f, *f.window(self.end_t)) for f in self.fault_list()]
+
+    # -- router status --
+
+    def status_timeline(self, worker: str) -> list[StatusPoint]:
+        return list(self.status.get(worker, []))
+
+    def status_at(self, worker: str, t: float) -> StatusPoint | None:
+        """Last observation of `worker` at or before `t`."""
+        points = self.status.get(worker, [])
+        i = bisect_right([p.t for p in points], t)
+        return points[i - 1] if i else None
+
+    def workers_for(self, target: str | None) -> list[str]:
+        """Router worker ids that a fault target names: a worker id, a worker url, or an engine name whose
+        `engine_state.url` is a worker url (or whose url ends with the target)."""
+        if target is None:
+            return []
+        if target in self.status:
+            return [target]
+        urls = {s.url for s in self.engines.get(target, []) if s.url}
+        found = []
+        for worker, points in self.status.items():
+            for p in points:
+                if p.url is not None and (p.url == target or p.url in urls):
+                    found.append(worker)
+                    break
+        return found
+
+    def first_status_after(self, worker: str, t: float, status: str = READY) -> float | None:
+        """First time at or after `t` that `worker` was observed with `status`."""
+        for p in self.status.get(worker, []):
+            if p.t >= t and p.status == status:
+                return p.t
+        return None
+
+    # -- engines and handoffs --
+
+    def engine_states(self, engine: str) -> list[EngineState]:
+        return list(self.engines.get(engine, []))
+
+    def engine_id_at(self, engine: str, t: float) -> str | None:
+        """The id `engine` had at `t` according to the last engine_state at or before `t`."""
+        states = self.engines.get(engine, [])
+        i = bisect_right([s.t for s in states], t)
+        return states[i - 1].engine_id if i else None
+
+    def engine_role(self, engine: str) -> str | None:
+        for s in self.engines.get(engine, []):
+            if s.role:
+                return s.role
+        for ho in self.handoffs:
+            if ho.engine == engine and ho.role:
+                return ho.role
+        return None
+
+    def handoffs_by_tag(self, tag: str | None) -> list[Handoff]:
+        return [] if tag is None else list(self._by_tag.get(tag, []))
+
+    def handoffs_of(self, engine: str) -> list[Handoff]:
+        return [h for h in self.handoffs if h.engine == engine]
+
+    def router_events_of(self, event: str) -> list[RouterEvent]:
+        return [e for e in self.router_events if e.event == event]
+
+
+def load_history(path: str | os.PathLike[str]) -> History:
+    """Read a history file; torn or malformed lines are skipped (counted in `bad_records` where parseable).
+
+    Raises FileNotFoundError when there is no file; an empty file gives an empty, incomplete History.
+    """
+    return History.from_records(read_jsonl(path))
