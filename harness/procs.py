@@ -1,0 +1,390 @@
+"""Process supervision: every OS process the harness starts, and the guarantee that none outlives it.
+
+Guarantees, and how each is met:
+- Each child leads its own process group (`start_new_session`), so a signal to the group also reaches
+  anything the child forked (a crash fault can SIGKILL a child and leave grandchildren: the group kill
+  still finds them).
+- Each child asks the kernel for SIGKILL when its parent dies (`prctl(PR_SET_PDEATHSIG, SIGKILL)` in the
+  fork, Linux only), so even a SIGKILLed harness, which runs no cleanup at all, takes its children with it.
+  The kernel ties PDEATHSIG to the *thread* that forked, not the process: spawn only from a long-lived
+  thread (the main thread or the event loop's thread; asyncio forks in the loop thread). Spawning from a
+  short-lived worker thread would kill the child when that thread ends.
+- `kill_all()` is registered with `atexit` and is idempotent: a normal exit or an unhandled exception
+  SIGKILLs every group still alive.
+- Every child gets `PDCHAOS_RUN_MARKER=<marker>` in its environment and a line in `<log_dir>/pids.jsonl`,
+  so a test (or a person) can prove afterwards that nothing of a run is left (`find_marked_processes`).
+
+stdout and stderr of a child go straight to `<log_dir>/<name>.log` (no pipe: a harness that stops reading
+can never block a child). Readiness is found by tailing that file for a line starting with the ready
+prefix, under a deadline; children get `PYTHONUNBUFFERED=1` so a Python child's ready line reaches the
+file at once (a non-Python child must flush its ready line itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import ctypes
+import json
+import os
+import re
+import signal
+import sys
+import time
+import uuid
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pdchaos.jsonl import JsonlWriter
+
+MARKER_ENV = "PDCHAOS_RUN_MARKER"
+PID_FILE_NAME = "pids.jsonl"
+_PR_SET_PDEATHSIG = 1
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_LOG_TAIL_BYTES = 4000
+_READY_POLL_S = 0.02
+
+
+class ProcessStartError(RuntimeError):
+    """A child exited, or never printed its ready line, before its deadline. The message has its log tail."""
+
+    def __init__(self, message: str, name: str, log_path: Path, returncode: int | None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.log_path = log_path
+        self.returncode = returncode
+
+
+def _libc_prctl() -> Any | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()
+
+
+def _make_preexec(parent_pid: int) -> Any:
+    """Runs in the forked child before exec: only async-signal-safe work (a syscall, a compare, an exit)."""
+
+    def _preexec() -> None:
+        if _PRCTL is not None:
+            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # The parent may have died between fork and prctl: then no death signal will ever come.
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return _preexec
+
+
+def log_tail(path: Path, max_bytes: int = _LOG_TAIL_BYTES) -> str:
+    """The last max_bytes of a log, decoded leniently; '' when it does not exist."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+@dataclass
+class ManagedProcess:
+    """A child the supervisor started. `pid` is also its process group id."""
+
+    name: str
+    pid: int
+    argv: list[str]
+    log_path: Path
+    ready_info: dict[str, Any] | None = None
+    _proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
+
+    @property
+    def pgid(self) -> int:
+        return self.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.returncode
+
+    @property
+    def alive(self) -> bool:
+        return self.returncode is None
+
+    def signal(self, sig: int) -> bool:
+        """Send sig to the child's whole process group. False when the group is gone."""
+        try:
+            os.killpg(self.pid, sig)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
+    async def wait(self, timeout_s: float) -> int | None:
+        """The exit code (negative: killed by that signal), or None if still running after timeout_s."""
+        if self._proc is None:
+            return None
+        try:
+            return await asyncio.wait_for(self._proc.wait(), timeout=timeout_s)
+        except TimeoutError:
+            return None
+
+
+_LIVE_SUPERVISORS: weakref.WeakSet[ProcessSupervisor] = weakref.WeakSet()
+
+
+def _kill_all_live() -> None:
+    for sup in list(_LIVE_SUPERVISORS):
+        sup.kill_all()
+
+
+atexit.register(_kill_all_live)
+
+
+class ProcessSupervisor:
+    """Starts, watches and stops the harness's OS processes: `async with ProcessSupervisor(dir) as sup:`.
+
+    `marker` (default: a fresh `pdchaos-<hex>`) is put in every child's environment as PDCHAOS_RUN_MARKER.
+    Spawn from the event loop's thread only (see the module docstring on PDEATHSIG).
+    """
+
+    def __init__(self, log_dir: Path, marker: str | None = None) -> None:
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.marker = marker or f"pdchaos-{uuid.uuid4().hex[:16]}"
+        self.pid_file = self.log_dir / PID_FILE_NAME
+        self._pids = JsonlWriter(self.pid_file)
+        self._procs: list[ManagedProcess] = []
+        self._closed = False
+        _LIVE_SUPERVISORS.add(self)
+
+    @property
+    def processes(self) -> list[ManagedProcess]:
+        return list(self._procs)
+
+    def get(self, name: str) -> ManagedProcess | None:
+        """The most recent process started under this name."""
+        for proc in reversed(self._procs):
+            if proc.name == name:
+                return proc
+        return None
+
+    async def spawn(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        ready_prefix: str | None = None,
+        ready_timeout_s: float = 20.0,
+    ) -> ManagedProcess:
+        """Start argv; with ready_prefix, return only once a stdout line `<prefix> {json}` appeared.
+
+        Raises ProcessStartError (the child's group killed, its log tail in the message) if it exits or the
+        deadline passes first, and ValueError for a bad name. A name used twice gets `.2`, `.3` log files.
+        """
+        if self._closed:
+            raise RuntimeError("supervisor is closed")
+        if not _NAME_RE.match(name):
+            raise ValueError(f"process name {name!r} must match {_NAME_RE.pattern}")
+        log_path = self._fresh_log_path(name)
+        child_env = dict(os.environ)
+        if env:
+            child_env.update(env)
+        child_env[MARKER_ENV] = self.marker
+        child_env.setdefault("PYTHONUNBUFFERED", "1")
+        # A local file open, not a network wait: fine on the loop.
+        with open(log_path, "ab") as log_fh:  # noqa: ASYNC230
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_fh,
+                stderr=asyncio.subprocess.STDOUT,
+                env=child_env,
+                start_new_session=True,
+                preexec_fn=_make_preexec(os.getpid()),
+            )
+        managed = ManagedProcess(name=name, pid=proc.pid, argv=list(argv), log_path=log_path, _proc=proc)
+        self._procs.append(managed)
+        self._pids.write(
+            {"name": name, "pid": proc.pid, "pgid": proc.pid, "argv": list(argv), "ts": time.time()}
+        )
+        if ready_prefix is not None:
+            try:
+                managed.ready_info = await self._await_ready(managed, ready_prefix, ready_timeout_s)
+            except BaseException:
+                # Cancelled or failed while starting: the half-started child must not survive us.
+                managed.signal(signal.SIGKILL)
+                raise
+        return managed
+
+    def _fresh_log_path(self, name: str) -> Path:
+        path = self.log_dir / f"{name}.log"
+        n = 2
+        while path.exists():
+            path = self.log_dir / f"{name}.{n}.log"
+            n += 1
+        return path
+
+    async def _await_ready(self, proc: ManagedProcess, prefix: str, timeout_s: float) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        offset = 0
+        pending = b""
+        needle = prefix.encode()
+        while True:
+            exited = proc.returncode is not None
+            try:
+                with open(proc.log_path, "rb") as fh:  # noqa: ASYNC230 - small local read
+                    fh.seek(offset)
+                    chunk = fh.read()
+            except OSError:
+                chunk = b""
+            offset += len(chunk)
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                line = raw.strip()
+                if line.startswith(needle):
+                    return self._parse_ready(proc, prefix, line[len(needle) :].decode("utf-8", "replace"))
+            if exited:
+                raise self._start_error(proc, f"exited with code {proc.returncode} before printing {prefix}")
+            if loop.time() >= deadline:
+                raise self._start_error(proc, f"did not print {prefix} within {timeout_s:g} s")
+            await asyncio.sleep(_READY_POLL_S)
+
+    def _parse_ready(self, proc: ManagedProcess, prefix: str, rest: str) -> dict[str, Any]:
+        rest = rest.strip()
+        if not rest:
+            return {}
+        try:
+            info = json.loads(rest)
+        except json.JSONDecodeError as exc:
+            raise self._start_error(proc, f"printed {prefix} with bad JSON ({exc})") from None
+        if not isinstance(info, dict):
+            raise self._start_error(proc, f"printed {prefix} with a non-object payload")
+        return info
+
+    def _start_error(self, proc: ManagedProcess, what: str) -> ProcessStartError:
+        proc.signal(signal.SIGKILL)
+        tail = log_tail(proc.log_path).rstrip()
+        msg = f"process {proc.name!r} (pid {proc.pid}) {what}; log {proc.log_path}"
+        if tail:
+            msg += ":\n" + "\n".join("  | " + ln for ln in tail.splitlines()[-30:])
+        return ProcessStartError(msg, proc.name, proc.log_path, proc.returncode)
+
+    async def stop(self, proc: ManagedProcess, grace_s: float = 2.0) -> int | None:
+        """SIGTERM the group, SIGKILL it after grace_s; the exit code (None if it could not be reaped).
+
+        The group is SIGKILLed at the end even when the leader exited in time, so stragglers die too.
+        """
+        if proc.alive:
+            proc.signal(signal.SIGTERM)
+            code = await proc.wait(grace_s)
+            if code is None:
+                proc.signal(signal.SIGKILL)
+                code = await proc.wait(max(grace_s, 1.0))
+        else:
+            code = proc.returncode
+        proc.signal(signal.SIGKILL)
+        return code
+
+    def kill_all(self) -> None:
+        """SIGKILL every process group this supervisor started. Sync, idempotent, safe at atexit."""
+        for proc in self._procs:
+            proc.signal(signal.SIGKILL)
+
+    async def aclose(self, grace_s: float = 2.0) -> None:
+        """Stop every child (concurrently), then close the pid file. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await asyncio.gather(*(self.stop(p, grace_s) for p in self._procs), return_exceptions=True)
+        finally:
+            self.kill_all()
+            self._pids.close()
+            _LIVE_SUPERVISORS.discard(self)
+
+    async def __aenter__(self) -> ProcessSupervisor:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self.aclose()
+        except BaseException:
+            self.kill_all()
+            raise
+
+
+def _read_proc_file(pid: int, name: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def find_marked_processes(marker: str) -> list[int]:
+    """Live pids (zombies excluded) whose environment or argv contains marker. Linux /proc only."""
+    needle = marker.encode()
+    found: list[int] = []
+    me = os.getpid()
+    proc_dir = Path("/proc")
+    if not proc_dir.is_dir():
+        return found
+    for entry in proc_dir.iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        if pid == me:
+            continue
+        if needle not in _read_proc_file(pid, "environ") and needle not in _read_proc_file(pid, "cmdline"):
+            continue
+        stat = _read_proc_file(pid, "stat")
+        # State is the field after the ")" closing the command name; Z = zombie (dead, waiting to be reaped).
+        state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] if stat else b""
+        if state and state != b"Z":
+            found.append(pid)
+    return sorted(found)
+
+
+def pids_from_pid_file(path: Path) -> list[dict[str, Any]]:
+    """Records of a run's `pids.jsonl` ({name, pid, pgid, argv, ts}); [] when absent."""
+    from pdchaos.jsonl import read_jsonl
+
+    if not Path(path).exists():
+        return []
+    return list(read_jsonl(path))
+
+
+def pid_alive(pid: int) -> bool:
+    """True when pid exists and is not a zombie."""
+    stat = _read_proc_file(pid, "stat")
+    if not stat:
+        return False
+    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
+    return state != b"Z"
+
+
+def group_alive(pgid: int) -> bool:
+    """True when some non-zombie process is in process group pgid."""
+    with contextlib.suppress(OSError):
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            stat = _read_proc_file(int(entry.name), "stat")
+            if not stat:
+                continue
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            # After the name: state ppid pgrp ...
+            if len(fields) >= 3 and fields[0] != b"Z" and int(fields[2]) == pgid:
+                return True
+    return False

@@ -1,0 +1,248 @@
+"""ProcessSupervisor: readiness, logs, failure paths, group kills and the no-survivor guarantees."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.procs import (
+    MARKER_ENV,
+    ProcessStartError,
+    ProcessSupervisor,
+    find_marked_processes,
+    group_alive,
+    pid_alive,
+    pids_from_pid_file,
+)
+
+PY = sys.executable
+
+
+def _py(code: str) -> list[str]:
+    return [PY, "-c", textwrap.dedent(code)]
+
+
+async def _gone(pid: int, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        await asyncio.sleep(0.02)
+    return not pid_alive(pid)
+
+
+async def test_ready_line_parsed_and_logged(tmp_path: Path) -> None:
+    async with ProcessSupervisor(tmp_path) as sup:
+        proc = await sup.spawn(
+            "echo",
+            _py("""
+                import json, os, sys, time
+                print("starting up", flush=True)
+                print("noise", file=sys.stderr, flush=True)
+                info = {"port": 1234, "marker": os.environ["PDCHAOS_RUN_MARKER"]}
+                print("PDCHAOS_ENGINE_READY " + json.dumps(info))
+                time.sleep(30)
+            """),
+            ready_prefix="PDCHAOS_ENGINE_READY",
+            ready_timeout_s=10,
+        )
+        assert proc.ready_info == {"port": 1234, "marker": sup.marker}
+        assert proc.alive and proc.returncode is None
+        log = proc.log_path.read_text()
+        assert "starting up" in log and "noise" in log
+        assert proc.log_path == tmp_path / "echo.log"
+        pid = proc.pid
+    assert await _gone(pid)
+    assert proc.returncode is not None
+    records = pids_from_pid_file(tmp_path / "pids.jsonl")
+    assert [(r["name"], r["pid"], r["pgid"]) for r in records] == [("echo", pid, pid)]
+
+
+async def test_child_exiting_before_ready_raises_with_log_tail(tmp_path: Path) -> None:
+    async with ProcessSupervisor(tmp_path) as sup:
+        with pytest.raises(ProcessStartError) as info:
+            await sup.spawn(
+                "bad",
+                _py("import sys; print('config error: port 1 in use'); sys.exit(3)"),
+                ready_prefix="PDCHAOS_ENGINE_READY",
+                ready_timeout_s=10,
+            )
+    err = info.value
+    assert err.returncode == 3
+    assert "exited with code 3" in str(err)
+    assert "config error: port 1 in use" in str(err)
+
+
+async def test_ready_deadline_kills_child_and_reports_tail(tmp_path: Path) -> None:
+    async with ProcessSupervisor(tmp_path) as sup:
+        with pytest.raises(ProcessStartError) as info:
+            await sup.spawn(
+                "slow",
+                _py("import time; print('still loading', flush=True); time.sleep(60)"),
+                ready_prefix="READY",
+                ready_timeout_s=0.5,
+            )
+        proc = sup.get("slow")
+        assert proc is not None
+        assert await _gone(proc.pid)
+    assert "did not print READY within 0.5 s" in str(info.value)
+    assert "still loading" in str(info.value)
+
+
+async def test_bad_ready_json_is_an_error(tmp_path: Path) -> None:
+    async with ProcessSupervisor(tmp_path) as sup:
+        with pytest.raises(ProcessStartError, match="bad JSON"):
+            await sup.spawn(
+                "j", _py("import time; print('READY {nope'); time.sleep(30)"), ready_prefix="READY",
+                ready_timeout_s=5,
+            )
+
+
+async def test_bad_name_and_missing_binary(tmp_path: Path) -> None:
+    async with ProcessSupervisor(tmp_path) as sup:
+        with pytest.raises(ValueError):
+            await sup.spawn("../evil", [PY, "-c", "pass"])
+        with pytest.raises(FileNotFoundError):
+            await sup.spawn("nobin", ["/nonexistent/pdchaos-binary"])
+
+
+async def test_stop_escalates_to_sigkill_when_sigterm_ignored(tmp_path: Path) -> None:
+    async with ProcessSupervisor(tmp_path) as sup:
+        proc = await sup.spawn(
+            "stubborn",
+            _py("""
+                import signal, time
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                print("READY {}", flush=True)
+                time.sleep(60)
+            """),
+            ready_prefix="READY",
+        )
+        assert proc.ready_info == {}
+        code = await sup.stop(proc, grace_s=0.3)
+        assert code == -signal.SIGKILL
+
+
+async def test_stop_graceful_exit_code(tmp_path: Path) -> None:
+    async with ProcessSupervisor(tmp_path) as sup:
+        proc = await sup.spawn(
+            "sleeper", _py("print('READY'); import time; time.sleep(60)"), ready_prefix="READY"
+        )
+        assert await sup.stop(proc, grace_s=2) == -signal.SIGTERM
+        assert await proc.wait(0.1) == -signal.SIGTERM
+
+
+async def test_wait_times_out_with_none(tmp_path: Path) -> None:
+    async with ProcessSupervisor(tmp_path) as sup:
+        proc = await sup.spawn("w", _py("import time; time.sleep(60)"))
+        assert await proc.wait(0.1) is None
+        assert sup.get("w") is proc
+        assert sup.get("nope") is None
+
+
+async def test_group_kill_reaches_grandchildren_after_leader_sigkill(tmp_path: Path) -> None:
+    """A crash fault SIGKILLs the leader; its forked child stays in the group and still gets killed."""
+    async with ProcessSupervisor(tmp_path) as sup:
+        proc = await sup.spawn(
+            "forker",
+            _py(f"""
+                import subprocess, time
+                child = subprocess.Popen([{PY!r}, "-c", "import time; time.sleep(60)"])
+                print("READY", '{{"grandchild": %d}}' % child.pid, flush=True)
+                time.sleep(60)
+            """),
+            ready_prefix="READY",
+        )
+        assert proc.ready_info is not None
+        grandchild = int(proc.ready_info["grandchild"])
+        os.kill(proc.pid, signal.SIGKILL)
+        assert await proc.wait(5) == -signal.SIGKILL
+        assert pid_alive(grandchild) and group_alive(proc.pgid)
+        assert find_marked_processes(sup.marker) == [grandchild]
+    assert await _gone(grandchild)
+    assert not group_alive(proc.pgid)
+
+
+async def test_name_reuse_gets_fresh_log(tmp_path: Path) -> None:
+    async with ProcessSupervisor(tmp_path) as sup:
+        a = await sup.spawn("eng", _py("print('first')"))
+        await a.wait(5)
+        b = await sup.spawn("eng", _py("print('second')"))
+        await b.wait(5)
+        assert a.log_path != b.log_path
+        assert b.log_path.name == "eng.2.log"
+        assert sup.get("eng") is b
+        assert "second" in b.log_path.read_text()
+
+
+async def test_closed_supervisor_refuses_spawn(tmp_path: Path) -> None:
+    sup = ProcessSupervisor(tmp_path)
+    await sup.aclose()
+    await sup.aclose()
+    with pytest.raises(RuntimeError):
+        await sup.spawn("x", [PY, "-c", "pass"])
+
+
+_HARNESS = """
+import asyncio, sys
+from pathlib import Path
+from harness.procs import ProcessSupervisor
+
+async def main():
+    sup = ProcessSupervisor(Path(sys.argv[1]), marker=sys.argv[2])
+    for i in range(2):
+        code = "import time; print('READY', flush=True); time.sleep(60)"
+        await sup.spawn(f"c{i}", [sys.executable, "-c", code], ready_prefix="READY")
+    print("SPAWNED", flush=True)
+    if sys.argv[3] == "exit":
+        return  # no aclose: atexit must clean up
+    await asyncio.sleep(60)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("how", ["sigkill", "exit"])
+async def test_children_die_with_the_harness(tmp_path: Path, how: str) -> None:
+    """SIGKILL of the harness: PDEATHSIG takes the children. An exit without cleanup: atexit does."""
+    marker = f"pdchaos-test-{os.getpid()}-{how}-{time.monotonic_ns()}"
+    harness = subprocess.Popen(  # noqa: ASYNC220 - the harness under test, reaped in a thread
+        [PY, "-c", _HARNESS, str(tmp_path), marker, how],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert harness.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(harness.stdout.readline), 20)
+        assert line.strip() == "SPAWNED"
+        records = pids_from_pid_file(tmp_path / "pids.jsonl")
+        assert len(records) == 2
+        assert all(pid_alive(r["pid"]) for r in records)
+        # The harness itself carries the marker in its argv; its children carry it in their environment.
+        assert sorted([harness.pid, *(r["pid"] for r in records)]) == find_marked_processes(marker)
+        if how == "sigkill":
+            harness.kill()
+        await asyncio.wait_for(asyncio.to_thread(harness.wait), 20)
+        for r in records:
+            assert await _gone(r["pid"]), f"{r['name']} survived the harness"
+            assert not group_alive(r["pgid"])
+        assert find_marked_processes(marker) == []
+    finally:
+        if harness.poll() is None:
+            os.killpg(harness.pid, signal.SIGKILL)
+            harness.wait()
+        for pid in find_marked_processes(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_marker_env_name_is_stable() -> None:
+    assert MARKER_ENV == "PDCHAOS_RUN_MARKER"
