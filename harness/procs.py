@@ -152,14 +152,17 @@ atexit.register(_kill_all_live)
 class ProcessSupervisor:
     """Starts, watches and stops the harness's OS processes: `async with ProcessSupervisor(dir) as sup:`.
 
-    `marker` (default: a fresh `pdchaos-<hex>`) is put in every child's environment as PDCHAOS_RUN_MARKER.
+    `marker` (default: $PDCHAOS_RUN_MARKER, else a fresh `pdchaos-<hex>`) is put in every child's
+    environment as PDCHAOS_RUN_MARKER.
     Spawn from the event loop's thread only (see the module docstring on PDEATHSIG).
     """
 
     def __init__(self, log_dir: Path, marker: str | None = None) -> None:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.marker = marker or f"pdchaos-{uuid.uuid4().hex[:16]}"
+        # A marker inherited from our own environment wins over a fresh one, so every supervisor of one
+        # `pdchaos run` (and of a test that started it) tags its children alike.
+        self.marker = marker or os.environ.get(MARKER_ENV) or f"pdchaos-{uuid.uuid4().hex[:16]}"
         self.pid_file = self.log_dir / PID_FILE_NAME
         self._pids = JsonlWriter(self.pid_file)
         self._procs: list[ManagedProcess] = []

@@ -246,3 +246,17 @@ async def test_children_die_with_the_harness(tmp_path: Path, how: str) -> None:
 
 def test_marker_env_name_is_stable() -> None:
     assert MARKER_ENV == "PDCHAOS_RUN_MARKER"
+
+
+async def test_marker_inherited_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MARKER_ENV, "pdchaos-inherited-xyz")
+    async with ProcessSupervisor(tmp_path) as sup:
+        assert sup.marker == "pdchaos-inherited-xyz"
+        proc = await sup.spawn(
+            "m", _py("import os, json; print('READY', json.dumps({'m': os.environ['PDCHAOS_RUN_MARKER']}))"),
+            ready_prefix="READY",
+        )
+        assert proc.ready_info == {"m": "pdchaos-inherited-xyz"}
+    monkeypatch.delenv(MARKER_ENV)
+    assert ProcessSupervisor(tmp_path / "b").marker.startswith("pdchaos-")
+    assert ProcessSupervisor(tmp_path / "c", marker="given").marker == "given"
