@@ -1,0 +1,58 @@
+"""The router's worker table: ids, lookup by role, property updates, removal. No I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .workers import Role, Status, Worker, WorkerSpec, apply_property_update
+
+
+class DuplicateWorkerError(ValueError):
+    """A worker with this url and role is already registered (the server answers 409)."""
+
+
+class WorkerRegistry:
+    """Workers by id ("w1", "w2", ... in registration order; ids are never reused)."""
+
+    def __init__(self) -> None:
+        self._workers: dict[str, Worker] = {}
+        self._seq = 0
+
+    def add(self, spec: WorkerSpec) -> Worker:
+        """Register a Pending worker; DuplicateWorkerError when the url is registered for the same role."""
+        for w in self._workers.values():
+            if w.spec.url == spec.url and w.spec.role is spec.role:
+                raise DuplicateWorkerError(f"worker {w.id} already has url {spec.url} as {spec.role.value}")
+        self._seq += 1
+        worker = Worker.new(f"w{self._seq}", spec)
+        self._workers[worker.id] = worker
+        return worker
+
+    def get(self, worker_id: str) -> Worker | None:
+        return self._workers.get(worker_id)
+
+    def remove(self, worker_id: str) -> Worker | None:
+        return self._workers.pop(worker_id, None)
+
+    def update(self, worker_id: str, body: Any) -> Worker:
+        """Apply a PATCH body (labels/priority); KeyError for an unknown id, ValueError for a bad body."""
+        worker = self._workers[worker_id]
+        worker.spec = apply_property_update(worker.spec, body)
+        return worker
+
+    def all(self) -> list[Worker]:
+        return list(self._workers.values())
+
+    def by_role(self, role: Role) -> list[Worker]:
+        return [w for w in self._workers.values() if w.spec.role is role]
+
+    def ready(self, role: Role) -> list[Worker]:
+        """Ready workers of a role, in id order (the candidates a leg's policy chooses from)."""
+        return [w for w in self.by_role(role) if w.runtime.status is Status.READY]
+
+    def __iter__(self) -> Iterator[Worker]:
+        return iter(list(self._workers.values()))
+
+    def __len__(self) -> int:
+        return len(self._workers)
