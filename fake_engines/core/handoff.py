@@ -1,0 +1,417 @@
+"""KV handoff decisions as sans-IO state machines.
+
+The shell (asyncio server or simpy model) creates a plan per decode request, asks ``next_step()`` what to do,
+performs the I/O the step names (under the step's timeout) and feeds the outcome back through ``on_*``; each
+``on_*`` returns the next step. A plan ends with ``Done``. Time is always passed in as ``now``.
+
+Mooncake (bug #2491): an engine id the decode has never seen -> ``QueryBootstrap`` -> id listed: cache
+id -> side-channel address forever, ``PullFrom``; id missing or bootstrap unreachable: fail fast. A seen id
+uses the cached address even if it is dead; a dead address does not error, the shell gets
+``WaitUntil(deadline)`` and the plan ends ``timed_out`` when the transfer timeout has passed.
+
+NIXL: ``Handshake`` with remote_host:remote_port (handshake timeout) unless the engine id already handshook;
+peer's id differs -> fail fast; success is cached per engine id, failures are not; then ``PullFrom``.
+
+Every failure goes through the load failure policy: ``fail`` -> ``Done(action=FAIL)`` (HTTP 500 / error
+chunk), outcome ``failed`` or ``timed_out``; ``recompute`` -> ``Done(action=RECOMPUTE)``, outcome
+``recomputed``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fake_engines.core.bootstrap import find_engine_addr
+from fake_engines.core.wire import HandshakeResponse, PullResponse
+
+
+class Outcome(enum.StrEnum):
+    """Record outcomes (CONTRACTS.md §1)."""
+
+    COMPUTED = "computed"
+    PULLED = "pulled"
+    RECOMPUTED = "recomputed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+
+
+class Action(enum.StrEnum):
+    """What the decode does once a plan is done."""
+
+    USE_KV = "use_kv"  # generate from the pulled KV's digest
+    RECOMPUTE = "recompute"  # local prefill: generate from the prompt's own digest
+    FAIL = "fail"  # answer HTTP 500 / an error chunk
+
+
+class LoadFailurePolicy(enum.StrEnum):
+    FAIL = "fail"
+    RECOMPUTE = "recompute"
+
+
+class RequestKind(enum.StrEnum):
+    """Record ``kind``: which leg this request is, judged from its kv_transfer_params."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+    LOCAL = "local"
+
+
+class Connector(enum.StrEnum):
+    MOONCAKE = "mooncake"
+    NIXL = "nixl"
+    NONE = "none"
+
+
+# -- steps -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueryBootstrap:
+    """GET ``url`` (``<remote_bootstrap_addr>/query``) within ``timeout_s``; report to ``on_query_result``."""
+
+    url: str
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class Handshake:
+    """NIXL handshake: send ``HandshakeRequest(engine_id)`` to host:port within ``timeout_s``;
+    report via ``on_handshake_result``."""
+
+    host: str
+    port: int
+    engine_id: str
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class PullFrom:
+    """Send ``PullRequest(engine_id, transfer_key)`` to host:port, wait at most ``timeout_s`` for the answer;
+    report via ``on_pull_result``."""
+
+    host: str
+    port: int
+    engine_id: str
+    transfer_key: str
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class WaitUntil:
+    """Nothing will answer: sleep until ``deadline`` (same clock as ``now``), then call ``on_deadline``."""
+
+    deadline: float
+
+
+@dataclass(frozen=True)
+class Done:
+    """Final: what to record and what to do. ``digest_mismatch``: the pulled KV belongs to another prompt
+    (the decode still uses it, as a real one would; its output shows the mix-up)."""
+
+    outcome: Outcome
+    action: Action
+    kv_digest: str | None = None
+    error: str | None = None
+    digest_mismatch: bool = False
+
+    def output_digest_source(self, prompt_digest: str) -> str | None:
+        """The digest to generate from: pulled KV's for USE_KV, prompt's for RECOMPUTE, None for FAIL."""
+        if self.action == Action.USE_KV:
+            return self.kv_digest
+        if self.action == Action.RECOMPUTE:
+            return prompt_digest
+        return None
+
+
+Step = QueryBootstrap | Handshake | PullFrom | WaitUntil | Done
+
+
+# -- kv_transfer_params ------------------------------------------------------------------------------------
+
+
+def classify_request(params: Mapping[str, Any] | None) -> RequestKind:
+    """Prefill leg if ``do_remote_decode`` is true, decode leg if ``do_remote_prefill`` is, else local."""
+    if not params:
+        return RequestKind.LOCAL
+    if params.get("do_remote_decode") is True:
+        return RequestKind.PREFILL
+    if params.get("do_remote_prefill") is True:
+        return RequestKind.DECODE
+    return RequestKind.LOCAL
+
+
+def nixl_prefill_params(
+    engine_id: str,
+    host: str,
+    port: int,
+    block_ids: list[int] | tuple[int, ...],
+    request_id: str,
+    tp_size: int = 1,
+) -> dict[str, Any]:
+    """The ``kv_transfer_params`` a NIXL prefill returns in its non-streaming response (relayed verbatim)."""
+    return {
+        "do_remote_prefill": True,
+        "do_remote_decode": False,
+        "remote_engine_id": engine_id,
+        "remote_request_id": request_id,
+        "remote_block_ids": list(block_ids),
+        "remote_host": host,
+        "remote_port": port,
+        "tp_size": tp_size,
+    }
+
+
+def prefill_transfer_key(
+    connector: Connector | str, params: Mapping[str, Any], request_id: str
+) -> str | None:
+    """Key a prefill stores its KV under: Mooncake ``transfer_id`` (None when absent), NIXL the request id."""
+    if Connector(connector) == Connector.MOONCAKE:
+        t = params.get("transfer_id")
+        return t if isinstance(t, str) and t else None
+    if Connector(connector) == Connector.NIXL:
+        return request_id
+    return None
+
+
+# -- caches ------------------------------------------------------------------------------------------------
+
+
+class HandshakeCache:
+    """Per decode engine start: engine id -> side-channel (host, port). Entries are never evicted (that is the
+    Mooncake behaviour behind #2491); a restart of the decode makes a new cache."""
+
+    def __init__(self) -> None:
+        self._addrs: dict[str, tuple[str, int]] = {}
+
+    def get(self, engine_id: str) -> tuple[str, int] | None:
+        return self._addrs.get(engine_id)
+
+    def put(self, engine_id: str, addr: tuple[str, int]) -> None:
+        self._addrs[engine_id] = addr
+
+    def __contains__(self, engine_id: object) -> bool:
+        return engine_id in self._addrs
+
+    def __len__(self) -> int:
+        return len(self._addrs)
+
+    def clear(self) -> None:
+        self._addrs.clear()
+
+
+# -- plans -------------------------------------------------------------------------------------------------
+
+
+class _Plan:
+    """Shared machinery: deadline, policy, digest check, single terminal state."""
+
+    def __init__(
+        self, prompt_digest: str, policy: LoadFailurePolicy | str, now: float, transfer_timeout_s: float
+    ):
+        if transfer_timeout_s <= 0:
+            raise ValueError(f"transfer_timeout_s must be > 0, got {transfer_timeout_s}")
+        self.prompt_digest = prompt_digest
+        self.policy = LoadFailurePolicy(policy)
+        self.started_at = now
+        self.deadline = now + transfer_timeout_s
+        self._step: Step | None = None
+
+    @property
+    def done(self) -> Done | None:
+        return self._step if isinstance(self._step, Done) else None
+
+    def _set(self, step: Step) -> Step:
+        self._step = step
+        return step
+
+    def _fail(self, error: str, outcome: Outcome = Outcome.FAILED) -> Step:
+        if self.policy == LoadFailurePolicy.RECOMPUTE:
+            return self._set(Done(Outcome.RECOMPUTED, Action.RECOMPUTE, None, f"{outcome.value}: {error}"))
+        return self._set(Done(outcome, Action.FAIL, None, error))
+
+    def _remaining(self, now: float) -> float:
+        return max(0.0, self.deadline - now)
+
+    def _expect(self, *types: type) -> None:
+        if not isinstance(self._step, types):
+            raise RuntimeError(f"unexpected result: plan is at {self._step!r}")
+
+    def on_pull_result(self, response: PullResponse | None, now: float, error: str | None = None) -> Step:
+        """Outcome of a ``PullFrom``. ``response`` None + ``error``: transport failure; ``error="timeout"``
+        (or ``now`` at/after the deadline) ends ``timed_out``. A connect failure waits out the deadline
+        (Mooncake) or fails fast (NIXL). A pulled KV whose digest differs from the prompt's is used anyway
+        (``digest_mismatch``)."""
+        self._expect(PullFrom)
+        if response is None:
+            if error == "timeout" or now >= self.deadline:
+                return self._fail(
+                    f"KV transfer timed out after {now - self.started_at:.3f}s", Outcome.TIMED_OUT
+                )
+            return self._on_transport_error(error or "transport error", now)
+        if not response.ok:
+            return self._fail(f"pull refused: {response.error}")
+        kv = response.prompt_digest
+        return self._set(
+            Done(Outcome.PULLED, Action.USE_KV, kv, None, digest_mismatch=kv != self.prompt_digest)
+        )
+
+    def on_deadline(self, now: float) -> Step:
+        """After a ``WaitUntil``: the transfer timeout has passed -> ``timed_out``."""
+        self._expect(WaitUntil)
+        if now < self.deadline:
+            return self._step  # type: ignore[return-value]  # woke early: keep waiting
+        return self._fail(f"KV transfer timed out after {now - self.started_at:.3f}s", Outcome.TIMED_OUT)
+
+    def _on_transport_error(self, error: str, now: float) -> Step:
+        raise NotImplementedError
+
+
+class MooncakeDecodePlan(_Plan):
+    """Decode side of one Mooncake handoff.
+
+    ``params``: the decode's kv_transfer_params (``transfer_id``, ``remote_engine_id``,
+    ``remote_bootstrap_addr``).
+    Missing fields (the router could not mint) -> ``Done(RECOMPUTED)`` whatever the policy.
+    """
+
+    def __init__(
+        self,
+        params: Mapping[str, Any],
+        prompt_digest: str,
+        cache: HandshakeCache,
+        policy: LoadFailurePolicy | str,
+        now: float,
+        transfer_timeout_s: float,
+        query_timeout_s: float = 5.0,
+    ):
+        super().__init__(prompt_digest, policy, now, transfer_timeout_s)
+        self.cache = cache
+        self.query_timeout_s = query_timeout_s
+        self.transfer_id = _opt_str(params, "transfer_id")
+        self.remote_engine_id = _opt_str(params, "remote_engine_id")
+        self.bootstrap_addr = _opt_str(params, "remote_bootstrap_addr")
+        self._now0 = now
+
+    def next_step(self) -> Step:
+        """The first step (idempotent: returns the current step once started)."""
+        if self._step is not None:
+            return self._step
+        if not (self.transfer_id and self.remote_engine_id and self.bootstrap_addr):
+            missing = [
+                k
+                for k, v in (
+                    ("transfer_id", self.transfer_id),
+                    ("remote_engine_id", self.remote_engine_id),
+                    ("remote_bootstrap_addr", self.bootstrap_addr),
+                )
+                if not v
+            ]
+            return self._set(
+                Done(Outcome.RECOMPUTED, Action.RECOMPUTE, None, f"incomplete kv_transfer_params: {missing}")
+            )
+        addr = self.cache.get(self.remote_engine_id)
+        if addr is not None:
+            return self._pull(addr, self._now0)
+        return self._set(QueryBootstrap(self.bootstrap_addr.rstrip("/") + "/query", self.query_timeout_s))
+
+    def on_query_result(self, answer: Any, now: float, error: str | None = None) -> Step:
+        """Outcome of a ``QueryBootstrap``: the decoded JSON answer, or None with ``error`` (refused, timeout,
+        non-200). Unreachable, malformed or id not listed -> fail fast."""
+        self._expect(QueryBootstrap)
+        if error is not None or answer is None:
+            return self._fail(f"bootstrap query failed: {error or 'no answer'}")
+        try:
+            addr = find_engine_addr(answer, self.remote_engine_id or "")
+        except ValueError as exc:
+            return self._fail(f"bad bootstrap answer: {exc}")
+        if addr is None:
+            return self._fail(f"engine id {self.remote_engine_id} not found at {self.bootstrap_addr}")
+        self.cache.put(self.remote_engine_id or "", addr)
+        return self._pull(addr, now)
+
+    def _pull(self, addr: tuple[str, int], now: float) -> Step:
+        return self._set(
+            PullFrom(
+                addr[0], addr[1], self.remote_engine_id or "", self.transfer_id or "", self._remaining(now)
+            )
+        )
+
+    def _on_transport_error(self, error: str, now: float) -> Step:
+        # A dead side channel does not error in Mooncake: the transfer just never completes.
+        return self._set(WaitUntil(self.deadline))
+
+
+class NixlDecodePlan(_Plan):
+    """Decode side of one NIXL handoff. ``params``: the prefill's kv_transfer_params relayed verbatim
+    (``remote_engine_id``, ``remote_host``, ``remote_port``, ``remote_block_ids``, ``remote_request_id``,
+    ``tp_size``). Missing fields -> fail per policy (nothing to load from)."""
+
+    def __init__(
+        self,
+        params: Mapping[str, Any],
+        prompt_digest: str,
+        cache: HandshakeCache,
+        policy: LoadFailurePolicy | str,
+        now: float,
+        transfer_timeout_s: float,
+        handshake_timeout_s: float = 5.0,
+    ):
+        super().__init__(prompt_digest, policy, now, transfer_timeout_s)
+        self.cache = cache
+        self.handshake_timeout_s = handshake_timeout_s
+        self.remote_engine_id = _opt_str(params, "remote_engine_id")
+        self.remote_request_id = _opt_str(params, "remote_request_id")
+        self.remote_host = _opt_str(params, "remote_host")
+        port = params.get("remote_port")
+        self.remote_port = port if isinstance(port, int) and not isinstance(port, bool) else None
+        self._now0 = now
+
+    def next_step(self) -> Step:
+        """The first step (idempotent: returns the current step once started)."""
+        if self._step is not None:
+            return self._step
+        if not (self.remote_engine_id and self.remote_request_id and self.remote_host and self.remote_port):
+            return self._fail("incomplete kv_transfer_params for NIXL")
+        if self.remote_engine_id in self.cache:
+            return self._pull(self._now0)
+        return self._set(
+            Handshake(self.remote_host, self.remote_port, self.remote_engine_id, self.handshake_timeout_s)
+        )
+
+    def on_handshake_result(
+        self, response: HandshakeResponse | None, now: float, error: str | None = None
+    ) -> Step:
+        """Outcome of a ``Handshake``: the peer's response, or None with ``error`` (refused, timeout).
+        Success is cached per engine id; failure and id mismatch fail fast and are not cached."""
+        self._expect(Handshake)
+        if response is None:
+            return self._fail(f"NIXL handshake with {self.remote_host}:{self.remote_port} failed: {error}")
+        if not response.ok or response.engine_id != self.remote_engine_id:
+            return self._fail(
+                f"NIXL handshake engine id mismatch: expected {self.remote_engine_id}, "
+                f"peer is {response.engine_id}"
+            )
+        self.cache.put(self.remote_engine_id or "", (self.remote_host or "", self.remote_port or 0))
+        return self._pull(now)
+
+    def _pull(self, now: float) -> Step:
+        return self._set(
+            PullFrom(
+                self.remote_host or "",
+                self.remote_port or 0,
+                self.remote_engine_id or "",
+                self.remote_request_id or "",
+                self._remaining(now),
+            )
+        )
+
+    def _on_transport_error(self, error: str, now: float) -> Step:
+        return self._fail(f"NIXL read from {self.remote_host}:{self.remote_port} failed: {error}")
+
+
+def _opt_str(params: Mapping[str, Any], key: str) -> str | None:
+    v = params.get(key)
+    return v if isinstance(v, str) and v else None

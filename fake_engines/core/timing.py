@@ -1,0 +1,32 @@
+"""Timing model: how long a fake engine takes, as pure functions of its config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TimingModel:
+    """Time to first token grows with prompt length; each further token costs a fixed inter-token latency."""
+
+    ttft_ms: float = 20.0
+    ttft_per_token_ms: float = 0.05
+    itl_ms: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_ms", "ttft_per_token_ms", "itl_ms"):
+            value = getattr(self, name)
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+
+    def ttft_s(self, n_prompt_tokens: int) -> float:
+        """Seconds from request arrival to the first output token (the prefill's cost)."""
+        return (self.ttft_ms + self.ttft_per_token_ms * max(0, n_prompt_tokens)) / 1000.0
+
+    def itl_s(self) -> float:
+        """Seconds between two consecutive output tokens."""
+        return self.itl_ms / 1000.0
+
+    def total_s(self, n_prompt_tokens: int, n_output_tokens: int) -> float:
+        """Whole generation: first token plus the gaps before every later one."""
+        return self.ttft_s(n_prompt_tokens) + self.itl_s() * max(0, n_output_tokens - 1)

@@ -1,0 +1,76 @@
+"""The one real tokenizer the fakes (and a gateway pointed at ``data_dir()``) use: byte-level BPE.
+
+Files in ``fake_engines/data/`` are built by ``fake_engines/build_tokenizer.py`` and committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import zipfile
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+EOS_TOKEN = "<|endoftext|>"
+BOS_TOKEN = "<|endoftext|>"
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+ZIP_MEMBERS = ("tokenizer.json", "tokenizer_config.json", "config.json")
+# fixed timestamp so the zip (and its sha256) is the same on every build
+_ZIP_DATE = (2024, 1, 1, 0, 0, 0)
+
+
+def data_dir() -> Path:
+    """Folder holding tokenizer.json, tokenizer_config.json and config.json (a gateway's model_path)."""
+    return Path(__file__).resolve().parent.parent / "data"
+
+
+@lru_cache(maxsize=1)
+def load_tokenizer() -> Tokenizer:
+    """The shipped tokenizer, loaded once per process."""
+    return Tokenizer.from_file(str(data_dir() / "tokenizer.json"))
+
+
+def encode(text: str) -> list[int]:
+    """Token ids of ``text``; special tokens written in the text become their single ids, nothing is added."""
+    return list(load_tokenizer().encode(text, add_special_tokens=False).ids)
+
+
+def decode(ids: Sequence[int]) -> str:
+    """Text of ``ids``, special tokens kept, so ``decode(encode(t)) == t``."""
+    return str(load_tokenizer().decode(list(ids), skip_special_tokens=False))
+
+
+def vocab_size() -> int:
+    return int(load_tokenizer().get_vocab_size(with_added_tokens=True))
+
+
+def token_id(token: str) -> int:
+    """Id of a vocabulary token (e.g. ``EOS_TOKEN``); KeyError when absent."""
+    tid = load_tokenizer().token_to_id(token)
+    if tid is None:
+        raise KeyError(token)
+    return int(tid)
+
+
+def eos_token_id() -> int:
+    return token_id(EOS_TOKEN)
+
+
+@lru_cache(maxsize=1)
+def tokenizer_zip_bytes() -> tuple[bytes, str]:
+    """(zip of tokenizer.json, tokenizer_config.json, config.json; hex sha256 of the zip) for GetTokenizer.
+
+    Deterministic: fixed member order and timestamps.
+    """
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name in ZIP_MEMBERS:
+            info = zipfile.ZipInfo(name, date_time=_ZIP_DATE)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, (data_dir() / name).read_bytes())
+    data = buf.getvalue()
+    return data, hashlib.sha256(data).hexdigest()
