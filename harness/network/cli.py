@@ -1,0 +1,53 @@
+"""`pdchaos-toxiproxy`: run the embedded Toxiproxy-compatible server (like toxiproxy-server)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+
+from harness.network.registry import LOOPBACK
+from harness.network.server import DEFAULT_PORT, EmbeddedToxiproxy
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="pdchaos-toxiproxy", description=__doc__)
+    parser.add_argument("--host", default=LOOPBACK, help="API address (loopback only)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="API port (0 = any free port)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for toxicity and jitter draws")
+    parser.add_argument("--config", type=Path, help="JSON list of proxies to create at start (populate)")
+    return parser.parse_args(argv)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    server = EmbeddedToxiproxy(args.host, args.port, args.seed)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with server:
+        if args.config is not None:
+            await server.service.populate(json.loads(args.config.read_text()))
+        # One machine-readable line, like the other pdchaos servers, so a parent knows the port.
+        print("PDCHAOS_TOXIPROXY_READY " + json.dumps({"url": server.url, "port": server.port}), flush=True)
+        await stop.wait()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return asyncio.run(_serve(args))
+    except (ValueError, OSError) as exc:
+        print(f"pdchaos-toxiproxy: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # an ApiError from --config, reported rather than a traceback
+        print(f"pdchaos-toxiproxy: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,78 @@
+"""One proxy's listener and its live links (asyncio shell around a ProxySpec)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from harness.network.errors import ApiError
+from harness.network.link import Link
+from harness.network.registry import ProxySpec, format_addr, parse_listen, parse_upstream
+
+
+class ProxyRuntime:
+    def __init__(self, spec: ProxySpec, seed: int) -> None:
+        self.spec = spec
+        self.seed = seed
+        self.links: set[Link] = set()
+        self.connections = 0  # accepted so far; numbers each link for its toxicity draws
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    async def start(self) -> None:
+        """Listen on spec.listen; a port of 0 becomes the bound port, which spec.listen then shows."""
+        if self._server is not None:
+            return
+        host, port = parse_listen(self.spec.listen)
+        try:
+            self._server = await asyncio.start_server(self._accept, host, port)
+        except OSError as exc:
+            raise ApiError(500, f"listen {self.spec.listen}: {exc.strerror or exc}") from None
+        bound = self._server.sockets[0].getsockname()
+        self.spec.listen = format_addr(bound[0], bound[1])
+
+    def stop(self) -> None:
+        """Down: stop listening (new connections are refused) and drop every open connection."""
+        if self._server is not None:
+            # Not awaiting wait_closed(): from 3.12 it waits for client connections, which we drop below.
+            self._server.close()
+            self._server = None
+        for link in list(self.links):
+            link.end("drop")
+
+    def toxics_changed(self) -> None:
+        for link in list(self.links):
+            link.sync()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        number = self.connections
+        self.connections += 1
+        link = Link(
+            (self.seed, self.spec.name, number),
+            reader,
+            writer,
+            parse_upstream(self.spec.upstream),
+            lambda: self.spec.toxics,
+        )
+        self.links.add(link)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await link.run()
+        finally:
+            self.links.discard(link)
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def close(self, timeout_s: float = 2.0) -> None:
+        """Stop and wait (bounded) for the link tasks to unwind."""
+        self.stop()
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        if tasks:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout_s)
