@@ -231,7 +231,8 @@ class HistoryRecorder:
         kv_engine_id: str | None = None,
         **extra: Any,
     ) -> Record:
-        """One worker as seen in the router's `/workers` (record each poll or only changes: both work)."""
+        """One worker as seen in the router's `/workers` (record each poll or only changes: both work).
+        Pass `engine=<engine name>` as an extra when known: it maps fault targets to workers directly."""
         fields = {"worker": worker, "url": url, "role": role, "status": status, "kv_engine_id": kv_engine_id}
         fields.update(extra)
         return self.record("router_status", fields)
@@ -380,6 +381,7 @@ class StatusPoint:
     role: str | None
     status: str
     kv_engine_id: str | None
+    engine: str | None = None
 
 
 @dataclass(frozen=True)
@@ -567,6 +569,7 @@ class History:
                     role=r.get("role"),
                     status=str(r.get("status")),
                     kv_engine_id=r.get("kv_engine_id"),
+                    engine=r.get("engine"),
                 )
             )
         elif kind == "router_event":
@@ -671,19 +674,23 @@ class History:
         return points[i - 1] if i else None
 
     def workers_for(self, target: str | None) -> list[str]:
-        """Router worker ids that a fault target names: a worker id, a worker url, or an engine name whose
-        `engine_state.url` is a worker url (or whose url ends with the target)."""
+        """Router worker ids that a fault target names: a worker id; a worker url; an engine name given as
+        `engine` on router_status records; or an engine name whose `engine_state.url` is a worker url.
+        Router events (which carry worker and url) count too, for routers seen only through events."""
         if target is None:
             return []
         if target in self.status:
             return [target]
         urls = {s.url for s in self.engines.get(target, []) if s.url}
-        found = []
+        urls.add(target)
+        found: list[str] = []
         for worker, points in self.status.items():
-            for p in points:
-                if p.url is not None and (p.url == target or p.url in urls):
-                    found.append(worker)
-                    break
+            if any(p.engine == target or (p.url is not None and p.url in urls) for p in points):
+                found.append(worker)
+        for ev in self.router_events:
+            url = ev.get("url")
+            if ev.worker is not None and ev.worker not in found and url is not None and url in urls:
+                found.append(ev.worker)
         return found
 
     def first_status_after(self, worker: str, t: float, status: str = READY) -> float | None:

@@ -1,0 +1,154 @@
+"""Checkers: pure functions `(History, expectations) -> Verdict`, looked up by name.
+
+Scenarios name checkers with parameters (`Expect("recovery", {"max_recovery_s": 5})`); `run_checks`
+turns those into verdicts and always adds `run_complete` (a history without a normal `run_ended` cannot
+pass). A checker that raises gives an `unknown` verdict naming the exception, never a crash of the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harness.checkers.availability import AvailabilityExpect, check_availability
+from harness.checkers.handoff import HandoffExpect, check_handoff
+from harness.checkers.lost import NothingLostExpect, check_nothing_lost
+from harness.checkers.output import OutputExpect, check_output
+from harness.checkers.probes import ProbeScheduleExpect, check_probe_schedule
+from harness.checkers.prompt_503 import Prompt503Expect, check_prompt_503
+from harness.checkers.recovery import RecoveryExpect, check_recovery
+from harness.checkers.transfer_timeout import TransferTimeoutExpect, check_transfer_timeout
+from harness.history import History
+from harness.verdict import Verdict
+
+__all__ = [
+    "CHECKERS",
+    "DEFAULT_CHECKS",
+    "AvailabilityExpect",
+    "CheckerError",
+    "CheckerSpec",
+    "HandoffExpect",
+    "NothingLostExpect",
+    "OutputExpect",
+    "ProbeScheduleExpect",
+    "Prompt503Expect",
+    "RecoveryExpect",
+    "TransferTimeoutExpect",
+    "check_availability",
+    "check_handoff",
+    "check_nothing_lost",
+    "check_output",
+    "check_probe_schedule",
+    "check_prompt_503",
+    "check_recovery",
+    "check_run_complete",
+    "check_transfer_timeout",
+    "make_params",
+    "run_check",
+    "run_checks",
+    "validate_expect",
+]
+
+# `run_ended.reason` values that mean the run finished as planned.
+NORMAL_END_REASONS = frozenset({"done", "completed", "complete", "finished", "ok", "end"})
+
+
+class CheckerError(ValueError):
+    """An unknown checker name or a bad parameter for one."""
+
+
+@dataclass(frozen=True)
+class CheckerSpec:
+    name: str
+    params: type[Any]
+    fn: Callable[[History, Any], Verdict]
+
+
+CHECKERS: dict[str, CheckerSpec] = {
+    spec.name: spec
+    for spec in (
+        CheckerSpec("recovery", RecoveryExpect, check_recovery),
+        CheckerSpec("handoff", HandoffExpect, check_handoff),
+        CheckerSpec("transfer_timeout", TransferTimeoutExpect, check_transfer_timeout),
+        CheckerSpec("prompt_503", Prompt503Expect, check_prompt_503),
+        CheckerSpec("probe_schedule", ProbeScheduleExpect, check_probe_schedule),
+        CheckerSpec("availability", AvailabilityExpect, check_availability),
+        CheckerSpec("nothing_lost", NothingLostExpect, check_nothing_lost),
+        CheckerSpec("output", OutputExpect, check_output),
+    )
+}
+
+# What every scenario gets when it names no checker.
+DEFAULT_CHECKS: tuple[str, ...] = ("nothing_lost", "output", "handoff", "transfer_timeout")
+
+
+def make_params(name: str, params: Mapping[str, Any] | None = None) -> Any:
+    """The checker's expectation dataclass from a plain mapping (lists become tuples). Raises CheckerError."""
+    spec = CHECKERS.get(name)
+    if spec is None:
+        raise CheckerError(f"unknown checker {name!r} (known: {', '.join(sorted(CHECKERS))})")
+    known = {f.name for f in dataclasses.fields(spec.params)}
+    given = dict(params or {})
+    extra = sorted(set(given) - known)
+    if extra:
+        raise CheckerError(f"checker {name!r}: unknown parameter(s) {extra} (known: {sorted(known)})")
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
+    for key, value in values.items():
+        default = getattr(spec.params(), key)
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise CheckerError(f"checker {name!r}: {key} must be true/false, got {value!r}")
+        number_wanted = isinstance(default, int | float) and not isinstance(default, bool)
+        if number_wanted and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise CheckerError(f"checker {name!r}: {key} must be a number, got {value!r}")
+    return spec.params(**values)
+
+
+def validate_expect(name: str, params: Mapping[str, Any] | None = None) -> list[str]:
+    """Problems with a checker name/parameters (empty: fine); for scenario validation."""
+    try:
+        make_params(name, params)
+    except (CheckerError, TypeError) as e:
+        return [str(e)]
+    return []
+
+
+def check_run_complete(history: History) -> Verdict:
+    """Pass only when the history holds `run_started` and a normal `run_ended`."""
+    name = "run_complete"
+    numbers = {"records": len(history.records), "bad_records": history.bad_records, "end_t": history.end_t}
+    if history.run is None:
+        return Verdict.unknown_(name, "no run_started record: history missing or cut short", numbers)
+    if history.ended is None:
+        return Verdict.unknown_(name, f"no run_ended record: run stopped at t={history.end_t:.2f}s", numbers)
+    reason = str(history.ended.get("reason", ""))
+    if reason not in NORMAL_END_REASONS:
+        return Verdict.unknown_(name, f"run ended abnormally: {reason or 'no reason'}", numbers)
+    return Verdict.ok(name, "", numbers)
+
+
+def run_check(history: History, name: str, params: Mapping[str, Any] | None = None) -> Verdict:
+    """One checker by name. Bad parameters or a checker exception give `unknown` (the run cannot pass)."""
+    try:
+        exp = make_params(name, params)
+    except (CheckerError, TypeError) as e:
+        return Verdict.unknown_(name, f"bad expectation: {e}")
+    try:
+        return CHECKERS[name].fn(history, exp)
+    except Exception as e:  # a checker bug must not lose the report
+        return Verdict.unknown_(name, f"checker raised {type(e).__name__}: {e}")
+
+
+def run_checks(history: History, expects: Iterable[Any] | None = None) -> list[Verdict]:
+    """Verdicts for `expects` (items: checker name, `(name, params)`, or objects with `.checker` and `.params`
+    such as `harness.scenario.Expect`); None or empty: DEFAULT_CHECKS. `run_complete` is always first."""
+    items: list[tuple[str, Mapping[str, Any] | None]] = []
+    for e in list(expects or []) or list(DEFAULT_CHECKS):
+        if isinstance(e, str):
+            items.append((e, None))
+        elif isinstance(e, tuple):
+            items.append((str(e[0]), e[1] if len(e) > 1 else None))
+        else:
+            items.append((str(e.checker), getattr(e, "params", None)))
+    return [check_run_complete(history), *(run_check(history, n, p) for n, p in items)]

@@ -1,0 +1,103 @@
+"""Availability before, during and after each fault window: success ratios against thresholds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness.checkers._common import cap, rounded, select_faults
+from harness.history import History, RequestView
+from harness.verdict import Verdict
+
+NAME = "availability"
+
+
+@dataclass(frozen=True)
+class AvailabilityExpect:
+    """Minimum success ratios (None: measure only). `before` also judges a run without faults. The
+    `after` window starts `settle_s` after the heal (time to be seen Ready again) and ends at the next
+    fault or the end. A window with a threshold and fewer than `min_requests` finished requests is
+    unknown."""
+
+    before: float | None = 0.95
+    during: float | None = None
+    after: float | None = 0.95
+    settle_s: float = 2.0
+    min_requests: int = 1
+    faults: tuple[str, ...] | None = None
+    kinds: tuple[str, ...] | None = None
+
+
+def outcome(history: History, r: RequestView) -> str:
+    """ok | failed | pending (not finished and the history ended before it had to)."""
+    if r.completed:
+        return "ok" if r.succeeded else "failed"
+    deadline = r.deadline_t
+    if (deadline is not None and deadline <= history.end_t) or (deadline is None and history.complete):
+        return "failed"
+    return "pending"
+
+
+def _window(
+    history: History, name: str, start: float, end: float, threshold: float | None, exp: AvailabilityExpect
+) -> tuple[dict[str, Any], str, str]:
+    reqs = history.requests_started_in(start, end)
+    kinds = [outcome(history, r) for r in reqs]
+    ok = kinds.count("ok")
+    failed = kinds.count("failed")
+    total = ok + failed
+    ratio = ok / total if total else None
+    nums = {
+        "window": [rounded(start, 3), rounded(end, 3)],
+        "ok": ok,
+        "failed": failed,
+        "pending": kinds.count("pending"),
+        "ratio": rounded(ratio),
+        "threshold": threshold,
+    }
+    if threshold is None:
+        return nums, "pass", ""
+    if total < exp.min_requests or ratio is None:
+        return nums, "unknown", f"{name}: {total} finished request(s), need {exp.min_requests}"
+    if ratio < threshold:
+        bad = [str(r.req) for r, k in zip(reqs, kinds, strict=True) if k == "failed"]
+        return nums, "fail", f"{name}: {ratio:.3f} < {threshold} (failed: {', '.join(cap(bad, 10))})"
+    return nums, "pass", ""
+
+
+def check_availability(history: History, exp: AvailabilityExpect | None = None) -> Verdict:
+    exp = exp or AvailabilityExpect()
+    faults = select_faults(history, exp.faults, exp.kinds)
+    results: dict[str, Any] = {}
+    fails: list[str] = []
+    unknowns: list[str] = []
+
+    def judge(key: str, name: str, start: float, end: float, threshold: float | None) -> None:
+        nums, status, reason = _window(history, name, start, end, threshold, exp)
+        nums["status"] = status
+        results.setdefault(key, {})[name] = nums
+        if status == "fail":
+            fails.append(f"{key} {reason}")
+        elif status == "unknown":
+            unknowns.append(f"{key} {reason}")
+
+    if not faults:
+        judge("run", "before", 0.0, history.end_t + 1e-9, exp.before)
+    boundary = 0.0
+    for i, f in enumerate(faults):
+        applied, healed = f.window(history.end_t)
+        next_start = faults[i + 1].window(history.end_t)[0] if i + 1 < len(faults) else history.end_t + 1e-9
+        judge(f.fault, "before", boundary, applied, exp.before)
+        judge(f.fault, "during", applied, healed, exp.during)
+        if f.healed_t is None:
+            if exp.after is not None:
+                unknowns.append(f"{f.fault} after: never healed")
+        else:
+            judge(f.fault, "after", healed + exp.settle_s, next_start, exp.after)
+        boundary = healed + exp.settle_s
+    numbers = {"windows": results}
+    if fails:
+        return Verdict.fail(NAME, "; ".join(fails), numbers, cap(fails))
+    if unknowns:
+        return Verdict.unknown_(NAME, "; ".join(unknowns), numbers, cap(unknowns))
+    return Verdict.ok(NAME, "availability within thresholds", numbers)

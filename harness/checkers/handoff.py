@@ -1,0 +1,107 @@
+"""Handoff correctness, judged from the engines' provenance records (works for any router under test).
+
+Problems: a stale engine id (the decode was told an id that is not the prefill's id in force), a silent
+recompute (the decode prefilled locally although a handoff was expected), a digest mismatch (KV of another
+prompt), failed or timed-out pulls. Right after a fault (from its application until `grace_s` after its heal)
+stale ids, recomputes and failed pulls are allowed: the router cannot know yet. Wrong KV is never allowed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from harness.checkers._common import cap, rounded
+from harness.history import Handoff, History, base_engine_id
+from harness.verdict import Verdict
+
+NAME = "handoff"
+
+
+@dataclass(frozen=True)
+class HandoffExpect:
+    grace_s: float = 3.0
+    allow_recompute: bool = False
+    allow_failed: bool = False
+    check_stale: bool = True
+
+
+def grace_windows(history: History, grace_s: float) -> list[tuple[float, float]]:
+    return [(start, end + grace_s) for _f, start, end in history.fault_windows()]
+
+
+def _in_windows(t: float, windows: list[tuple[float, float]]) -> bool:
+    return any(a <= t <= b for a, b in windows)
+
+
+def expected_prefill_ids(history: History, d: Handoff) -> set[str] | None:
+    """Engine ids the decode should have been told: the id of the prefill that computed this request (same
+    tag), else the ids in force on prefill engines at the time. None when the history cannot say."""
+    prefills = [p for p in history.handoffs_by_tag(d.tag) if p.kind == "prefill" and p.engine_id]
+    if prefills:
+        return {base_engine_id(p.engine_id) or "" for p in prefills}
+    ids: set[str] = set()
+    for engine in history.engines:
+        if engine == d.engine or history.engine_role(engine) not in ("prefill", "both", None):
+            continue
+        eid = history.engine_id_at(engine, d.at)
+        if eid:
+            ids.add(base_engine_id(eid) or "")
+    return ids or None
+
+
+def classify(history: History, d: Handoff, exp: HandoffExpect) -> list[str]:
+    """Problems with one decode record (empty: fine)."""
+    problems = []
+    if d.kv_digest is not None and d.prompt_digest is not None and d.kv_digest != d.prompt_digest:
+        problems.append("digest_mismatch")
+    if d.outcome == "recomputed" and not exp.allow_recompute:
+        problems.append("recomputed")
+    if d.outcome in ("failed", "timed_out") and not exp.allow_failed:
+        problems.append(d.outcome)
+    if exp.check_stale and d.remote_engine_id:
+        expected = expected_prefill_ids(history, d)
+        if expected is not None and base_engine_id(d.remote_engine_id) not in expected:
+            problems.append("stale_engine_id")
+    return problems
+
+
+def check_handoff(history: History, exp: HandoffExpect | None = None) -> Verdict:
+    exp = exp or HandoffExpect()
+    decodes = [h for h in history.handoffs if h.kind == "decode"]
+    if not decodes:
+        return Verdict.unknown_(NAME, "no decode handoff records (engine provenance not collected?)")
+    windows = grace_windows(history, exp.grace_s)
+    outcomes = Counter(str(d.outcome) for d in decodes)
+    counts: Counter[str] = Counter()
+    excused: Counter[str] = Counter()
+    evidence: list[dict[str, Any]] = []
+    for d in decodes:
+        for problem in classify(history, d, exp):
+            if problem != "digest_mismatch" and _in_windows(d.at, windows):
+                excused[problem] += 1
+                continue
+            counts[problem] += 1
+            evidence.append(
+                {
+                    "problem": problem,
+                    "tag": d.tag,
+                    "engine": d.engine,
+                    "at": rounded(d.at, 3),
+                    "remote_engine_id": d.remote_engine_id,
+                    "outcome": d.outcome,
+                    "error": d.error,
+                }
+            )
+    numbers = {
+        "decodes": len(decodes),
+        "outcomes": dict(outcomes),
+        "problems": dict(counts),
+        "excused_in_grace": dict(excused),
+        "grace_s": exp.grace_s,
+    }
+    if counts:
+        summary = ", ".join(f"{n} {p}" for p, n in counts.most_common())
+        return Verdict.fail(NAME, f"bad handoffs outside grace windows: {summary}", numbers, cap(evidence))
+    return Verdict.ok(NAME, f"{len(decodes)} decode handoffs correct", numbers)

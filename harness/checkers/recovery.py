@@ -1,0 +1,137 @@
+"""Recovery latency per fault: fault healed -> worker seen Ready again -> first correct handoff through it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness.checkers._common import cap, rounded, select_faults
+from harness.history import READY, FaultView, Handoff, History
+from harness.verdict import Verdict
+
+NAME = "recovery"
+
+
+@dataclass(frozen=True)
+class RecoveryExpect:
+    """`max_recovery_s`: heal -> first correct handoff. `faults`/`kinds` pick the faults judged
+    (default: every applied fault). `require_ready`: the faulted worker must be seen Ready in the router
+    status (turn off for routers whose worker list is not observed)."""
+
+    max_recovery_s: float = 10.0
+    faults: tuple[str, ...] | None = None
+    kinds: tuple[str, ...] | None = None
+    require_ready: bool = True
+
+
+def is_correct_handoff(history: History, ho: Handoff) -> bool:
+    """A handoff that did its job: the decode pulled KV with the prompt's digest, or the prefill computed and
+    the decode side of the same request (when recorded) pulled it correctly; the request completed OK."""
+    req = history.request_by_tag(ho.tag)
+    if req is None or not req.succeeded:
+        return False
+    if ho.kind == "decode":
+        return ho.outcome == "pulled" and _digest_ok(ho)
+    if ho.kind == "prefill":
+        if ho.outcome != "computed":
+            return False
+        decodes = [d for d in history.handoffs_by_tag(ho.tag) if d.kind == "decode"]
+        # A prefill whose decode recomputed or failed did not hand anything off.
+        return not decodes or any(d.outcome == "pulled" and _digest_ok(d) for d in decodes)
+    return False
+
+
+def _digest_ok(ho: Handoff) -> bool:
+    return ho.kv_digest is None or ho.prompt_digest is None or ho.kv_digest == ho.prompt_digest
+
+
+def _judge_fault(history: History, fault: FaultView, exp: RecoveryExpect) -> tuple[str, str, dict[str, Any]]:
+    nums: dict[str, Any] = {
+        "target": fault.target,
+        "kind": fault.kind,
+        "healed_t": rounded(fault.healed_t),
+        "heal_to_ready_s": None,
+        "ready_to_handoff_s": None,
+        "heal_to_handoff_s": None,
+    }
+    if fault.healed_t is None:
+        return "unknown", f"fault {fault.fault} was never healed", nums
+    healed = fault.healed_t
+    deadline = healed + exp.max_recovery_s
+    # A later fault on the same target before recovery makes this one's recovery unmeasurable.
+    later = [
+        f.applied_t
+        for f in history.fault_list()
+        if f.target == fault.target
+        and f.fault != fault.fault
+        and f.applied_t is not None
+        and f.applied_t > (fault.applied_t or 0.0)
+    ]
+    horizon = min([history.end_t, *later])
+    ran_long_enough = horizon >= deadline
+
+    ready_t: float | None = None
+    workers = history.workers_for(fault.target)
+    if exp.require_ready:
+        if not workers:
+            return "unknown", f"no router worker observed for target {fault.target!r}", nums
+        seen = [history.first_status_after(w, healed, READY) for w in workers]
+        found = [t for t in seen if t is not None and t <= horizon]
+        if not found:
+            if ran_long_enough:
+                return "fail", f"{fault.target} not seen Ready within {exp.max_recovery_s}s of heal", nums
+            return "unknown", f"run ended before {fault.target} was seen Ready again", nums
+        ready_t = min(found)
+        nums["heal_to_ready_s"] = rounded(ready_t - healed)
+
+    after = ready_t if ready_t is not None else healed
+    first = next(
+        (
+            ho
+            for ho in history.handoffs_of(fault.target or "")
+            if after <= ho.at <= horizon and is_correct_handoff(history, ho)
+        ),
+        None,
+    )
+    if first is None:
+        traffic = [r for r in history.requests_started_in(healed, deadline)]
+        if ran_long_enough and traffic:
+            return (
+                "fail",
+                f"no correct handoff through {fault.target} within {exp.max_recovery_s}s of heal",
+                nums,
+            )
+        if ran_long_enough:
+            return "unknown", f"no requests sent within {exp.max_recovery_s}s after heal", nums
+        return "unknown", f"run ended before a correct handoff through {fault.target}", nums
+    nums["heal_to_handoff_s"] = rounded(first.at - healed)
+    if ready_t is not None:
+        nums["ready_to_handoff_s"] = rounded(first.at - ready_t)
+    nums["first_handoff_tag"] = first.tag
+    if first.at - healed > exp.max_recovery_s:
+        return "fail", f"{fault.target} recovered in {first.at - healed:.2f}s > {exp.max_recovery_s}s", nums
+    return "pass", "", nums
+
+
+def check_recovery(history: History, exp: RecoveryExpect | None = None) -> Verdict:
+    exp = exp or RecoveryExpect()
+    faults = select_faults(history, exp.faults, exp.kinds)
+    if not faults:
+        return Verdict.unknown_(NAME, "no faults to recover from")
+    per: dict[str, Any] = {}
+    problems: dict[str, list[str]] = {"fail": [], "unknown": []}
+    for f in faults:
+        status, reason, nums = _judge_fault(history, f, exp)
+        nums["status"] = status
+        per[f.fault] = nums
+        if status != "pass":
+            problems[status].append(f"{f.fault}: {reason}")
+    numbers = {"max_recovery_s": exp.max_recovery_s, "faults": per}
+    if problems["fail"]:
+        return Verdict.fail(
+            NAME, "; ".join(problems["fail"]), numbers, cap(problems["fail"] + problems["unknown"])
+        )
+    if problems["unknown"]:
+        return Verdict.unknown_(NAME, "; ".join(problems["unknown"]), numbers, cap(problems["unknown"]))
+    worst = max(n["heal_to_handoff_s"] for n in per.values())
+    return Verdict.ok(NAME, f"{len(per)} fault(s) recovered, slowest {worst:.2f}s", numbers)

@@ -1,0 +1,56 @@
+"""No request waited out a KV transfer timeout (bug #2491's hang, scaled down)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.checkers._common import cap, find_setting, rounded
+from harness.history import History
+from harness.verdict import Verdict
+
+NAME = "transfer_timeout"
+SETTING_NAMES = ("transfer_timeout_s", "transfer_timeout")
+
+
+@dataclass(frozen=True)
+class TransferTimeoutExpect:
+    """`transfer_timeout_s`: the decode's transfer timeout (None: read from run settings). `margin`: a request
+    counts as having waited it out when its latency >= transfer_timeout_s * margin."""
+
+    transfer_timeout_s: float | None = None
+    margin: float = 1.0
+
+
+def check_transfer_timeout(history: History, exp: TransferTimeoutExpect | None = None) -> Verdict:
+    exp = exp or TransferTimeoutExpect()
+    timeout = exp.transfer_timeout_s
+    if timeout is None:
+        timeout = find_setting(history.settings, SETTING_NAMES)
+    evidence: list[str] = []
+    timed_out = [h for h in history.handoffs if h.outcome == "timed_out"]
+    evidence += [f"handoff {h.tag} on {h.engine} timed_out after {h.duration_s}s" for h in timed_out]
+    slow: list[str] = []
+    if timeout is not None:
+        limit = timeout * exp.margin
+        for r in history.request_list():
+            start = r.start_t
+            if r.completed and r.latency_s is not None and r.latency_s >= limit:
+                slow.append(f"request {r.req} took {r.latency_s:.2f}s")
+            elif not r.completed and start is not None and history.end_t - start >= limit:
+                slow.append(f"request {r.req} still open {history.end_t - start:.2f}s at the end")
+    evidence += slow
+    numbers = {
+        "transfer_timeout_s": timeout,
+        "timed_out_handoffs": len(timed_out),
+        "slow_requests": len(slow),
+        "max_latency_s": rounded(max((r.latency_s or 0.0 for r in history.requests.values()), default=None)),
+    }
+    if evidence:
+        return Verdict.fail(
+            NAME, f"{len(evidence)} request(s) waited out the transfer timeout", numbers, cap(evidence)
+        )
+    if not history.requests:
+        return Verdict.unknown_(NAME, "no requests in the history", numbers)
+    if timeout is None and not history.handoffs:
+        return Verdict.unknown_(NAME, "transfer timeout unknown and no handoff records: cannot tell", numbers)
+    return Verdict.ok(NAME, "no request waited out the transfer timeout", numbers)
