@@ -1,0 +1,186 @@
+"""Engine configuration and the `pdchaos-engine` command line that fills it (CONTRACTS.md §1)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Role = Literal["prefill", "decode", "both"]
+Connector = Literal["mooncake", "nixl", "none"]
+
+CONNECTOR_NAMES = {"mooncake": "MooncakeConnector", "nixl": "NixlConnector", "none": ""}
+KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer", "both": "kv_both"}
+
+FAULTS_HELP = """\
+faults (control API POST /control/fault {"fault": KIND, ...}, or the Python handle
+fake_engines.control.EngineControlClient):
+  wedge {"surface": S}       accept connections/requests on surface S and never answer until cleared;
+                             S = all | health | metadata | server_info | generate | side_channel
+  fail_server_info           GetServerInfo -> UNAVAILABLE while GetModelInfo still answers (partial read)
+  no_engine_id               report kv_engine_id "" in GetServerInfo and the bootstrap /query
+  fail_requests {"count": N, "status": 500}
+                             the next N generate requests (HTTP or gRPC) fail with that status
+  latency {"surface": S, "ms": N}
+                             add N ms before answering on surface S
+process faults (control API):
+  POST /control/restart {"down_s": 0, "engine_id": null}
+                             in-process restart: same serving ports, new engine id, new side-channel port
+  POST /control/slow_start {"refuse_s": S}
+                             restart whose listeners refuse connections for S seconds
+  POST /control/crash        answer, then SIGKILL itself
+  POST /control/die {"exit_after_s": 5}
+                             engine death: /health 503, HealthCheck unhealthy, then exit
+  DELETE /control/fault/KIND, POST /control/clear
+                             heal one fault / all faults
+"""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    role: Role = "both"
+    name: str = "engine"
+    connector: Connector = "none"
+    host: str = "127.0.0.1"
+    http_port: int = 0
+    grpc_port: int = 0
+    control_port: int = 0
+    control_token: str | None = None
+    bootstrap_port: int = 0
+    nixl_port: int = 0
+    engine_id: str | None = None
+    dp_size: int = 1
+    model: str = "pdchaos-fake"
+    transfer_timeout_s: float = 540.0
+    kv_abort_timeout_s: float = 480.0
+    handshake_timeout_s: float = 5.0
+    load_failure_policy: Literal["fail", "recompute"] = "fail"
+    load_time_s: float = 0.0
+    ttft_ms: float = 20.0
+    itl_ms: float = 5.0
+    seed: int | None = None
+    records: str | None = None
+    log_level: str = "WARNING"
+
+    def with_(self, **changes: object) -> EngineConfig:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pdchaos-engine",
+        description="Fake vLLM-like engine (HTTP OpenAI surface, gRPC VllmEngine, Mooncake/NIXL KV handoff "
+        "emulation, fault controls). Binds 127.0.0.1 only. Prints 'PDCHAOS_ENGINE_READY {state json}' on "
+        "stdout once it serves; exits cleanly on SIGTERM/SIGINT.",
+        epilog=FAULTS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--name", default="engine", help="label used in records and state (default: engine)")
+    p.add_argument("--role", required=True, choices=["prefill", "decode", "both"], help="PD role")
+    p.add_argument(
+        "--connector",
+        default="none",
+        choices=["mooncake", "nixl", "none"],
+        help="KV connector emulated (default: none)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="bind address; loopback only (default: 127.0.0.1)")
+    p.add_argument("--http-port", type=int, default=0, help="OpenAI HTTP port (0 = off)")
+    p.add_argument("--grpc-port", type=int, default=0, help="gRPC VllmEngine port (0 = off)")
+    p.add_argument("--control-port", type=int, default=0, help="control API port (0 = off)")
+    p.add_argument(
+        "--control-token",
+        default=None,
+        help="bearer token for the control API (default: env PDCHAOS_CONTROL_TOKEN, else none)",
+    )
+    p.add_argument(
+        "--bootstrap-port",
+        type=int,
+        default=8998,
+        help="Mooncake prefill bootstrap HTTP port serving GET /query (default: 8998)",
+    )
+    p.add_argument(
+        "--nixl-port",
+        type=int,
+        default=0,
+        help="NIXL handshake port, fixed across restarts (default: a free port)",
+    )
+    p.add_argument("--engine-id", default=None, help="pin the engine id (default: uuid4 per start)")
+    p.add_argument("--dp-size", type=int, default=1, help="data parallel size (default: 1)")
+    p.add_argument("--model", default="pdchaos-fake", help="served model name (default: pdchaos-fake)")
+    p.add_argument(
+        "--transfer-timeout-s",
+        type=float,
+        default=540.0,
+        help="decode waits this long on a dead KV source before timed_out (vLLM: 540)",
+    )
+    p.add_argument(
+        "--kv-abort-timeout-s",
+        type=float,
+        default=480.0,
+        help="prefill holds un-pulled KV this long (default: 480)",
+    )
+    p.add_argument(
+        "--handshake-timeout-s", type=float, default=5.0, help="NIXL handshake timeout (default: 5)"
+    )
+    p.add_argument(
+        "--load-failure-policy",
+        default="fail",
+        choices=["fail", "recompute"],
+        help="on a failed KV load: fail (HTTP 500 / error chunk) or recompute locally (default: fail)",
+    )
+    p.add_argument(
+        "--load-time-s",
+        type=float,
+        default=0.0,
+        help="refuse connections (ports unbound) for S seconds at start: 'loading'",
+    )
+    p.add_argument(
+        "--ttft-ms",
+        type=float,
+        default=20.0,
+        help="time to first token, base ms; +0.05 ms per prompt token (default: 20; 0 = none)",
+    )
+    p.add_argument("--itl-ms", type=float, default=5.0, help="inter-token latency ms (default: 5)")
+    p.add_argument("--seed", type=int, default=None, help="default sampling seed")
+    p.add_argument("--records", default=None, help="handoff provenance JSONL file")
+    p.add_argument("--log-level", default="WARNING", help="logging level (default: WARNING)")
+    return p
+
+
+def config_from_args(argv: list[str] | None = None) -> EngineConfig:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    if a.http_port == 0 and a.grpc_port == 0:
+        parser.error("at least one of --http-port / --grpc-port must be set")
+    if a.host not in ("127.0.0.1", "localhost"):
+        parser.error("--host must be a loopback address (127.0.0.1)")
+    token = (
+        a.control_token if a.control_token is not None else os.environ.get("PDCHAOS_CONTROL_TOKEN") or None
+    )
+    bootstrap = a.bootstrap_port if a.connector == "mooncake" and a.role in ("prefill", "both") else 0
+    return EngineConfig(
+        role=a.role,
+        name=a.name,
+        connector=a.connector,
+        host="127.0.0.1",
+        http_port=a.http_port,
+        grpc_port=a.grpc_port,
+        control_port=a.control_port,
+        control_token=token,
+        bootstrap_port=bootstrap,
+        nixl_port=a.nixl_port,
+        engine_id=a.engine_id,
+        dp_size=a.dp_size,
+        model=a.model,
+        transfer_timeout_s=a.transfer_timeout_s,
+        kv_abort_timeout_s=a.kv_abort_timeout_s,
+        handshake_timeout_s=a.handshake_timeout_s,
+        load_failure_policy=a.load_failure_policy,
+        load_time_s=a.load_time_s,
+        ttft_ms=a.ttft_ms,
+        itl_ms=a.itl_ms,
+        seed=a.seed,
+        records=a.records,
+        log_level=a.log_level,
+    )

@@ -1,0 +1,121 @@
+"""Loopback control API of a fake engine (CONTRACTS.md §1) and its Python client.
+
+Every mutating call answers `{"ok": true, "changed": {...}, "state": STATE}`; errors answer
+`{"ok": false, "error": "..."}` with 400 (bad request), 401 (token) or 404.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from fake_engines.control_client import ControlError, EngineControlClient
+
+if TYPE_CHECKING:
+    from fake_engines.runtime import EngineHandle
+
+__all__ = ["ControlError", "EngineControlClient", "control_app"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _fail(status: int, message: str) -> web.Response:
+    return web.json_response({"ok": False, "error": message}, status=status)
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"malformed JSON body: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ValueError("body must be a JSON object")
+    return body
+
+
+def _number(body: dict[str, Any], key: str, default: float) -> float:
+    v = body.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+        raise ValueError(f"{key} must be a number >= 0")
+    return float(v)
+
+
+def control_app(handle: EngineHandle) -> web.Application:
+    token = handle.config.control_token
+
+    @web.middleware
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if token:
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                return _fail(401, "missing or wrong bearer token")
+        try:
+            return await handler(request)
+        except ValueError as exc:
+            return _fail(400, str(exc))
+
+    def ok(changed: dict[str, Any]) -> web.Response:
+        return web.json_response({"ok": True, "changed": changed, "state": handle.state()})
+
+    async def state(request: web.Request) -> web.Response:
+        return web.json_response(handle.state())
+
+    async def restart(request: web.Request) -> web.Response:
+        body = await _body(request)
+        engine_id = body.get("engine_id")
+        if engine_id is not None and (not isinstance(engine_id, str) or not engine_id.strip()):
+            raise ValueError("engine_id must be a non-empty string or null")
+        return ok(await handle.restart(_number(body, "down_s", 0.0), engine_id))
+
+    async def slow_start(request: web.Request) -> web.Response:
+        body = await _body(request)
+        if "refuse_s" not in body:
+            raise ValueError("refuse_s is required")
+        changed = await handle.restart(_number(body, "refuse_s", 0.0))
+        changed["refuse_s"] = changed.pop("down_s")
+        return ok(changed)
+
+    async def crash(request: web.Request) -> web.Response:
+        return ok(handle.crash())
+
+    async def die(request: web.Request) -> web.Response:
+        body = await _body(request)
+        return ok(handle.die(_number(body, "exit_after_s", 5.0)))
+
+    async def fault(request: web.Request) -> web.Response:
+        body = await _body(request)
+        return ok(handle.engine.faults.apply_spec(body))
+
+    async def clear_fault(request: web.Request) -> web.Response:
+        return ok(handle.engine.faults.clear(request.match_info["kind"]))
+
+    async def clear(request: web.Request) -> web.Response:
+        return ok(handle.engine.faults.clear_all())
+
+    async def records(request: web.Request) -> web.Response:
+        raw = request.query.get("since", "0")
+        if not raw.lstrip("-").isdigit():
+            raise ValueError("since must be an integer")
+        recs, nxt = handle.engine.records_since(int(raw))
+        return web.json_response({"records": recs, "next": nxt})
+
+    app = web.Application(middlewares=[auth])
+    app.router.add_get("/control/state", state)
+    app.router.add_post("/control/restart", restart)
+    app.router.add_post("/control/slow_start", slow_start)
+    app.router.add_post("/control/crash", crash)
+    app.router.add_post("/control/die", die)
+    app.router.add_post("/control/fault", fault)
+    app.router.add_delete("/control/fault/{kind}", clear_fault)
+    app.router.add_post("/control/clear", clear)
+    app.router.add_get("/control/records", records)
+    return app

@@ -1,0 +1,245 @@
+"""gRPC surface: `vllm.grpc.engine.VllmEngine` (smg-grpc-proto) plus `grpc.health.v1.Health`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from fake_engines import grpc_health, model
+from fake_engines.config import CONNECTOR_NAMES, KV_ROLES
+from fake_engines.core import tokenizer
+from fake_engines.core.generator import DEFAULT_MAX_TOKENS
+from fake_engines.core.kv_store import BLOCK_SIZE
+from fake_engines.engine import Engine, GenRequest, RequestError
+from pdchaos.proto import SERVICE_NAME, common_pb2, vllm_engine_pb2, vllm_engine_pb2_grpc
+
+TOKENIZER_CHUNK_BYTES = 64 * 1024
+MAX_CONTEXT = 32768
+
+_CODES = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    404: grpc.StatusCode.NOT_FOUND,
+    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    501: grpc.StatusCode.UNIMPLEMENTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+
+
+def status_code_for(http_status: int) -> grpc.StatusCode:
+    return _CODES.get(http_status, grpc.StatusCode.INTERNAL)
+
+
+class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
+    """Answers from one Engine; every RPC passes its surface's fault gate first."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # -- generation -----------------------------------------------------------------------------------------
+    def _gen_request(self, request: Any) -> GenRequest:
+        which = request.WhichOneof("input")
+        if which == "tokenized":
+            ids = [int(t) for t in request.tokenized.input_ids]
+            if not ids:
+                raise RequestError(400, "tokenized.input_ids is empty")
+            try:
+                text = model.decode_prompt_ids(ids)
+            except ValueError as exc:
+                raise RequestError(400, str(exc)) from exc
+        elif which == "text":
+            text = request.text
+            ids = model.tokenize(text)
+        else:
+            raise RequestError(400, "GenerateRequest needs tokenized or text input")
+        sp = request.sampling_params
+        max_tokens = sp.max_tokens if sp.HasField("max_tokens") else DEFAULT_MAX_TOKENS
+        seed = sp.seed if sp.HasField("seed") else self.engine.config.seed
+        kv: dict[str, Any] | None = None
+        if request.HasField("kv_transfer_params_json") and request.kv_transfer_params_json:
+            try:
+                kv = json.loads(request.kv_transfer_params_json)
+            except json.JSONDecodeError as exc:
+                raise RequestError(400, f"kv_transfer_params_json is not JSON: {exc}") from exc
+            kv = self.engine.parse_kv_params(kv)
+        elif request.HasField("kv_transfer_params"):
+            # The deprecated typed form (no engine id): a decode can only recompute from it.
+            typed = request.kv_transfer_params
+            kv = {
+                "do_remote_prefill": True,
+                "remote_host": typed.remote_host,
+                "remote_port": typed.remote_port,
+            }
+        rid = request.request_id or f"grpc-{time.monotonic_ns()}"
+        return GenRequest(rid, text, ids, int(max_tokens), seed, kv)
+
+    async def Generate(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            req = self._gen_request(request)
+            result = await self.engine.generate(req)
+        except RequestError as exc:
+            await context.abort(status_code_for(exc.status), exc.message)
+            return
+        pb = vllm_engine_pb2
+        kv_json = json.dumps(result.kv_transfer_params) if result.kv_transfer_params is not None else None
+        ids = result.token_ids
+        if request.stream:
+            # Chunks carry deltas; the last delta travels in the complete message (vLLM's DELTA output).
+            for i, tid in enumerate(ids[:-1]):
+                if i > 0 and result.itl_s > 0:
+                    await asyncio.sleep(result.itl_s)
+                yield pb.GenerateResponse(
+                    chunk=pb.GenerateStreamChunk(
+                        token_ids=[tid], prompt_tokens=result.prompt_tokens, completion_tokens=i + 1, index=0
+                    )
+                )
+            if len(ids) > 1 and result.itl_s > 0:
+                await asyncio.sleep(result.itl_s)
+            final = ids[-1:]
+        else:
+            await asyncio.sleep(result.itl_s * max(0, len(ids) - 1))
+            final = ids
+        complete = pb.GenerateComplete(
+            output_ids=final,
+            finish_reason=result.finish_reason,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=len(ids),
+            index=0,
+        )
+        if kv_json is not None:
+            complete.kv_transfer_params_json = kv_json
+        yield pb.GenerateResponse(complete=complete)
+
+    async def Abort(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self.engine.faults.gate("generate")
+        self.engine.abort(list(request.request_ids))
+        return vllm_engine_pb2.AbortResponse()
+
+    # -- health and metadata --------------------------------------------------------------------------------
+    async def HealthCheck(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self.engine.faults.gate("health")
+        if self.engine.dead:
+            return vllm_engine_pb2.HealthCheckResponse(healthy=False, message="engine dead")
+        return vllm_engine_pb2.HealthCheckResponse(healthy=True, message="ok")
+
+    async def GetModelInfo(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self.engine.faults.gate("metadata")
+        path = str(tokenizer.data_dir())
+        eos = tokenizer.eos_token_id()
+        return vllm_engine_pb2.GetModelInfoResponse(
+            model_path=path,
+            tokenizer_path=path,
+            is_generation=True,
+            max_context_length=MAX_CONTEXT,
+            vocab_size=tokenizer.vocab_size(),
+            supports_vision=False,
+            served_model_name=self.engine.config.model,
+            model_type="pdchaos_fake",
+            architectures=["PdchaosFakeForCausalLM"],
+            eos_token_ids=[eos],
+            pad_token_id=eos,
+            bos_token_id=eos,
+            max_req_input_len=MAX_CONTEXT,
+            default_sampling_params_json="{}",
+        )
+
+    async def GetServerInfo(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        e = self.engine
+        await e.faults.gate("server_info")
+        if e.faults.state.fail_server_info:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "server info unavailable (injected)")
+        cfg = e.config
+        return vllm_engine_pb2.GetServerInfoResponse(
+            active_requests=e.active,
+            is_paused=False,
+            last_receive_timestamp=e.last_receive,
+            uptime_seconds=e.identity.uptime_s(e.now()),
+            server_type="vllm-grpc",
+            kv_connector=CONNECTOR_NAMES[cfg.connector],
+            kv_role=KV_ROLES[cfg.role] if cfg.connector != "none" else "",
+            kv_engine_id=e.reported_engine_id() if cfg.connector != "none" else "",
+            data_parallel_size=cfg.dp_size,
+            kv_cache_dtype="auto",
+            block_size=BLOCK_SIZE,
+            model_dtype="torch.bfloat16",
+            max_num_seqs=256,
+        )
+
+    async def GetLoads(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        e = self.engine
+        await e.faults.gate("metadata")
+        ranks = range(e.config.dp_size)
+        if request.HasField("dp_rank"):
+            if not 0 <= request.dp_rank < e.config.dp_size:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"dp_rank {request.dp_rank} out of range"
+                )
+            ranks = range(request.dp_rank, request.dp_rank + 1)
+        loads = [
+            vllm_engine_pb2.SchedulerLoad(
+                dp_rank=r,
+                num_running_reqs=e.active if r == 0 else 0,
+                num_waiting_reqs=0,
+                num_total_reqs=e.active if r == 0 else 0,
+                max_total_num_tokens=MAX_CONTEXT * 8,
+                max_running_requests=256,
+            )
+            for r in ranks
+        ]
+        return vllm_engine_pb2.GetLoadsResponse(
+            timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            version="pdchaos",
+            dp_rank_count=e.config.dp_size,
+            loads=loads,
+        )
+
+    async def GetTokenizer(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        await self.engine.faults.gate("metadata")
+        data, sha = tokenizer.tokenizer_zip_bytes()
+        n = max(1, -(-len(data) // TOKENIZER_CHUNK_BYTES))
+        for i in range(n):
+            piece = data[i * TOKENIZER_CHUNK_BYTES : (i + 1) * TOKENIZER_CHUNK_BYTES]
+            yield common_pb2.GetTokenizerChunk(data=piece, sha256=sha if i == n - 1 else "")
+
+    # -- not offered ----------------------------------------------------------------------------------------
+    async def _unimplemented(self, context: grpc.aio.ServicerContext, name: str) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not implemented by the fake engine")
+
+    async def Embed(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self._unimplemented(context, "Embed")
+
+    async def FlushCache(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self._unimplemented(context, "FlushCache")
+
+    async def StartProfile(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self._unimplemented(context, "StartProfile")
+
+    async def StopProfile(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self._unimplemented(context, "StopProfile")
+
+    async def SubscribeKvEvents(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        await self._unimplemented(context, "SubscribeKvEvents")
+        yield  # pragma: no cover - makes this a server-streaming handler
+
+
+def make_grpc_server(engine: Engine, host: str, port: int) -> tuple[grpc.aio.Server, int]:
+    """A grpc.aio server with both services bound to host:port (not yet started)."""
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    vllm_engine_pb2_grpc.add_VllmEngineServicer_to_server(VllmEngineServicer(engine), server)
+
+    async def status_of(service: str) -> int:
+        await engine.faults.gate("health")
+        if service not in ("", SERVICE_NAME):
+            return grpc_health.SERVICE_UNKNOWN
+        return grpc_health.NOT_SERVING if engine.dead else grpc_health.SERVING
+
+    server.add_generic_rpc_handlers((grpc_health.health_handler(status_of),))
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot bind gRPC port {host}:{port}")
+    return server, bound

@@ -1,0 +1,295 @@
+"""OpenAI-compatible HTTP surface, shaped like vLLM's (`/v1/completions`, `/v1/chat/completions`, ...)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from fake_engines import model
+from fake_engines.core.chat import render_chat
+from fake_engines.core.generator import DEFAULT_MAX_TOKENS
+from fake_engines.engine import Engine, GenRequest, GenResult, RequestError
+
+VERSION = "0.11.0+pdchaos"
+MAX_MODEL_LEN = 32768
+
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
+
+
+def error_body(status: int, message: str, err_type: str | None = None) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": message,
+            "type": err_type or _ERROR_TYPES.get(status, "APIError"),
+            "param": None,
+            "code": status,
+        }
+    }
+
+
+def error_response(status: int, message: str, err_type: str | None = None) -> web.Response:
+    return web.json_response(error_body(status, message, err_type), status=status)
+
+
+def _int_field(body: dict[str, Any], key: str, default: int | None) -> int | None:
+    v = body.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise RequestError(400, f"{key} must be an integer")
+    return v
+
+
+def _parse_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RequestError(400, f"malformed JSON body: {exc}") from exc
+    if not isinstance(body, dict):
+        raise RequestError(400, "request body must be a JSON object")
+    return body
+
+
+def _prompt_of(body: dict[str, Any]) -> tuple[str, list[int]]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str):
+        return prompt, model.tokenize(prompt)
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    ):
+        try:
+            return model.decode_prompt_ids(prompt), [int(t) for t in prompt]
+        except ValueError as exc:
+            raise RequestError(400, str(exc)) from exc
+    raise RequestError(400, "prompt must be a string or a non-empty list of token ids (batches of one)")
+
+
+class HttpSurface:
+    """Builds the aiohttp app around one Engine (the app is rebuilt on every restart)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/version", self.version)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        return app
+
+    async def health(self, request: web.Request) -> web.Response:
+        await self.engine.faults.gate("health")
+        if self.engine.dead:
+            return web.Response(status=503, text="engine dead")
+        return web.Response(status=200)
+
+    async def models(self, request: web.Request) -> web.Response:
+        await self.engine.faults.gate("metadata")
+        name = self.engine.config.model
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": int(time.time()),
+                        "owned_by": "vllm",
+                        "root": name,
+                        "parent": None,
+                        "max_model_len": MAX_MODEL_LEN,
+                        "permission": [],
+                    }
+                ],
+            }
+        )
+
+    async def version(self, request: web.Request) -> web.Response:
+        await self.engine.faults.gate("metadata")
+        return web.json_response({"version": VERSION})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        await self.engine.faults.gate("metadata")
+        e = self.engine
+        label = f'model_name="{e.config.model}"'
+        lines = [
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{label}}} {e.active}",
+            "# TYPE vllm:num_requests_waiting gauge",
+            f"vllm:num_requests_waiting{{{label}}} 0",
+            "# TYPE vllm:prompt_tokens_total counter",
+            f"vllm:prompt_tokens_total{{{label}}} {e.prompt_tokens_total}",
+            "# TYPE vllm:generation_tokens_total counter",
+            f"vllm:generation_tokens_total{{{label}}} {e.generation_tokens_total}",
+            "# TYPE vllm:request_success_total counter",
+            f"vllm:request_success_total{{{label}}} {e.served}",
+            "# TYPE pdchaos_engine_generation gauge",
+            f"pdchaos_engine_generation {e.identity.generation}",
+            "# TYPE pdchaos_handoff_total counter",
+        ]
+        lines += [f'pdchaos_handoff_total{{outcome="{k}"}} {v}' for k, v in sorted(e.outcome_counts.items())]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    # -- generation -----------------------------------------------------------------------------------------
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=False)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=True)
+
+    def _gen_request(self, body: dict[str, Any], chat: bool) -> tuple[GenRequest, bool]:
+        if chat:
+            try:
+                text = render_chat(body.get("messages"))  # type: ignore[arg-type]
+            except (ValueError, TypeError) as exc:
+                raise RequestError(400, f"bad messages: {exc}") from exc
+            ids = model.tokenize(text)
+            max_key = (
+                "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+            )
+        else:
+            text, ids = _prompt_of(body)
+            max_key = "max_tokens"
+        max_tokens = _int_field(body, max_key, DEFAULT_MAX_TOKENS)
+        seed = _int_field(body, "seed", self.engine.config.seed)
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise RequestError(400, "stream must be a boolean")
+        if body.get("n", 1) != 1:
+            raise RequestError(400, "only n=1 is supported")
+        prefix = "chatcmpl" if chat else "cmpl"
+        rid = body.get("request_id")
+        rid = rid if isinstance(rid, str) and rid else f"{prefix}-{uuid.uuid4().hex}"
+        kv = self.engine.parse_kv_params(body.get("kv_transfer_params"))
+        return GenRequest(
+            rid, text, ids, DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens, seed, kv
+        ), stream
+
+    async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        try:
+            body = _parse_body(await request.read())
+            req, stream = self._gen_request(body, chat)
+            if req.max_tokens < 1:
+                raise RequestError(400, "max_tokens must be at least 1")
+        except RequestError as exc:
+            return error_response(exc.status, exc.message, exc.err_type)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage")) if stream else False
+        if not stream:
+            try:
+                result = await self.engine.generate(req)
+            except RequestError as exc:
+                return error_response(exc.status, exc.message, exc.err_type)
+            await asyncio.sleep(result.itl_s * max(0, len(result.token_ids) - 1))
+            return web.json_response(self._full_body(result, chat))
+        return await self._stream(request, req, chat, include_usage)
+
+    def _full_body(self, r: GenResult, chat: bool) -> dict[str, Any]:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "logprobs": None,
+            "finish_reason": r.finish_reason,
+            "stop_reason": None,
+        }
+        if chat:
+            choice["message"] = {
+                "role": "assistant",
+                "content": r.text,
+                "tool_calls": [],
+                "reasoning_content": None,
+            }
+        else:
+            choice["text"] = r.text
+            choice["prompt_logprobs"] = None
+        return {
+            "id": r.request_id,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": self.engine.config.model,
+            "choices": [choice],
+            "usage": _usage(r),
+            "prompt_logprobs": None,
+            "kv_transfer_params": r.kv_transfer_params,
+        }
+
+    async def _stream(
+        self, request: web.Request, req: GenRequest, chat: bool, include_usage: bool
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(
+            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await resp.prepare(request)
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        created = int(time.time())
+
+        def chunk(delta: str | None, finish: str | None, first: bool = False) -> dict[str, Any]:
+            c: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish}
+            if chat:
+                d: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
+                if delta is not None:
+                    d["content"] = delta
+                c["delta"] = d
+            else:
+                c["text"] = delta or ""
+                c["stop_reason"] = None
+            return {
+                "id": req.request_id,
+                "object": obj,
+                "created": created,
+                "model": self.engine.config.model,
+                "choices": [c],
+            }
+
+        async def send(data: dict[str, Any] | str) -> None:
+            text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+            await resp.write(f"data: {text}\n\n".encode())
+
+        try:
+            result = await self.engine.generate(req)
+        except RequestError as exc:
+            await send(error_body(exc.status, exc.message, exc.err_type))
+            await send("[DONE]")
+            await resp.write_eof()
+            return resp
+        if chat:
+            await send(chunk(None, None, first=True))
+        pieces = result.token_texts()
+        for i, piece in enumerate(pieces):
+            if i > 0 and result.itl_s > 0:
+                await asyncio.sleep(result.itl_s)
+            last = i == len(pieces) - 1
+            await send(chunk(piece, result.finish_reason if last else None))
+        if include_usage:
+            usage_chunk = chunk(None, None)
+            usage_chunk["choices"] = []
+            usage_chunk["usage"] = _usage(result)
+            await send(usage_chunk)
+        await send("[DONE]")
+        await resp.write_eof()
+        return resp
+
+
+def _usage(r: GenResult) -> dict[str, Any]:
+    n = len(r.token_ids)
+    return {
+        "prompt_tokens": r.prompt_tokens,
+        "completion_tokens": n,
+        "total_tokens": r.prompt_tokens + n,
+        "prompt_tokens_details": None,
+    }
