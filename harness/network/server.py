@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from harness.network.api import build_app
+from harness.network.errors import ApiError
 from harness.network.registry import LOOPBACK, parse_listen
 from harness.network.service import ToxiproxyService
 
@@ -40,7 +41,11 @@ class EmbeddedToxiproxy:
     """
 
     def __init__(self, host: str = LOOPBACK, port: int = 0, seed: int = 0) -> None:
-        parse_listen(f"{host}:{port}")  # refuses anything but loopback before binding
+        try:
+            # Refuses anything but loopback before binding; wildcards and localhost become 127.0.0.1.
+            host, _ = parse_listen(f"{host}:{port}")
+        except ApiError as exc:
+            raise ValueError(exc.message) from None
         self.host = host
         self.port = port
         self.seed = seed
