@@ -254,6 +254,8 @@ class _Plan:
         if not response.ok:
             return self._fail(f"pull refused: {response.error}")
         kv = response.prompt_digest
+        if not kv:
+            return self._fail("pull answered without a KV digest")
         return self._set(
             Done(Outcome.PULLED, Action.USE_KV, kv, None, digest_mismatch=kv != self.prompt_digest)
         )
@@ -262,10 +264,11 @@ class _Plan:
         """After a ``WaitUntil``: the transfer timeout has passed -> ``timed_out``."""
         self._expect(WaitUntil)
         if now < self.deadline:
-            return self._step  # type: ignore[return-value]  # woke early: keep waiting
+            return WaitUntil(self.deadline)  # woke early: keep waiting
         return self._fail(f"KV transfer timed out after {now - self.started_at:.3f}s", Outcome.TIMED_OUT)
 
     def _on_transport_error(self, error: str, now: float) -> Step:
+        """Connector-specific reaction to a pull that could not reach its peer."""
         raise NotImplementedError
 
 
