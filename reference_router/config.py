@@ -1,0 +1,79 @@
+"""Router process settings (from the CLI), and how they become the core's HealthConfig and worker specs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from .core import HealthConfig, Role, WorkerSpec, make_worker_spec
+
+
+class WorkerArg(NamedTuple):
+    url: str
+    bootstrap_port: int | None = None
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    host: str = "127.0.0.1"
+    port: int = 0
+    model: str | None = None
+    api_key: str | None = None
+    events_file: str | None = None
+    max_body_bytes: int = 4 * 1024 * 1024
+    pd: bool = True
+    prefill: tuple[WorkerArg, ...] = ()
+    decode: tuple[str, ...] = ()
+    regular: tuple[str, ...] = ()
+    connector: str | None = None
+    prefill_policy: str = "round_robin"
+    decode_policy: str = "round_robin"
+    request_timeout_s: float = 600.0
+    interval_s: float = 60.0
+    probe_timeout_s: float = 5.0
+    failure_threshold: int = 3
+    success_threshold: int = 2
+    max_probes_in_flight: int = 128
+    identity_check_interval_s: float = 30.0
+    seed: int | None = None
+    bugs: frozenset[str] = field(default_factory=frozenset)
+
+    def health(self) -> HealthConfig:
+        return HealthConfig(
+            failure_threshold=self.failure_threshold,
+            success_threshold=self.success_threshold,
+            probe_timeout_s=self.probe_timeout_s,
+            interval_s=self.interval_s,
+            max_probes_in_flight=self.max_probes_in_flight,
+            # The re-read rides inside the probe, so the probe timeout is its deadline (DESIGN §2).
+            metadata_timeout_s=self.probe_timeout_s,
+            identity_check_interval_s=self.identity_check_interval_s,
+            bugs=self.bugs,
+        )
+
+    def validate(self) -> None:
+        """ValueError for settings no router could serve with."""
+        if self.host != "127.0.0.1":
+            raise ValueError("the reference router binds 127.0.0.1 only")
+        if self.request_timeout_s <= 0:
+            raise ValueError("--request-timeout-secs must be > 0")
+        if self.max_body_bytes < 1024:
+            raise ValueError("--max-body-bytes must be >= 1024")
+        if self.pd and self.regular:
+            raise ValueError("--worker-urls is for regular mode; PD mode takes --prefill/--decode")
+        if not self.pd and (self.prefill or self.decode):
+            raise ValueError("--prefill/--decode need --pd-disaggregation")
+        self.health()
+
+
+def initial_specs(cfg: RouterConfig) -> list[WorkerSpec]:
+    """Worker specs from the command line; ValueError (with the flag's story) for a bad one."""
+    specs: list[WorkerSpec] = []
+    for arg in cfg.prefill:
+        specs.append(make_worker_spec(arg.url, Role.PREFILL, connector=cfg.connector,
+                                      bootstrap_port=arg.bootstrap_port))
+    for url in cfg.decode:
+        specs.append(make_worker_spec(url, Role.DECODE, connector=cfg.connector))
+    for url in cfg.regular:
+        specs.append(make_worker_spec(url, Role.REGULAR))
+    return specs

@@ -1,0 +1,37 @@
+"""OpenAI-style JSON errors: `{"error": {"message", "type", "code"}}` (CONTRACTS §2)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+
+class RouterError(Exception):
+    """An error that maps to one client-facing HTTP answer."""
+
+    def __init__(self, status: int, code: str, message: str, type_: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.type = type_ or ("invalid_request_error" if status < 500 else "server_error")
+
+    def body(self) -> dict[str, dict[str, str]]:
+        return {"error": {"message": self.message, "type": self.type, "code": self.code}}
+
+    def response(self) -> web.Response:
+        return web.json_response(self.body(), status=self.status)
+
+
+class UpstreamError(Exception):
+    """A leg failed: the worker answered an error, refused, or overran its deadline."""
+
+    def __init__(
+        self, message: str, status: int = 502, code: str = "upstream_error", body: object = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.body = body
+
+    def to_router_error(self, leg: str) -> RouterError:
+        return RouterError(self.status, self.code, f"{leg} leg failed: {self}")

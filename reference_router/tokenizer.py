@@ -1,0 +1,129 @@
+"""Text <-> token ids for gRPC workers, using the tokenizer the engine serves (`tokenizers` library).
+
+Sources, in the order a gateway tries them: `GetModelInfo.model_path` when it is a local folder holding a
+`tokenizer.json`, else the `GetTokenizer` zip stream (its SHA-256 is checked against the last chunk).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from pdchaos.proto import common_pb2, vllm_engine_pb2, vllm_engine_pb2_grpc
+
+
+class TokenizerError(Exception):
+    pass
+
+
+class TextCodec:
+    """A loaded tokenizer plus the chat rendering the router uses for gRPC chat requests."""
+
+    def __init__(self, tokenizer: Tokenizer, config: dict[str, Any] | None = None) -> None:
+        self._tok = tokenizer
+        self.config = config or {}
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self._tok.decode(list(ids), skip_special_tokens=True))
+
+    @staticmethod
+    def render_chat(messages: list[dict[str, Any]]) -> str:
+        # The router carries no template engine (no jinja in the dependency set); a fixed, documented role
+        # layout keeps prompts deterministic so the engines' tag and digest logic still applies.
+        parts = []
+        for m in messages:
+            content = m.get("content", "")
+            if isinstance(content, list):
+                content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            parts.append(f"<|{m.get('role', 'user')}|>\n{content}\n")
+        parts.append("<|assistant|>\n")
+        return "".join(parts)
+
+    def streamer(self) -> IncrementalDecoder:
+        return IncrementalDecoder(self)
+
+
+class IncrementalDecoder:
+    """Turns a growing id list into text deltas; holds back a delta ending in a partial UTF-8 sequence."""
+
+    def __init__(self, codec: TextCodec) -> None:
+        self._codec = codec
+        self._ids: list[int] = []
+        self._emitted = ""
+
+    def push(self, ids: list[int]) -> str:
+        self._ids.extend(ids)
+        text = self._codec.decode(self._ids)
+        if text.endswith("\ufffd"):
+            return ""
+        delta = text[len(self._emitted):] if text.startswith(self._emitted) else text
+        self._emitted = text
+        return delta
+
+    def flush(self) -> str:
+        text = self._codec.decode(self._ids)
+        delta = text[len(self._emitted):] if text.startswith(self._emitted) else ""
+        self._emitted = text
+        return delta
+
+
+def load_from_dir(path: str | Path) -> TextCodec:
+    folder = Path(path)
+    tok_file = folder / "tokenizer.json"
+    if not tok_file.is_file():
+        raise TokenizerError(f"no tokenizer.json in {folder}")
+    config: dict[str, Any] = {}
+    cfg = folder / "tokenizer_config.json"
+    if cfg.is_file():
+        config = json.loads(cfg.read_text(encoding="utf-8"))
+    return TextCodec(Tokenizer.from_file(str(tok_file)), config)
+
+
+def _has_tokenizer(folder: str) -> bool:
+    return (Path(folder) / "tokenizer.json").is_file()
+
+
+def codec_from_zip(blob: bytes) -> TextCodec:
+    try:
+        with zipfile.ZipFile(io.BytesIO(blob)) as zf:
+            names = {Path(n).name: n for n in zf.namelist()}
+            if "tokenizer.json" not in names:
+                raise TokenizerError("tokenizer zip has no tokenizer.json")
+            tok = Tokenizer.from_str(zf.read(names["tokenizer.json"]).decode("utf-8"))
+            config: dict[str, Any] = {}
+            if "tokenizer_config.json" in names:
+                config = json.loads(zf.read(names["tokenizer_config.json"]).decode("utf-8"))
+    except zipfile.BadZipFile as exc:
+        raise TokenizerError(f"bad tokenizer zip: {exc}") from exc
+    return TextCodec(tok, config)
+
+
+async def fetch_codec(stub: vllm_engine_pb2_grpc.VllmEngineStub, timeout_s: float) -> TextCodec:
+    """The engine's tokenizer: local model folder first, else the GetTokenizer zip; bounded by timeout_s."""
+    info = await stub.GetModelInfo(vllm_engine_pb2.GetModelInfoRequest(), timeout=timeout_s)
+    for candidate in (info.tokenizer_path, info.model_path):
+        if candidate and await asyncio.to_thread(_has_tokenizer, candidate):
+            return await asyncio.to_thread(load_from_dir, candidate)
+    chunks: list[bytes] = []
+    digest = ""
+    call = stub.GetTokenizer(common_pb2.GetTokenizerRequest(), timeout=timeout_s)
+    async for chunk in call:
+        chunks.append(chunk.data)
+        if chunk.sha256:
+            digest = chunk.sha256
+    blob = b"".join(chunks)
+    if not blob:
+        raise TokenizerError("engine sent an empty tokenizer")
+    if digest and hashlib.sha256(blob).hexdigest() != digest.lower():
+        raise TokenizerError("tokenizer zip failed its SHA-256 check")
+    return await asyncio.to_thread(codec_from_zip, blob)

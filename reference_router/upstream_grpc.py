@@ -1,0 +1,154 @@
+"""gRPC legs and probes to `vllm.grpc.engine.VllmEngine` workers (grpc.aio), each under a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from pdchaos.proto import vllm_engine_pb2, vllm_engine_pb2_grpc
+
+from .errors import UpstreamError
+from .tokenizer import TextCodec, TokenizerError, fetch_codec
+
+_SAMPLING_FLOATS = ("top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty")
+
+
+class GrpcWorker:
+    """One channel per worker address; the tokenizer is fetched once per engine and cached."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self._channel = grpc.aio.insecure_channel(
+            target, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+        )
+        self.stub = vllm_engine_pb2_grpc.VllmEngineStub(self._channel)
+        self._codec: TextCodec | None = None
+        self._codec_lock = asyncio.Lock()
+
+    async def close(self) -> None:
+        await self._channel.close(grace=None)
+
+    async def health(self, timeout_s: float) -> bool:
+        resp = await self.stub.HealthCheck(vllm_engine_pb2.HealthCheckRequest(), timeout=timeout_s)
+        return bool(resp.healthy)
+
+    async def server_info(self, timeout_s: float | None) -> vllm_engine_pb2.GetServerInfoResponse:
+        return await self.stub.GetServerInfo(vllm_engine_pb2.GetServerInfoRequest(), timeout=timeout_s)
+
+    async def codec(self, timeout_s: float) -> TextCodec:
+        if self._codec is not None:
+            return self._codec
+        async with asyncio.timeout(timeout_s):
+            async with self._codec_lock:
+                if self._codec is None:
+                    try:
+                        self._codec = await fetch_codec(self.stub, timeout_s)
+                    except grpc.aio.AioRpcError as exc:
+                        raise UpstreamError(
+                            f"{self.target} tokenizer: {exc.code().name}", 503, "tokenizer_unavailable"
+                        ) from exc
+                    except TokenizerError as exc:
+                        raise UpstreamError(f"{self.target}: {exc}", 503, "tokenizer_unavailable") from exc
+        return self._codec
+
+    def forget_codec(self) -> None:
+        """A restarted engine may serve another tokenizer; fetch it again on next use."""
+        self._codec = None
+
+    async def generate(
+        self, request: vllm_engine_pb2.GenerateRequest, timeout_s: float
+    ) -> AsyncIterator[vllm_engine_pb2.GenerateResponse]:
+        call = self.stub.Generate(request, timeout=timeout_s)
+        try:
+            async for msg in call:
+                yield msg
+        except grpc.aio.AioRpcError as exc:
+            raise grpc_error(self.target, exc) from exc
+        finally:
+            call.cancel()
+
+    async def generate_complete(
+        self, request: vllm_engine_pb2.GenerateRequest, timeout_s: float
+    ) -> vllm_engine_pb2.GenerateComplete:
+        """Run a non-streaming leg; the engine's complete message is the answer."""
+        complete: vllm_engine_pb2.GenerateComplete | None = None
+        ids: list[int] = []
+        async for msg in self.generate(request, timeout_s):
+            if msg.HasField("complete"):
+                complete = msg.complete
+            elif msg.HasField("chunk"):
+                ids.extend(msg.chunk.token_ids)
+        if complete is None:
+            raise UpstreamError(f"{self.target} ended Generate without a complete message")
+        if not complete.output_ids and ids:
+            complete.output_ids.extend(ids)
+        if complete.finish_reason == "error":
+            raise UpstreamError(f"{self.target} finished with error", 502)
+        return complete
+
+
+def grpc_error(target: str, exc: grpc.aio.AioRpcError) -> UpstreamError:
+    code = exc.code()
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return UpstreamError(f"{target} overran its deadline", 504, "upstream_timeout")
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return UpstreamError(f"{target}: {exc.details()}", 400, "invalid_request")
+    return UpstreamError(f"{target}: {code.name}: {exc.details()}", 502)
+
+
+def build_generate_request(
+    body: dict[str, Any],
+    input_ids: list[int],
+    text: str,
+    kv_transfer_params: dict[str, Any] | None,
+    request_id: str | None = None,
+) -> vllm_engine_pb2.GenerateRequest:
+    """An OpenAI body (already sanitised for its leg) as a tokenized Generate request."""
+    sp = vllm_engine_pb2.SamplingParams()
+    if body.get("temperature") is not None:
+        sp.temperature = float(body["temperature"])
+    for name in _SAMPLING_FLOATS:
+        if body.get(name) is not None:
+            setattr(sp, name, float(body[name]))
+    if body.get("top_k") is not None:
+        sp.top_k = max(0, int(body["top_k"]))
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    if max_tokens is not None:
+        sp.max_tokens = int(max_tokens)
+    if body.get("min_tokens") is not None:
+        sp.min_tokens = int(body["min_tokens"])
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        sp.stop.append(stop)
+    elif isinstance(stop, list):
+        sp.stop.extend(str(s) for s in stop)
+    if body.get("ignore_eos"):
+        sp.ignore_eos = True
+    sp.n = int(body.get("n") or 1)
+    if body.get("seed") is not None:
+        sp.seed = int(body["seed"])
+    sp.skip_special_tokens = True
+    req = vllm_engine_pb2.GenerateRequest(
+        request_id=request_id or f"cmpl-{uuid.uuid4().hex}",
+        tokenized=vllm_engine_pb2.TokenizedInput(original_text=text, input_ids=input_ids),
+        sampling_params=sp,
+        stream=bool(body.get("stream")),
+    )
+    if kv_transfer_params is not None:
+        req.kv_transfer_params_json = json.dumps(kv_transfer_params)
+    return req
+
+
+def complete_kv_params(complete: vllm_engine_pb2.GenerateComplete) -> dict[str, Any] | None:
+    if not complete.HasField("kv_transfer_params_json") or not complete.kv_transfer_params_json:
+        return None
+    try:
+        parsed = json.loads(complete.kv_transfer_params_json)
+    except json.JSONDecodeError as exc:
+        raise UpstreamError(f"prefill returned bad kv_transfer_params_json: {exc}") from exc
+    return parsed if isinstance(parsed, dict) else None

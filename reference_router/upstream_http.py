@@ -1,0 +1,107 @@
+"""HTTP legs to OpenAI-compatible engines, each under a deadline."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+
+from .errors import UpstreamError
+
+
+def make_session() -> aiohttp.ClientSession:
+    # limit=0: a wedged backend holding many sockets must not starve requests to healthy workers (bug #12).
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, force_close=False),
+        auto_decompress=True,
+    )
+
+
+async def post_json(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], timeout_s: float
+) -> dict[str, Any]:
+    """POST and decode a JSON answer; any non-2xx, bad JSON, refusal or overrun -> UpstreamError."""
+    try:
+        async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            raw = await resp.read()
+            try:
+                payload = json.loads(raw) if raw else {}
+            except json.JSONDecodeError:
+                payload = {"raw": raw[:200].decode("utf-8", "replace")}
+            if resp.status >= 400:
+                raise UpstreamError(
+                    f"{url} answered {resp.status}", status=_relay_status(resp.status), body=payload
+                )
+            if not isinstance(payload, dict):
+                raise UpstreamError(f"{url} answered non-object JSON")
+            return payload
+    except TimeoutError as exc:
+        raise UpstreamError(f"{url} timed out after {timeout_s:g}s", 504, "upstream_timeout") from exc
+    except aiohttp.ClientError as exc:
+        raise UpstreamError(f"{url}: {exc.__class__.__name__}: {exc}", status=502) from exc
+
+
+class HttpStream:
+    """An open streaming leg: status known, body relayed chunk by chunk under the same deadline."""
+
+    def __init__(self, resp: aiohttp.ClientResponse, url: str, timeout_s: float) -> None:
+        self._resp = resp
+        self.url = url
+        self.status = resp.status
+        self._timeout_s = timeout_s
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for data in self._resp.content.iter_any():
+                yield data
+        except TimeoutError as exc:
+            msg = f"{self.url} stream overran {self._timeout_s:g}s"
+            raise UpstreamError(msg, 504, "upstream_timeout") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(f"{self.url} stream broke: {exc}") from exc
+        finally:
+            self._resp.release()
+
+    def close(self) -> None:
+        self._resp.close()
+
+
+async def open_stream(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], timeout_s: float
+) -> HttpStream:
+    try:
+        resp = await session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s))
+    except TimeoutError as exc:
+        raise UpstreamError(f"{url} timed out after {timeout_s:g}s", 504, "upstream_timeout") from exc
+    except aiohttp.ClientError as exc:
+        raise UpstreamError(f"{url}: {exc.__class__.__name__}: {exc}", status=502) from exc
+    if resp.status >= 400:
+        try:
+            raw = await resp.read()
+            payload: Any = json.loads(raw) if raw else {}
+        except (json.JSONDecodeError, aiohttp.ClientError, TimeoutError):
+            payload = None
+        finally:
+            resp.release()
+        raise UpstreamError(f"{url} answered {resp.status}", status=_relay_status(resp.status), body=payload)
+    return HttpStream(resp, url, timeout_s)
+
+
+async def get_status(session: aiohttp.ClientSession, url: str, timeout_s: float | None) -> int:
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        await resp.read()
+        return resp.status
+
+
+async def get_json(session: aiohttp.ClientSession, url: str, timeout_s: float | None) -> Any:
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        if resp.status >= 400:
+            raise UpstreamError(f"{url} answered {resp.status}", status=resp.status)
+        return await resp.json(content_type=None)
+
+
+def _relay_status(status: int) -> int:
+    # A worker's 4xx is the client's fault (bad params) and is passed on; a worker's 5xx is a gateway failure.
+    return status if 400 <= status < 500 else 502
