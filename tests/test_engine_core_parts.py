@@ -62,6 +62,7 @@ def test_kv_store_expiry() -> None:
     assert store.expire(now=9.99) == []
     assert store.expire(now=10.0) == ["a"]
     assert "a" not in store and "b" in store
+    assert store.peek("b", now=15.0) is None
     assert store.pull("b", now=15.0) is None  # expired at pull time: gone, not served
     assert len(store) == 0
     assert store.next_expiry() is None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import random
+import string
 import zipfile
 from pathlib import Path
 
@@ -50,6 +52,16 @@ TEXTS = [
 @pytest.mark.parametrize("text", TEXTS)
 def test_round_trip_is_lossless(text: str) -> None:
     assert decode(encode(text)) == text
+
+
+def test_round_trip_random_ascii() -> None:
+    rng = random.Random(1234)
+    alphabet = string.printable  # letters, digits, punctuation, whitespace incl. \r \x0b \x0c
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80)))
+        tagged = f"[pdchaos:r{rng.randint(0, 99)}:{rng.randint(0, 10**6)}]{text}"
+        assert decode(encode(tagged)) == tagged
+        assert find_tag(decode(encode(tagged))) == tagged[: tagged.index("]") + 1]
 
 
 def test_tag_survives_tokenization() -> None:
@@ -112,6 +124,15 @@ def test_render_chat() -> None:
     assert render_chat(messages, add_generation_prompt=False).endswith("hi<|im_end|>\n")
     parts = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
     assert render_chat(parts) == "<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_chat_template_matches_render_chat_under_jinja() -> None:
+    jinja2 = pytest.importorskip("jinja2")  # gateways render the template with Jinja; the engine with Python
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "[pdchaos:r:1] two\nlines"}]
+    for agp in (True, False):
+        rendered = env.from_string(CHAT_TEMPLATE).render(messages=messages, add_generation_prompt=agp)
+        assert rendered == render_chat(messages, add_generation_prompt=agp)
 
 
 @pytest.mark.parametrize(
