@@ -61,6 +61,24 @@ def base_engine_id(engine_id: str | None) -> str | None:
 # --------------------------------------------------------------------------------------------------- writing
 
 
+class ManualClock:
+    """A clock that moves only when told: for building histories in tests and replaying them."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.t = now
+
+    def __call__(self) -> float:
+        return self.t
+
+    def set(self, t: float) -> None:
+        if t < self.t:
+            raise ValueError(f"a monotonic clock cannot go back ({t} < {self.t})")
+        self.t = t
+
+    def advance(self, dt: float) -> None:
+        self.set(self.t + dt)
+
+
 class HistoryRecorder:
     """Appends history records to `path` (JSONL, flushed per line).
 

@@ -94,7 +94,8 @@ def _judge_fault(history: History, fault: FaultView, exp: RecoveryExpect) -> tup
         None,
     )
     if first is None:
-        traffic = [r for r in history.requests_started_in(healed, deadline)]
+        # Only traffic sent once the router could route to the worker again tells us anything.
+        traffic = history.requests_started_in(after, deadline)
         if ran_long_enough and traffic:
             return (
                 "fail",

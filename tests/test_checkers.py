@@ -1,0 +1,395 @@
+"""Each checker's pass / fail / unknown on synthetic histories built with the real recorder."""
+
+from __future__ import annotations
+
+import pytest
+from test_checkers_builders import HB, restart_run
+
+from harness.checkers import (
+    AvailabilityExpect,
+    HandoffExpect,
+    NothingLostExpect,
+    OutputExpect,
+    ProbeScheduleExpect,
+    Prompt503Expect,
+    RecoveryExpect,
+    TransferTimeoutExpect,
+    check_availability,
+    check_handoff,
+    check_nothing_lost,
+    check_output,
+    check_probe_schedule,
+    check_prompt_503,
+    check_recovery,
+    check_transfer_timeout,
+)
+from harness.checkers.probes import max_gap
+
+# ----------------------------------------------------------------------------------------- recovery
+
+
+def test_recovery_pass_reports_the_three_latencies() -> None:
+    v = check_recovery(restart_run().history(), RecoveryExpect(max_recovery_s=2.0))
+    assert v.status == "pass", v.reason
+    f1 = v.numbers["faults"]["f1"]
+    assert f1["heal_to_ready_s"] == pytest.approx(0.5)
+    assert f1["ready_to_handoff_s"] == pytest.approx(0.11)
+    assert f1["heal_to_handoff_s"] == pytest.approx(0.61)
+
+
+@pytest.mark.parametrize(
+    ("variant", "words"),
+    [
+        ({"stale_after": True}, "no correct handoff"),
+        ({"recompute_after": True}, "no correct handoff"),
+        ({"never_ready": True}, "not seen Ready"),
+    ],
+)
+def test_recovery_fails_when_the_worker_never_really_comes_back(variant: dict[str, bool], words: str) -> None:
+    v = check_recovery(restart_run(**variant).history(), RecoveryExpect(max_recovery_s=2.0))
+    assert v.status == "fail" and words in v.reason
+
+
+def test_recovery_too_slow_fails() -> None:
+    v = check_recovery(restart_run().history(), RecoveryExpect(max_recovery_s=0.3))
+    assert v.status == "fail" and "recovered in 0.61s" in v.reason
+
+
+def test_recovery_unknown_when_run_ends_too_early() -> None:
+    v = check_recovery(restart_run(end_t=3.05).history(), RecoveryExpect(max_recovery_s=2.0))
+    assert v.status == "unknown" and "run ended before" in v.reason
+
+
+def test_recovery_unknown_without_heal_or_faults_or_router_view() -> None:
+    hb = HB()
+    hb.fault("f1", "crash", "prefill-0", applied=1.0)
+    hb.end(5.0)
+    v = check_recovery(hb.history())
+    assert v.status == "unknown" and "never healed" in v.reason
+
+    assert check_recovery(HB().history()).status == "unknown"
+
+    hb = HB()
+    hb.fault("f1", "restart", "prefill-0", applied=1.0, healed=1.5)
+    tag = hb.request(2.0, 0.05)
+    hb.handoff(2.01, "prefill-0", "prefill", tag, "computed", "B")
+    hb.end(20.0)
+    v = check_recovery(hb.history())
+    assert v.status == "unknown" and "no router worker" in v.reason
+    # Without a router view the first correct handoff alone decides.
+    v = check_recovery(hb.history(), RecoveryExpect(require_ready=False))
+    assert v.status == "pass" and v.numbers["faults"]["f1"]["heal_to_handoff_s"] == pytest.approx(0.51)
+
+
+def test_recovery_unknown_without_traffic_after_ready() -> None:
+    hb = restart_run(end_t=3.05)
+    # No request after the worker was Ready again, though the run went on long enough: unknown, not a guess.
+    hb.end(20.0)
+    v = check_recovery(hb.history(), RecoveryExpect(max_recovery_s=2.0))
+    assert v.status == "unknown" and "no requests" in v.reason
+
+
+def test_recovery_kind_filter() -> None:
+    v = check_recovery(restart_run().history(), RecoveryExpect(kinds=("wedge",)))
+    assert v.status == "unknown" and "no faults" in v.reason
+
+
+# ----------------------------------------------------------------------------------------- handoff
+
+
+def test_handoff_pass_on_clean_restart() -> None:
+    v = check_handoff(restart_run().history())
+    assert v.status == "pass", v.reason
+    assert v.numbers["outcomes"] == {"pulled": v.numbers["decodes"]}
+
+
+def test_handoff_stale_engine_id_fails_outside_grace_only() -> None:
+    h = restart_run(stale_after=True).history()
+    v = check_handoff(h, HandoffExpect(grace_s=1.0))
+    assert v.status == "fail"
+    assert v.numbers["problems"]["stale_engine_id"] > 0 and v.numbers["problems"]["timed_out"] > 0
+    assert v.numbers["excused_in_grace"]["stale_engine_id"] > 0  # those before heal + 1 s
+    assert all(e["at"] > 3.5 for e in v.evidence if isinstance(e, dict))
+    assert check_handoff(h, HandoffExpect(grace_s=100.0)).status == "pass"
+
+
+def test_handoff_silent_recompute() -> None:
+    h = restart_run(recompute_after=True).history()
+    v = check_handoff(h, HandoffExpect(grace_s=1.0))
+    assert v.status == "fail" and "recomputed" in v.numbers["problems"]
+    assert check_handoff(h, HandoffExpect(grace_s=1.0, allow_recompute=True)).status == "pass"
+
+
+def test_handoff_digest_mismatch_is_never_excused() -> None:
+    hb = HB()
+    hb.fault("f1", "restart", "prefill-0", applied=0.0, healed=0.5)
+    hb.pd_request(1.0, "A", kv_digest="other")
+    v = check_handoff(hb.history(), HandoffExpect(grace_s=100.0))
+    assert v.status == "fail" and v.numbers["problems"] == {"digest_mismatch": 1}
+
+
+def test_handoff_stale_id_from_engine_state_when_prefill_record_missing() -> None:
+    hb = HB()
+    hb.engine(0.0, "prefill-0", "A", "prefill")
+    hb.engine(0.0, "decode-0", "D", "decode")
+    hb.engine(1.0, "prefill-0", "B", "prefill")
+    tag = hb.request(0.5, 0.05)
+    hb.handoff(0.52, "decode-0", "decode", tag, "pulled", "D", "A_dp0")  # right id then, dp suffix
+    tag2 = hb.request(2.0, 0.05)
+    hb.handoff(2.02, "decode-0", "decode", tag2, "pulled", "D", "A")  # A is gone since t=1
+    v = check_handoff(hb.history(), HandoffExpect(grace_s=0.0))
+    assert v.status == "fail" and v.numbers["problems"] == {"stale_engine_id": 1}
+    assert v.evidence[0]["tag"] == tag2
+
+
+def test_handoff_failed_pulls_and_unknown() -> None:
+    hb = HB()
+    hb.pd_request(1.0, "A", outcome="failed", status=500, text_ok=None)
+    v = check_handoff(hb.history())
+    assert v.status == "fail" and v.numbers["problems"] == {"failed": 1}
+    assert check_handoff(hb.history(), HandoffExpect(allow_failed=True)).status == "pass"
+    hb = HB()
+    hb.request(1.0, 0.1)
+    assert check_handoff(hb.history()).status == "unknown"
+
+
+# ----------------------------------------------------------------------------------------- transfer timeout
+
+
+def test_transfer_timeout_pass_and_timed_out_handoff_fails() -> None:
+    assert check_transfer_timeout(restart_run().history()).status == "pass"
+    v = check_transfer_timeout(restart_run(stale_after=True).history())
+    assert v.status == "fail" and v.numbers["timed_out_handoffs"] > 0
+    assert v.numbers["transfer_timeout_s"] == 3.0  # found in nested run settings
+
+
+def test_transfer_timeout_by_latency_and_open_requests() -> None:
+    hb = HB(settings={"transfer_timeout_s": 1.0})
+    hb.request(0.0, 0.2)
+    hb.request(0.5, 1.2)
+    v = check_transfer_timeout(hb.history())
+    assert v.status == "fail" and v.numbers["slow_requests"] == 1
+    assert (
+        check_transfer_timeout(hb.history(), TransferTimeoutExpect(transfer_timeout_s=5.0)).status == "pass"
+    )
+
+    hb = HB(settings={"transfer_timeout_s": 1.0})
+    hb.request(0.0, 0.2)
+    hb.request(0.5, 0.0, complete=False)
+    hb.end(2.0)
+    v = check_transfer_timeout(hb.history())
+    assert v.status == "fail" and "still open" in v.evidence[0]
+
+
+def test_transfer_timeout_unknown() -> None:
+    assert check_transfer_timeout(HB().history()).status == "unknown"
+    hb = HB()
+    hb.request(0.0, 0.2)
+    v = check_transfer_timeout(hb.history())
+    assert v.status == "unknown" and "cannot tell" in v.reason
+
+
+# ----------------------------------------------------------------------------------------- prompt 503
+
+
+def outage_run(answer: tuple[int, float] = (503, 0.02), early: tuple[int, float] | None = None) -> HB:
+    """The sole prefill crashes at 1.0, the router drops it at 1.3, it is back at 3.0."""
+    hb = HB()
+    hb.engine(0.0, "prefill-0", "A", "prefill", "http://p0")
+    hb.status(0.0, "w-p0", "ready", "http://p0")
+    hb.request(0.5, 0.05)
+    hb.fault("f1", "crash", "prefill-0", applied=1.0, healed=3.0)
+    if early is not None:
+        hb.request(1.1, early[1], status=early[0])
+    hb.status(1.3, "w-p0", "not_ready", "http://p0")
+    for i in range(6):
+        hb.request(1.4 + 0.25 * i, answer[1], status=answer[0])
+    hb.status(3.2, "w-p0", "ready", "http://p0")
+    hb.request(3.5, 0.05)
+    hb.end(4.0)
+    return hb
+
+
+def test_prompt_503_pass() -> None:
+    v = check_prompt_503(outage_run().history(), Prompt503Expect(max_503_latency_s=0.5))
+    assert v.status == "pass", v.reason
+    f1 = v.numbers["faults"]["f1"]
+    assert f1["503"] == 6 and f1["window"] == [1.3, 3.0]
+
+
+@pytest.mark.parametrize(("answer", "words"), [((503, 2.0), "503 after"), ((500, 0.02), "status 500")])
+def test_prompt_503_fails_on_slow_or_wrong_answers(answer: tuple[int, float], words: str) -> None:
+    v = check_prompt_503(outage_run(answer=answer).history(), Prompt503Expect(max_503_latency_s=0.5))
+    assert v.status == "fail" and words in v.evidence[0]
+
+
+def test_prompt_503_hang_fails() -> None:
+    hb = outage_run()
+    hb.at(2.0).request_invoked(99, "[pdchaos:hang]", deadline_s=1.0)
+    hb.at(3.0).request_completed(
+        99, "[pdchaos:hang]", status=0, ok=False, latency_s=1.0, error="deadline", timed_out=True
+    )
+    v = check_prompt_503(hb.history())
+    assert v.status == "fail" and "hang" in v.evidence[0]
+
+
+def test_prompt_503_window_starts_when_router_notices() -> None:
+    hb = outage_run(early=(502, 0.02))
+    assert check_prompt_503(hb.history()).status == "pass"
+    v = check_prompt_503(hb.history(), Prompt503Expect(from_router_notice=False))
+    assert v.status == "fail" and "status 502" in v.evidence[0]
+
+
+def test_prompt_503_unknown() -> None:
+    assert check_prompt_503(HB().history()).status == "unknown"
+    v = check_prompt_503(outage_run(answer=(200, 0.05)).history())
+    assert v.status == "unknown" and "no 503" in v.reason
+    hb = HB()
+    hb.fault("f1", "crash", "prefill-0", applied=1.0, healed=2.0)
+    hb.request(2.5, 0.05)
+    assert check_prompt_503(hb.history()).status == "unknown"
+
+
+# ----------------------------------------------------------------------------------------- probe schedule
+
+SETTINGS = {"router": {"health_interval_s": 0.2, "health_timeout_s": 0.5}}
+
+
+def probe_run(wedged_probes: list[float], other_gap: float = 0.2) -> HB:
+    hb = HB(settings=SETTINGS)
+    hb.engine(0.0, "decode-0", "D", "decode", "http://w-d0")
+    hb.status(0.0, "w-d0", "ready", "http://w-d0", role="decode")
+    hb.status(0.0, "w-p0", "ready", "http://w-p0")
+    t = 0.0
+    while t < 5.0:
+        hb.probe(t, "w-p0")
+        t += other_gap
+    for t in (0.0, 0.2, 0.4, 0.6, 0.8, *wedged_probes):
+        hb.probe(t, "w-d0", ok=t < 1.0)
+    hb.fault("f1", "wedge", "decode-0", applied=1.0, healed=4.0)
+    hb.end(5.0)
+    return hb
+
+
+def test_probe_schedule_pass() -> None:
+    v = check_probe_schedule(probe_run([1.5, 2.2, 2.9, 3.6]).history())
+    assert v.status == "pass", v.reason
+    workers = v.numbers["faults"]["f1"]["workers"]
+    assert workers["w-d0"]["wedged"] and workers["w-d0"]["max_gap_s"] == pytest.approx(0.7)
+
+
+def test_probe_schedule_wedged_worker_never_probed_again_fails() -> None:
+    v = check_probe_schedule(probe_run([]).history())
+    assert v.status == "fail" and "wedged worker w-d0" in v.evidence[0]
+
+
+def test_probe_schedule_starved_peer_fails() -> None:
+    v = check_probe_schedule(probe_run([1.5, 2.2, 2.9, 3.6], other_gap=1.0).history())
+    assert v.status == "fail" and any("worker w-p0" in e for e in v.evidence)
+
+
+def test_probe_schedule_unknown_cases() -> None:
+    hb = HB(settings=SETTINGS)
+    hb.fault("f1", "wedge", "decode-0", applied=1.0, healed=4.0)
+    assert "no probe events" in check_probe_schedule(hb.history()).reason
+    h = probe_run([1.5]).history()
+    assert check_probe_schedule(h, ProbeScheduleExpect(kinds=("crash",))).status == "unknown"
+    hb = HB()
+    hb.probe(1.0, "w")
+    v = check_probe_schedule(hb.history())
+    assert v.status == "unknown" and "interval" in v.reason
+    v = check_probe_schedule(h, ProbeScheduleExpect(slack=20.0))  # window 3 s < every limit
+    assert v.status == "unknown" and "too short" in v.reason
+
+
+def test_max_gap() -> None:
+    assert max_gap([0.0, 1.0, 2.0, 3.0], 0.5, 2.5) == 1.0
+    assert max_gap([0.0, 1.0], 0.5, 4.0) == 3.0
+    assert max_gap([], 1.0, 2.0) == 1.0
+    assert max_gap([1.5], 1.0, 2.0) == 0.5
+
+
+# ----------------------------------------------------------------------------------------- availability
+
+
+def test_availability_pass_and_windows() -> None:
+    v = check_availability(restart_run().history())
+    assert v.status == "pass", v.reason
+    f1 = v.numbers["windows"]["f1"]
+    assert f1["before"]["ratio"] == 1.0 and f1["during"]["ratio"] == 0.0 and f1["after"]["ratio"] == 1.0
+    assert f1["after"]["window"][0] == 4.5
+
+
+def test_availability_fail_after_and_during_threshold() -> None:
+    v = check_availability(restart_run(stale_after=True).history())
+    assert v.status == "fail" and "after" in v.reason
+    v = check_availability(restart_run().history(), AvailabilityExpect(during=0.5))
+    assert v.status == "fail" and "during" in v.reason
+
+
+def test_availability_unknown_when_after_window_is_empty() -> None:
+    v = check_availability(restart_run(end_t=4.0).history())
+    assert v.status == "unknown" and "after" in v.reason
+
+
+def test_availability_without_faults_and_pending_requests() -> None:
+    hb = HB()
+    hb.request(0.0, 0.1)
+    hb.request(0.5, 0.0, complete=False, deadline=5.0)  # history ends before its deadline: not judged
+    hb.at(1.0).note("cut")
+    v = check_availability(hb.history())
+    assert v.status == "pass" and v.numbers["windows"]["run"]["before"]["pending"] == 1
+    hb = HB()
+    hb.request(0.0, 0.1)
+    hb.request(0.5, 0.0, complete=False, deadline=1.0)
+    hb.end(3.0)
+    v = check_availability(hb.history())
+    assert v.status == "fail" and "2" in v.reason
+
+
+# ----------------------------------------------------------------------------------------- nothing lost
+
+
+def test_nothing_lost_pass() -> None:
+    v = check_nothing_lost(restart_run().history())
+    assert v.status == "pass" and v.numbers["lost"] == 0
+
+
+def test_nothing_lost_fails_with_request_ids() -> None:
+    hb = HB()
+    hb.request(0.0, 0.1)
+    hb.request(0.1, 5.0, status=0, timed_out=True, deadline=5.0)
+    hb.request(0.2, 0.0, complete=False, deadline=1.0)
+    hb.request(0.3, 0.1, status=0)
+    hb.request(0.4, 3.0, deadline=1.0)
+    hb.end(6.0)
+    v = check_nothing_lost(hb.history())
+    assert v.status == "fail" and v.numbers["lost"] == 4
+    assert [e.split(":")[0] for e in v.evidence] == ["2", "3", "4", "5"]
+    v = check_nothing_lost(hb.history(), NothingLostExpect(no_response_is_lost=False))
+    assert v.numbers["lost"] == 3
+
+
+def test_nothing_lost_unknown_when_history_stops_early() -> None:
+    hb = HB()
+    hb.request(0.0, 0.1)
+    hb.request(0.2, 0.0, complete=False, deadline=5.0)
+    v = check_nothing_lost(hb.history())
+    assert v.status == "unknown" and v.evidence == ["2"]
+    assert check_nothing_lost(HB().history()).status == "unknown"
+
+
+# ----------------------------------------------------------------------------------------- output
+
+
+def test_output_checker() -> None:
+    assert check_output(restart_run().history()).status == "pass"
+    hb = HB()
+    hb.request(0.0, 0.1, text_ok=True)
+    hb.request(0.1, 0.1, text_ok=False)
+    v = check_output(hb.history())
+    assert v.status == "fail" and v.evidence == ["2 ([pdchaos:run:2])"]
+    hb = HB()
+    hb.request(0.0, 0.1, text_ok=None)
+    assert check_output(hb.history()).status == "unknown"
+    assert check_output(hb.history(), OutputExpect(min_checked=0)).status == "pass"
