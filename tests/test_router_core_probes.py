@@ -207,3 +207,11 @@ def test_identity_checks_share_the_slot_budget() -> None:
     plan = plan_probes(reg, 0.0, cfg)
     assert plan.in_flight == 1 and len(plan.probe) == 1
     assert plan_probes(reg, 0.5, cfg).in_flight == 0  # identity checks are bounded by the probe timeout
+
+
+def test_unhealthy_workers_are_still_probed_so_they_can_rejoin() -> None:
+    reg = registry(4)
+    for w, st in zip(reg, [Status.PENDING, Status.NOT_READY, Status.FAILED, Status.DRAINING], strict=True):
+        w.runtime.status, w.runtime.last_probe_at = st, 0.0
+    assert [w.id for w in plan_probes(reg, 0.9, CFG).probe] == []
+    assert [w.id for w in plan_probes(reg, 1.0, CFG).probe] == ["w1", "w2", "w3"]
