@@ -281,3 +281,42 @@ class GrpcStubEngine:
         if self._server is not None:
             await self._server.stop(grace=None)
             self._server = None
+
+
+class InProcessRouter:
+    """A RouterServer on a free loopback port in this event loop, with a client session (tests, bench)."""
+
+    def __init__(self, cfg: Any) -> None:
+        from .server import RouterServer
+
+        self.server = RouterServer(cfg)
+        self.base = ""
+        self.session: Any = None
+
+    async def __aenter__(self) -> InProcessRouter:
+        import aiohttp
+
+        port = await self.server.start()
+        self.base = f"http://{LOOPBACK}:{port}"
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.session is not None:
+            await self.session.close()
+        await self.server.stop()
+
+    async def wait_ready(self, timeout_s: float = 5.0) -> None:
+        """Until every leg has a Ready worker; AssertionError past timeout_s."""
+        await wait_for(lambda: all(self.server.legs_ready().values()), timeout_s, "router legs ready")
+
+
+async def wait_for(predicate: Any, timeout_s: float, what: str, step_s: float = 0.02) -> None:
+    """Poll a condition; AssertionError naming `what` when it does not hold within timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if predicate():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(step_s)
