@@ -4,6 +4,13 @@ Modules: workers (model, validation, API record), config (HealthConfig), health 
 engine_id (re-read gate and read outcomes), probes (probe lifecycle), identity (restart detection without a
 failed probe), planner (what to probe now), connectors (KV handoff params, prefill sanitising), policies
 (worker selection), registry (worker table), bugs (test-only zoo switches).
+
+One health tick in the shell: plan = plan_probes(workers, now, cfg); expire_probe() each of plan.expired;
+for each of plan.probe: token = begin_probe(), probe under cfg.probe_timeout_s, finish_probe(token, ok); when
+the result says reread_due, read metadata under cfg.probe_timeout_s and finish_reread(token, read). For each
+of plan.identity: begin_identity_check(), read, then apply_identity(observe_identity(...)) or
+identity_check_failed(). Dispatch: make_policy() once per leg, plan_handoff(prefill worker),
+sanitize_prefill_body(), decode_body(plan.decode_params(prefill response params)).
 """
 
 from .bugs import KNOWN_BUGS, METADATA_NO_DEADLINE, PARTIAL_READ_CLEARS_ID, STALE_ENGINE_ID, validate_bugs
