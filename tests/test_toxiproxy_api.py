@@ -1,0 +1,453 @@
+"""The embedded Toxiproxy's control API: the toxiproxy-python client unchanged, raw HTTP shapes, CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+import requests
+from toxiproxy import Toxiproxy
+from toxiproxy.api import APIConsumer
+from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
+
+from harness.network import DEFAULT_PORT, EmbeddedToxiproxy, configure_client, toxiproxy_url
+from pdchaos.ports import free_port, free_ports
+
+TIMEOUT_S = 5.0
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        self.request.settimeout(TIMEOUT_S)
+        try:
+            while data := self.request.recv(65536):
+                self.request.sendall(data)
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def echo_port() -> Iterator[int]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(TIMEOUT_S)
+
+
+@pytest.fixture
+def embedded() -> Iterator[EmbeddedToxiproxy]:
+    server = EmbeddedToxiproxy(seed=0)
+    configure_client(server.start_in_thread())
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def echoes(listen: str) -> bool:
+    host, port = listen.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
+        sock.sendall(b"hello")
+        return sock.recv(5) == b"hello"
+
+
+def refused(listen: str) -> bool:
+    host, port = listen.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=TIMEOUT_S).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+# --- the toxiproxy-python client, unchanged ------------------------------------------------------
+
+
+def test_client_proxy_lifecycle(embedded: EmbeddedToxiproxy, echo_port: int) -> None:
+    client = Toxiproxy()
+    assert client.running() is True
+    assert json.loads(client.version())["version"].startswith("2.")
+    upstream = f"127.0.0.1:{echo_port}"
+    proxy = client.create(upstream=upstream, name="echo")
+    assert proxy.name == "echo" and proxy.upstream == upstream and proxy.enabled is True
+    assert proxy.listen.startswith("127.0.0.1:") and not proxy.listen.endswith(":0")
+    assert echoes(proxy.listen)
+    assert list(client.proxies()) == ["echo"]
+    assert client.get_proxy("echo").listen == proxy.listen
+    assert client.get_proxy("missing") is None
+    with pytest.raises(ProxyExists):
+        client.create(upstream=upstream, name="echo")
+    fixed = free_port()
+    other = client.create(upstream=upstream, name="fixed", listen=f"127.0.0.1:{fixed}", enabled=False)
+    assert other.listen == f"127.0.0.1:{fixed}" and other.enabled is False
+    assert refused(other.listen)
+    other.enable()
+    assert client.get_proxy("fixed").enabled is True and echoes(other.listen)
+    other.disable()
+    assert refused(other.listen)
+    assert client.destroy(proxy) is True
+    assert client.destroy("not a proxy") is False
+    with pytest.raises(NotFound):
+        proxy.destroy()
+    assert refused(proxy.listen)
+    client.destroy_all()
+    assert client.proxies() == {}
+
+
+def test_client_toxics(embedded: EmbeddedToxiproxy, echo_port: int) -> None:
+    proxy = Toxiproxy().create(upstream=f"127.0.0.1:{echo_port}", name="echo")
+    proxy.add_toxic(type="latency", attributes={"latency": 10, "jitter": 2})
+    proxy.add_toxic(type="bandwidth", name="thin", stream="upstream", toxicity=0.5, attributes={"rate": 9})
+    toxics = proxy.toxics()
+    assert list(toxics) == ["thin", "latency_downstream"]  # upstream chain first, as Toxiproxy lists
+    latency = proxy.get_toxic("latency_downstream")
+    assert (latency.type, latency.stream, latency.toxicity) == ("latency", "downstream", 1.0)
+    assert latency.attributes == {"latency": 10, "jitter": 2}
+    thin = toxics["thin"]
+    assert (thin.stream, thin.toxicity, thin.attributes) == ("upstream", 0.5, {"rate": 9})
+    assert proxy.get_toxic("nope") is None
+    with pytest.raises(ProxyExists):
+        proxy.add_toxic(type="latency")
+    with pytest.raises(InvalidToxic):
+        proxy.add_toxic(type="teleport")
+    with pytest.raises(InvalidToxic):
+        proxy.add_toxic(type="latency", name="neg", attributes={"latency": -1})
+    with pytest.raises(InvalidToxic):
+        proxy.add_toxic(type="latency", name="side", stream="sideways")
+    assert proxy.destroy_toxic("thin") is True
+    with pytest.raises(NotFound):
+        proxy.destroy_toxic("thin")
+    assert list(proxy.toxics()) == ["latency_downstream"]
+    proxy.destroy()
+    with pytest.raises(NotFound):
+        proxy.toxics()
+
+
+def test_client_down_context_and_reset(embedded: EmbeddedToxiproxy, echo_port: int) -> None:
+    client = Toxiproxy()
+    proxy = client.create(upstream=f"127.0.0.1:{echo_port}", name="echo")
+    with proxy.down():
+        assert refused(proxy.listen)
+        assert client.get_proxy("echo").enabled is False
+    assert echoes(proxy.listen)
+    proxy.add_toxic(type="timeout", attributes={"timeout": 0})
+    proxy.disable()
+    assert client.reset() is True
+    assert client.get_proxy("echo").enabled is True
+    assert proxy.toxics() == {}
+    assert echoes(proxy.listen)
+
+
+def test_client_populate(embedded: EmbeddedToxiproxy, echo_port: int) -> None:
+    client = Toxiproxy()
+    port_a, port_b, port_c = free_ports(3)
+    upstream = f"127.0.0.1:{echo_port}"
+    wanted = [
+        {"name": "a", "upstream": upstream, "listen": f"127.0.0.1:{port_a}"},
+        {"name": "b", "upstream": upstream, "listen": f"127.0.0.1:{port_b}"},
+    ]
+    created = client.populate(wanted)
+    assert sorted(p.name for p in created) == ["a", "b"]
+    assert echoes(f"127.0.0.1:{port_a}") and echoes(f"127.0.0.1:{port_b}")
+    client.get_proxy("a").add_toxic(type="latency")
+    assert client.populate(wanted) == []  # unchanged: kept as they are
+    assert list(client.get_proxy("a").toxics()) == ["latency_downstream"]
+    moved = [{"name": "a", "upstream": upstream, "listen": f"127.0.0.1:{port_c}"}]
+    assert [p.listen for p in client.populate(moved)] == [f"127.0.0.1:{port_c}"]
+    assert refused(f"127.0.0.1:{port_a}") and echoes(f"127.0.0.1:{port_c}")
+    assert client.get_proxy("a").toxics() == {}
+
+
+def test_client_errors_from_server_status_codes(embedded: EmbeddedToxiproxy, echo_port: int) -> None:
+    body = {"name": "dup", "upstream": f"127.0.0.1:{echo_port}"}
+    APIConsumer.post("/proxies", json=body)
+    with pytest.raises(ProxyExists):
+        APIConsumer.post("/proxies", json=body)
+    with pytest.raises(NotFound):
+        APIConsumer.get("/proxies/none")
+    with pytest.raises(InvalidToxic):  # the client names every 400 so
+        APIConsumer.post("/proxies", json={"name": "x", "upstream": "10.0.0.1:80"})
+
+
+# --- raw HTTP: the shapes and status codes Toxiproxy answers --------------------------------------
+
+
+def test_http_proxy_shapes_and_codes(embedded: EmbeddedToxiproxy, echo_port: int) -> None:
+    url = embedded.url
+    upstream = f"127.0.0.1:{echo_port}"
+    reply = requests.post(f"{url}/proxies", json={"name": "p", "upstream": upstream}, timeout=TIMEOUT_S)
+    assert reply.status_code == 201
+    proxy = reply.json()
+    assert set(proxy) == {"name", "listen", "upstream", "enabled", "toxics"}
+    assert proxy["toxics"] == [] and proxy["enabled"] is True
+    listing = requests.get(f"{url}/proxies", timeout=TIMEOUT_S).json()
+    assert listing == {"p": proxy}
+    assert requests.get(f"{url}/proxies/p", timeout=TIMEOUT_S).json() == proxy
+    reply = requests.post(f"{url}/proxies", json={"name": "p", "upstream": upstream}, timeout=TIMEOUT_S)
+    assert (reply.status_code, reply.json()) == (409, {"error": "proxy already exists", "status": 409})
+    reply = requests.get(f"{url}/proxies/zz", timeout=TIMEOUT_S)
+    assert (reply.status_code, reply.json()) == (404, {"error": "proxy not found", "status": 404})
+    reply = requests.post(f"{url}/proxies", json={"name": "q"}, timeout=TIMEOUT_S)
+    assert reply.json() == {"error": "missing required field: upstream", "status": 400}
+    reply = requests.post(f"{url}/proxies", data=b"{not json", timeout=TIMEOUT_S)
+    assert reply.status_code == 400 and reply.json()["error"].startswith("bad request body")
+    reply = requests.post(f"{url}/proxies", json={"name": "far", "upstream": "8.8.8.8:53"}, timeout=TIMEOUT_S)
+    assert reply.status_code == 400 and "loopback" in reply.json()["error"]
+    reply = requests.post(
+        f"{url}/proxies",
+        json={"name": "wide", "upstream": upstream, "listen": "10.0.0.1:0"},
+        timeout=TIMEOUT_S,
+    )
+    assert reply.status_code == 400
+
+    # Update: PATCH or POST, partial bodies; a new listen address moves the proxy.
+    new_port = free_port()
+    reply = requests.patch(f"{url}/proxies/p", json={"listen": f"127.0.0.1:{new_port}"}, timeout=TIMEOUT_S)
+    assert reply.status_code == 200 and reply.json()["listen"] == f"127.0.0.1:{new_port}"
+    assert refused(proxy["listen"]) and echoes(f"127.0.0.1:{new_port}")
+    reply = requests.post(f"{url}/proxies/p", json={"enabled": False}, timeout=TIMEOUT_S)
+    assert reply.json()["enabled"] is False and refused(f"127.0.0.1:{new_port}")
+    assert requests.post(f"{url}/proxies/p", data=b"", timeout=TIMEOUT_S).status_code == 400
+    assert requests.patch(f"{url}/proxies/zz", json={}, timeout=TIMEOUT_S).status_code == 404
+
+    assert requests.post(f"{url}/reset", timeout=TIMEOUT_S).status_code == 204
+    assert echoes(f"127.0.0.1:{new_port}")
+    reply = requests.delete(f"{url}/proxies/p", timeout=TIMEOUT_S)
+    assert (reply.status_code, reply.content) == (204, b"")
+    assert requests.delete(f"{url}/proxies/p", timeout=TIMEOUT_S).status_code == 404
+
+
+def test_http_toxic_shapes_and_codes(embedded: EmbeddedToxiproxy, echo_port: int) -> None:
+    url = embedded.url
+    requests.post(
+        f"{url}/proxies", json={"name": "p", "upstream": f"127.0.0.1:{echo_port}"}, timeout=TIMEOUT_S
+    )
+    toxics = f"{url}/proxies/p/toxics"
+    reply = requests.post(
+        toxics, json={"type": "slicer", "attributes": {"average_size": 50}}, timeout=TIMEOUT_S
+    )
+    # 200 like Toxiproxy (its Go client requires it), with every attribute of the type shown.
+    assert reply.status_code == 200
+    assert reply.json() == {
+        "name": "slicer_downstream",
+        "type": "slicer",
+        "stream": "downstream",
+        "toxicity": 1.0,
+        "attributes": {"average_size": 50, "size_variation": 0, "delay": 0},
+    }
+    assert requests.get(toxics, timeout=TIMEOUT_S).json() == [reply.json()]
+    assert requests.get(f"{toxics}/slicer_downstream", timeout=TIMEOUT_S).json() == reply.json()
+    reply = requests.post(
+        f"{toxics}/slicer_downstream",
+        json={"toxicity": 0.5, "attributes": {"delay": 7}},
+        timeout=TIMEOUT_S,
+    )
+    assert reply.status_code == 200
+    assert reply.json()["toxicity"] == 0.5
+    assert reply.json()["attributes"] == {"average_size": 50, "size_variation": 0, "delay": 7}
+    reply = requests.patch(
+        f"{toxics}/slicer_downstream", json={"attributes": {"size_variation": 60}}, timeout=TIMEOUT_S
+    )
+    assert reply.status_code == 400  # must stay below average_size
+    assert requests.get(f"{url}/proxies/p", timeout=TIMEOUT_S).json()["toxics"][0]["attributes"]["delay"] == 7
+    reply = requests.post(
+        toxics, json={"type": "slicer", "attributes": {"average_size": 5}}, timeout=TIMEOUT_S
+    )
+    assert (reply.status_code, reply.json()) == (409, {"error": "toxic already exists", "status": 409})
+    reply = requests.post(toxics, json={"type": "bogus"}, timeout=TIMEOUT_S)
+    assert (reply.status_code, reply.json()) == (400, {"error": "invalid toxic type", "status": 400})
+    assert requests.get(f"{toxics}/none", timeout=TIMEOUT_S).json() == {
+        "error": "toxic not found",
+        "status": 404,
+    }
+    assert requests.patch(f"{toxics}/none", json={}, timeout=TIMEOUT_S).status_code == 404
+    assert (
+        requests.post(f"{url}/proxies/zz/toxics", json={"type": "latency"}, timeout=TIMEOUT_S).status_code
+        == 404
+    )
+    reply = requests.delete(f"{toxics}/slicer_downstream", timeout=TIMEOUT_S)
+    assert (reply.status_code, reply.content) == (204, b"")
+    assert requests.get(toxics, timeout=TIMEOUT_S).json() == []
+
+
+def test_http_populate_and_misc(embedded: EmbeddedToxiproxy, echo_port: int) -> None:
+    url = embedded.url
+    upstream = f"127.0.0.1:{echo_port}"
+    reply = requests.post(
+        f"{url}/populate", json=[{"name": "a", "upstream": upstream}, {"name": "b"}], timeout=TIMEOUT_S
+    )
+    assert reply.status_code == 400
+    assert reply.json() == {
+        "error": "missing required field: upstream at proxy 2",
+        "status": 400,
+        "proxies": [],
+    }
+    assert requests.get(f"{url}/proxies", timeout=TIMEOUT_S).json() == {}  # nothing half-applied
+    reply = requests.post(
+        f"{url}/populate",
+        json=[{"name": "a", "upstream": upstream}, {"name": "b", "upstream": upstream, "enabled": False}],
+        timeout=TIMEOUT_S,
+    )
+    assert reply.status_code == 201
+    assert [(p["name"], p["enabled"]) for p in reply.json()["proxies"]] == [("a", True), ("b", False)]
+    assert requests.post(f"{url}/populate", json={"a": 1}, timeout=TIMEOUT_S).status_code == 400
+
+    version = requests.get(f"{url}/version", timeout=TIMEOUT_S)
+    assert version.status_code == 200 and version.headers["Content-Type"].startswith("application/json")
+    assert set(version.json()) == {"version"}
+    reply = requests.get(f"{url}/nowhere", timeout=TIMEOUT_S)
+    assert reply.status_code == 404 and reply.json()["status"] == 404
+    reply = requests.put(f"{url}/proxies", json={}, timeout=TIMEOUT_S)
+    assert reply.status_code == 405 and reply.json()["status"] == 405
+
+
+# --- asyncio use, and the API never waiting on the data path --------------------------------------
+
+
+async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except OSError:
+        pass
+    finally:
+        writer.close()
+
+
+async def test_async_with_in_a_running_loop() -> None:
+    echo = await asyncio.start_server(_echo, "127.0.0.1", 0)
+    port = echo.sockets[0].getsockname()[1]
+    try:
+        async with (
+            EmbeddedToxiproxy() as tp,
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as http,
+        ):
+            async with http.post(
+                f"{tp.url}/proxies", json={"name": "e", "upstream": f"127.0.0.1:{port}"}
+            ) as r:
+                assert r.status == 201
+                host, listen_port = (await r.json())["listen"].rsplit(":", 1)
+            async with http.post(
+                f"{tp.url}/proxies/e/toxics", json={"type": "latency", "attributes": {"latency": 120}}
+            ) as r:
+                assert r.status == 200
+            reader, writer = await asyncio.open_connection(host, int(listen_port))
+            start = time.monotonic()
+            writer.write(b"ping")
+            assert await asyncio.wait_for(reader.readexactly(4), TIMEOUT_S) == b"ping"
+            assert 0.108 <= time.monotonic() - start <= 0.2
+
+            # A wedged connection (timeout 0) and a saturated one must not slow the control API.
+            async with http.post(
+                f"{tp.url}/proxies/e/toxics", json={"type": "timeout", "stream": "upstream"}
+            ):
+                pass
+            writer.write(b"x" * 4_000_000)  # goes nowhere: swallowed, nothing comes back
+            for _ in range(20):
+                async with http.get(f"{tp.url}/proxies", timeout=aiohttp.ClientTimeout(total=0.5)) as r:
+                    assert r.status == 200
+            writer.close()
+        assert not await _connects(host, int(listen_port))  # closing the server closed its proxies
+    finally:
+        echo.close()
+        await echo.wait_closed()
+
+
+async def _connects(host: str, port: int) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), TIMEOUT_S)
+    except OSError:
+        return False
+    writer.close()
+    return True
+
+
+# --- embedding and the CLI -----------------------------------------------------------------------
+
+
+def test_embedded_refuses_non_loopback_and_busy_ports() -> None:
+    with pytest.raises(ValueError):
+        EmbeddedToxiproxy(host="10.1.2.3")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        server = EmbeddedToxiproxy(port=busy.getsockname()[1])
+        with pytest.raises(OSError):
+            server.start_in_thread()
+    server.stop()  # nothing running: a no-op
+
+
+def test_context_manager_thread_mode_and_helpers(monkeypatch: pytest.MonkeyPatch) -> None:
+    with EmbeddedToxiproxy() as tp:
+        assert requests.get(f"{tp.url}/version", timeout=TIMEOUT_S).status_code == 200
+        url = tp.url
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"{url}/version", timeout=TIMEOUT_S)
+    monkeypatch.delenv("TOXIPROXY_URL", raising=False)
+    assert toxiproxy_url() is None
+    monkeypatch.setenv("TOXIPROXY_URL", "http://127.0.0.1:18474")
+    assert toxiproxy_url() == "http://127.0.0.1:18474"
+    configure_client("127.0.0.1")
+    assert (APIConsumer.host, APIConsumer.port) == ("127.0.0.1", DEFAULT_PORT)
+    configure_client(toxiproxy_url() or "")
+    assert (APIConsumer.host, APIConsumer.port) == ("127.0.0.1", 18474)
+
+
+def _read_ready_line(proc: subprocess.Popen[str], deadline_s: float) -> dict[str, object]:
+    assert proc.stdout is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline() if proc.stdout else ""))
+    reader.start()
+    reader.join(deadline_s)
+    assert lines and lines[0].startswith("PDCHAOS_TOXIPROXY_READY "), lines
+    return json.loads(lines[0].split(" ", 1)[1])
+
+
+def test_cli_serves_populates_and_stops_on_sigterm(tmp_path: Path, echo_port: int) -> None:
+    config = tmp_path / "proxies.json"
+    config.write_text(json.dumps([{"name": "cfg", "upstream": f"127.0.0.1:{echo_port}"}]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.network.cli", "--port", "0", "--seed", "3", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        ready = _read_ready_line(proc, 15)
+        proxies = requests.get(f"{ready['url']}/proxies", timeout=TIMEOUT_S).json()
+        assert list(proxies) == ["cfg"] and echoes(proxies["cfg"]["listen"])
+        proc.terminate()
+        assert proc.wait(TIMEOUT_S) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(TIMEOUT_S)
+
+
+def test_cli_rejects_a_non_loopback_host() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "harness.network.cli", "--host", "10.9.8.7", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2 and "loopback" in result.stderr
