@@ -182,24 +182,27 @@ class Engine:
 
     async def generate(self, req: GenRequest) -> GenResult:
         """Run one request through the handoff (if any) and the timing model; writes the provenance record."""
-        await self.faults.gate("generate")
-        status = self.faults.state.take_failure()
-        if status is not None:
-            raise RequestError(status, f"injected failure (status {status})", "InternalServerError")
-        if self.dead:
-            raise RequestError(503, "engine is dead", "ServiceUnavailableError")
-        if req.max_tokens < 1:
-            raise RequestError(400, "max_tokens must be at least 1")
-        self.active += 1
-        self.last_receive = time.time()
         task = asyncio.current_task()
         if task is not None:
             self._inflight[req.request_id] = task
         try:
-            return await self._generate(req)
+            await self.faults.gate("generate")
+            status = self.faults.state.take_failure()
+            if status is not None:
+                raise RequestError(status, f"injected failure (status {status})", "InternalServerError")
+            if self.dead:
+                raise RequestError(503, "engine is dead", "ServiceUnavailableError")
+            if req.max_tokens < 1:
+                raise RequestError(400, "max_tokens must be at least 1")
+            self.active += 1
+            self.last_receive = time.time()
+            try:
+                return await self._generate(req)
+            finally:
+                self.active -= 1
         finally:
-            self.active -= 1
-            self._inflight.pop(req.request_id, None)
+            if self._inflight.get(req.request_id) is task:
+                del self._inflight[req.request_id]
 
     def abort(self, request_ids: list[str]) -> int:
         n = 0

@@ -89,17 +89,16 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
         kv_json = json.dumps(result.kv_transfer_params) if result.kv_transfer_params is not None else None
         ids = result.token_ids
         if request.stream:
-            # Chunks carry deltas; the last delta travels in the complete message (vLLM's DELTA output).
-            for i, tid in enumerate(ids[:-1]):
+            # vLLM's DELTA output: every token arrives in a chunk (completion_tokens = the delta's count) and
+            # the complete message repeats the last delta; gateways (smg) build text from the chunks only.
+            for i, tid in enumerate(ids):
                 if i > 0 and result.itl_s > 0:
                     await asyncio.sleep(result.itl_s)
                 yield pb.GenerateResponse(
                     chunk=pb.GenerateStreamChunk(
-                        token_ids=[tid], prompt_tokens=result.prompt_tokens, completion_tokens=i + 1, index=0
+                        token_ids=[tid], prompt_tokens=result.prompt_tokens, completion_tokens=1, index=0
                     )
                 )
-            if len(ids) > 1 and result.itl_s > 0:
-                await asyncio.sleep(result.itl_s)
             final = ids[-1:]
         else:
             await asyncio.sleep(result.itl_s * max(0, len(ids) - 1))

@@ -45,6 +45,7 @@ class EngineHandle:
         self.started_at_wall = time.time()
         self.serving = False
         self.closed = asyncio.Event()
+        self._closing = False
         self.exit_code = 0
         self.http_port = config.http_port
         self.grpc_port = config.grpc_port
@@ -252,10 +253,11 @@ class EngineHandle:
 
     async def close(self, exit_code: int = 0) -> None:
         """Stop everything, control API included. Idempotent."""
-        if self.closed.is_set():
+        if self._closing:
+            await self.closed.wait()
             return
+        self._closing = True
         self.exit_code = exit_code
-        self.closed.set()
         await self._stop_serving()
         if self._control_runner is not None:
             runner, self._control_runner = self._control_runner, None
@@ -266,6 +268,7 @@ class EngineHandle:
             if task is not current:
                 task.cancel()
         self.engine.close()
+        self.closed.set()
         if self.on_exit is not None:
             self.on_exit(exit_code)
 

@@ -1,0 +1,199 @@
+"""The `pdchaos-engine` process: READY line, serving, SIGTERM, crash and death faults, bad flags."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from fake_engines.cli import READY_PREFIX
+from fake_engines.control import EngineControlClient
+from fake_engines.core.generator import expected_completion
+from pdchaos.jsonl import read_jsonl
+from pdchaos.ports import free_ports, port_is_open
+
+
+async def spawn(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "fake_engines.cli",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def ready_state(proc: asyncio.subprocess.Process, timeout_s: float = 20) -> dict[str, object]:
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), timeout_s)
+    text = line.decode()
+    assert text.startswith(READY_PREFIX + " "), text
+    return json.loads(text[len(READY_PREFIX) + 1 :])
+
+
+@pytest.fixture
+async def procs() -> AsyncIterator[list[asyncio.subprocess.Process]]:
+    started: list[asyncio.subprocess.Process] = []
+    try:
+        yield started
+    finally:
+        for p in started:
+            if p.returncode is None:
+                p.kill()
+                await p.wait()
+
+
+async def test_cli_start_ready_serve_sigterm(procs: list[asyncio.subprocess.Process], tmp_path: Path) -> None:
+    http_port, grpc_port, control_port, bootstrap_port = free_ports(4)
+    records = tmp_path / "rec.jsonl"
+    proc = await spawn(
+        "--role",
+        "prefill",
+        "--connector",
+        "mooncake",
+        "--name",
+        "cli-p",
+        "--http-port",
+        str(http_port),
+        "--grpc-port",
+        str(grpc_port),
+        "--control-port",
+        str(control_port),
+        "--bootstrap-port",
+        str(bootstrap_port),
+        "--ttft-ms",
+        "0",
+        "--itl-ms",
+        "0",
+        "--records",
+        str(records),
+    )
+    procs.append(proc)
+    state = await ready_state(proc)
+    assert state["pid"] == proc.pid and state["name"] == "cli-p" and state["serving"] is True
+    assert (state["http_port"], state["grpc_port"], state["bootstrap_port"]) == (
+        http_port,
+        grpc_port,
+        bootstrap_port,
+    )
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s,
+        s.post(
+            f"http://127.0.0.1:{http_port}/v1/completions",
+            json={
+                "prompt": "[pdchaos:cli:1] hi",
+                "max_tokens": 3,
+                "kv_transfer_params": {"do_remote_decode": True, "transfer_id": "x"},
+            },
+        ) as r,
+    ):
+        body = await r.json()
+    assert body["choices"][0]["text"] == expected_completion("[pdchaos:cli:1] hi", 3)
+    (rec,) = list(read_jsonl(records))
+    assert rec["engine"] == "cli-p" and rec["transfer_id"] == "x" and rec["engine_id"] == state["engine_id"]
+    proc.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(proc.wait(), 10) == 0
+    assert not port_is_open(http_port)
+
+
+async def test_cli_crash_is_sigkill(procs: list[asyncio.subprocess.Process]) -> None:
+    http_port, control_port = free_ports(2)
+    proc = await spawn(
+        "--role",
+        "both",
+        "--http-port",
+        str(http_port),
+        "--control-port",
+        str(control_port),
+        "--control-token",
+        "tok",
+    )
+    procs.append(proc)
+    await ready_state(proc)
+    answer = await EngineControlClient(f"http://127.0.0.1:{control_port}", "tok").crash()
+    assert answer["ok"] is True
+    assert await asyncio.wait_for(proc.wait(), 10) == -signal.SIGKILL
+
+
+async def test_cli_die_exits_after_delay(procs: list[asyncio.subprocess.Process]) -> None:
+    http_port, control_port = free_ports(2)
+    env_token = os.environ.get("PDCHAOS_CONTROL_TOKEN")
+    proc = await spawn("--role", "decode", "--http-port", str(http_port), "--control-port", str(control_port))
+    procs.append(proc)
+    await ready_state(proc)
+    client = EngineControlClient(f"http://127.0.0.1:{control_port}", env_token)
+    await client.die(exit_after_s=0.3)
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{http_port}/health") as r:
+        assert r.status == 503
+    assert await asyncio.wait_for(proc.wait(), 10) == 1
+
+
+def test_cli_help_documents_flags_and_faults() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "fake_engines.cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    for flag in (
+        "--role",
+        "--connector",
+        "--http-port",
+        "--grpc-port",
+        "--control-port",
+        "--control-token",
+        "--bootstrap-port",
+        "--nixl-port",
+        "--engine-id",
+        "--dp-size",
+        "--model",
+        "--transfer-timeout-s",
+        "--kv-abort-timeout-s",
+        "--handshake-timeout-s",
+        "--load-failure-policy",
+        "--load-time-s",
+        "--ttft-ms",
+        "--itl-ms",
+        "--seed",
+        "--records",
+        "--log-level",
+    ):
+        assert flag in out
+    for fault in (
+        "wedge",
+        "fail_server_info",
+        "no_engine_id",
+        "fail_requests",
+        "latency",
+        "restart",
+        "slow_start",
+        "crash",
+        "die",
+    ):
+        assert fault in out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--role", "both"],  # neither HTTP nor gRPC
+        ["--role", "both", "--http-port", "1", "--host", "0.0.0.0"],
+        ["--role", "sideways", "--http-port", "1"],
+    ],
+)
+def test_cli_rejects_bad_flags(args: list[str]) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "fake_engines.cli", *args], capture_output=True, text=True, timeout=30
+    )
+    assert res.returncode == 2
+    assert "error" in res.stderr
