@@ -102,7 +102,10 @@ class RouterServer:
         return app
 
     async def start(self) -> int:
-        self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=1.0)
+        # A client that hangs up cancels its handler, so its upstream legs are abandoned at once.
+        self._runner = web.AppRunner(
+            self.app, access_log=None, shutdown_timeout=1.0, handler_cancellation=True
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.cfg.host, self.cfg.port)
         await site.start()

@@ -66,6 +66,11 @@ class StubState:
     server_info_calls: int = 0
     _seq: int = 0
 
+    async def hold_while_hung(self) -> None:
+        """A wedged generate: no answer until a test clears hang_generate (or forever)."""
+        while self.hang_generate:
+            await asyncio.sleep(0.02)
+
     def restart(self, engine_id: str | None = None) -> None:
         """A new identity as a restart gives one: new id, uptime from zero."""
         self.engine_id = engine_id or uuid.uuid4().hex
@@ -154,8 +159,7 @@ class HttpStubEngine:
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.state.received.append({"path": request.path, "body": body})
-        if self.state.hang_generate:
-            await asyncio.sleep(_FOREVER)
+        await self.state.hold_while_hung()
         if self.state.generate_status != 200:
             return web.json_response({"error": {"message": "stub failure", "code": "stub"}},
                                      status=self.state.generate_status)
@@ -237,8 +241,7 @@ class _Servicer(vllm_engine_pb2_grpc.VllmEngineServicer):
             "stream": request.stream,
             "kv_transfer_params": kv,
         })
-        if self.state.hang_generate:
-            await asyncio.sleep(_FOREVER)
+        await self.state.hold_while_hung()
         if self.state.generate_status != 200:
             await context.abort(grpc.StatusCode.INTERNAL, "stub failure")
         ids = list(self._tok.encode(self.state.answer_text(), add_special_tokens=False).ids)
