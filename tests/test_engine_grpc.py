@@ -62,10 +62,12 @@ async def test_generate_streaming_tokenized(stub: vllm_engine_pb2_grpc.VllmEngin
         stream=True,
     )
     msgs = await collect(stub.Generate(req, timeout=5))
-    assert [m.WhichOneof("response") for m in msgs] == ["chunk"] * 3 + ["complete"]
-    out = [t for m in msgs[:-1] for t in m.chunk.token_ids] + list(msgs[-1].complete.output_ids)
+    # vLLM DELTA: every token in a chunk (delta counts); the complete repeats the last delta.
+    assert [m.WhichOneof("response") for m in msgs] == ["chunk"] * 4 + ["complete"]
+    out = [t for m in msgs[:-1] for t in m.chunk.token_ids]
     assert tokenizer.decode(out) == expected_completion(prompt, 4, seed=3)
-    assert [m.chunk.completion_tokens for m in msgs[:-1]] == [1, 2, 3]
+    assert [m.chunk.completion_tokens for m in msgs[:-1]] == [1, 1, 1, 1]
+    assert list(msgs[-1].complete.output_ids) == out[-1:]
     assert msgs[-1].complete.completion_tokens == 4
 
 
