@@ -1,0 +1,192 @@
+"""Topologies: how many prefill and decode engines, which connector, which transport, on which loopback ports.
+
+`parse_topology("2p1d")` is pure; `allocate(...)` picks free loopback ports (the only I/O here) so the runner
+can start every engine and the router on known addresses, and restart an engine on the same ones.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pdchaos.ports import LOOPBACK, free_ports
+
+Connector = Literal["mooncake", "nixl"]
+Transport = Literal["http", "grpc"]
+Role = Literal["prefill", "decode"]
+
+CONNECTORS: tuple[Connector, ...] = ("mooncake", "nixl")
+TRANSPORTS: tuple[Transport, ...] = ("http", "grpc")
+
+_SHAPE = re.compile(r"^([1-9][0-9]?)p([1-9][0-9]?)d$")
+# Each engine gets http, grpc, control, bootstrap, nixl ports (bootstrap unused by NIXL and by decodes, but a
+# fixed-size block keeps allocation simple and the numbers predictable).
+_PORTS_PER_ENGINE = 5
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The shape of a topology, e.g. 2 prefills and 1 decode for `2p1d`."""
+
+    prefills: int
+    decodes: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.prefills}p{self.decodes}d"
+
+    def engine_names(self) -> list[str]:
+        return [f"prefill-{i}" for i in range(self.prefills)] + [f"decode-{i}" for i in range(self.decodes)]
+
+
+def parse_topology(text: str) -> Shape:
+    """`NpMd` with 1 <= N, M <= 99 (`1p1d`, `1p2d`, `2p1d`, ...); anything else is a ValueError."""
+    m = _SHAPE.match(text.strip().lower()) if isinstance(text, str) else None
+    if m is None:
+        raise ValueError(
+            f"bad topology {text!r}: expected NpMd with N prefills and M decodes, e.g. 1p1d, 1p2d, 2p1d"
+        )
+    return Shape(int(m.group(1)), int(m.group(2)))
+
+
+def check_connector(text: str) -> Connector:
+    if text not in CONNECTORS:
+        raise ValueError(f"bad connector {text!r}: expected one of {', '.join(CONNECTORS)}")
+    return text  # type: ignore[return-value]
+
+
+def check_transport(text: str) -> Transport:
+    if text not in TRANSPORTS:
+        raise ValueError(f"bad transport {text!r}: expected one of {', '.join(TRANSPORTS)}")
+    return text  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One engine's identity and addresses; the same across restarts (only side-channel ports move)."""
+
+    name: str
+    role: Role
+    index: int
+    http_port: int
+    grpc_port: int
+    control_port: int
+    bootstrap_port: int
+    nixl_port: int
+    host: str = LOOPBACK
+
+    def url(self, transport: Transport) -> str:
+        port = self.http_port if transport == "http" else self.grpc_port
+        return f"{transport}://{self.host}:{port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+    @property
+    def control_url(self) -> str:
+        return f"http://{self.host}:{self.control_port}"
+
+    def serving_port(self, transport: Transport) -> int:
+        return self.http_port if transport == "http" else self.grpc_port
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A shape made concrete: engines with ports, a router port, a connector and a transport."""
+
+    shape: Shape
+    connector: Connector
+    transport: Transport
+    engines: tuple[EngineSpec, ...]
+    router_port: int
+    extra_ports: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.shape.name
+
+    @property
+    def prefills(self) -> list[EngineSpec]:
+        return [e for e in self.engines if e.role == "prefill"]
+
+    @property
+    def decodes(self) -> list[EngineSpec]:
+        return [e for e in self.engines if e.role == "decode"]
+
+    @property
+    def router_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.router_port}"
+
+    def engine(self, name: str) -> EngineSpec:
+        for e in self.engines:
+            if e.name == name:
+                return e
+        raise KeyError(f"no engine {name!r} in topology {self.name} (have: {', '.join(self.names())})")
+
+    def names(self) -> list[str]:
+        return [e.name for e in self.engines]
+
+    def url_of(self, name: str) -> str:
+        return self.engine(name).url(self.transport)
+
+    def name_of_url(self, url: str) -> str | None:
+        """The engine behind a worker URL as a router reports it (trailing slashes and scheme case
+        ignored)."""
+        want = _norm_url(url)
+        for e in self.engines:
+            if _norm_url(e.url(self.transport)) == want or _norm_url(e.http_url) == want:
+                return e.name
+        return None
+
+
+def _norm_url(url: str) -> str:
+    u = url.strip().rstrip("/").lower()
+    return u.replace("localhost", LOOPBACK)
+
+
+def build_topology(
+    shape: Shape | str,
+    connector: str,
+    transport: str,
+    ports: list[int],
+) -> Topology:
+    """Lay out engines on the given ports (pure: `allocate` supplies real free ones, tests may pass any)."""
+    sh = parse_topology(shape) if isinstance(shape, str) else shape
+    conn = check_connector(connector)
+    tr = check_transport(transport)
+    n = sh.prefills + sh.decodes
+    need = n * _PORTS_PER_ENGINE + 1
+    if len(ports) < need or len(set(ports)) != len(ports):
+        raise ValueError(f"topology {sh.name} needs {need} distinct ports, got {len(ports)}")
+    engines: list[EngineSpec] = []
+    it = iter(ports)
+    for role, count in (("prefill", sh.prefills), ("decode", sh.decodes)):
+        for i in range(count):
+            engines.append(
+                EngineSpec(
+                    name=f"{role}-{i}",
+                    role=role,  # type: ignore[arg-type]
+                    index=i,
+                    http_port=next(it),
+                    grpc_port=next(it),
+                    control_port=next(it),
+                    bootstrap_port=next(it),
+                    nixl_port=next(it),
+                )
+            )
+    return Topology(sh, conn, tr, tuple(engines), router_port=next(it))
+
+
+def allocate(shape: Shape | str, connector: str, transport: str, extra: int = 0) -> Topology:
+    """A topology on free loopback ports; `extra` more ports are kept in `extra_ports` (e.g. router
+    metrics)."""
+    sh = parse_topology(shape) if isinstance(shape, str) else shape
+    need = (sh.prefills + sh.decodes) * _PORTS_PER_ENGINE + 1
+    ports = free_ports(need + extra)
+    topo = build_topology(sh, connector, transport, ports[:need])
+    if extra:
+        extras = {f"extra-{i}": p for i, p in enumerate(ports[need:])}
+        topo = Topology(topo.shape, topo.connector, topo.transport, topo.engines, topo.router_port, extras)
+    return topo

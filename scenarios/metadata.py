@@ -1,0 +1,126 @@
+"""Engine-id metadata reads (gRPC `GetServerInfo`) that hang, half-fail, fail once, or carry no id.
+
+Each timeline forces a re-read: the prefill's health answers slowly for a second (probes time out, the worker
+goes NotReady), and when health is healed the next good probe is followed by a metadata read, which meets the
+fault. gRPC only: over HTTP the router reads ids from the Mooncake bootstrap server instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from harness.scenario import After, At, EngineFault, Expect, Heal, Restart, Scenario, Step, Wedge
+from scenarios._common import ALL_SHAPES, BASE_EXPECT, ENGINES, ROUTER, WORKLOAD
+
+_SLOW_HEALTH = EngineFault("prefill-0", "latency", {"surface": "health", "ms": 2000})
+
+
+def _force_reread(at: float) -> tuple[Step, Step]:
+    return (
+        Step("slow_health", _SLOW_HEALTH, At(at)),
+        Step("heal_health", Heal("prefill-0", "latency"), After("slow_health", 1.0)),
+    )
+
+
+SCENARIOS = [
+    Scenario(
+        name="metadata_wedged",
+        description="GetServerInfo/GetModelInfo hang while health answers. The re-read after the worker "
+            "comes "
+        "back must be bounded by the probe timeout: a read with no deadline holds the probe slot for good "
+        "and "
+        "the worker is never probed again.",
+        bugs=("zoo-2",),
+        topologies=ALL_SHAPES,
+        connectors=("mooncake",),
+        transports=("grpc",),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=WORKLOAD,
+        timeline=(
+            Step("wedge_metadata", Wedge("prefill-0", "metadata"), At(1.0)),
+            *_force_reread(1.2),
+            Step("heal_metadata", Heal("prefill-0", "wedge"), At(5.0)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("probe_schedule", {"kinds": ["wedge"]}),
+            Expect("handoff", {"grace_s": 2.5}),
+        ),
+    ),
+    Scenario(
+        name="partial_metadata_read",
+        description="GetServerInfo fails while GetModelInfo answers (a partial read) when the router "
+            "re-reads "
+        "the id. The engine did not restart, so the known id stays right: clearing it leaves the router "
+        "unable "
+        "to mint and every decode recomputes silently.",
+        bugs=("zoo-3",),
+        topologies=ALL_SHAPES,
+        connectors=("mooncake",),
+        transports=("grpc",),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=WORKLOAD,
+        timeline=(
+            Step("partial", EngineFault("prefill-0", "fail_server_info"), At(1.0)),
+            *_force_reread(1.2),
+            Step("heal_partial", Heal("prefill-0", "fail_server_info"), At(4.5)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            # Only the health outage excuses anything: a partial read is no reason to hand off wrongly.
+            Expect("handoff_strict", {"grace_s": 1.0, "excuse_kinds": ["latency"]}),
+            Expect("transfer_timeout"),
+        ),
+    ),
+    Scenario(
+        name="reread_fails_at_promotion",
+        description="The prefill restarts between probes (identity checks off), then its health stalls so "
+            "the "
+        "router re-reads at promotion, and that read fails (GetServerInfo unavailable). The router must keep "
+        "retrying on later probes and pick up the new id once the read succeeds; one failed read must not "
+        "leave the dead id in force for life.",
+        bugs=("zoo-4",),
+        topologies=ALL_SHAPES,
+        connectors=("mooncake",),
+        transports=("grpc",),
+        router=replace(ROUTER, identity_check_interval_s=30.0),
+        engines=ENGINES,
+        workload=replace(WORKLOAD, duration_s=8.0),
+        timeline=(
+            Step("restart", Restart("prefill-0", down_s=0.0), At(1.0)),
+            Step("slow_health", _SLOW_HEALTH, At(1.3)),
+            Step("partial", EngineFault("prefill-0", "fail_server_info"), At(1.5)),
+            Step("heal_health", Heal("prefill-0", "latency"), After("slow_health", 1.0)),
+            Step("heal_partial", Heal("prefill-0", "fail_server_info"), After("heal_health", 1.0)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("handoff", {"grace_s": 2.5}),
+        ),
+    ),
+    Scenario(
+        name="engine_without_id",
+        description="The prefill stops reporting a kv_engine_id (complete reads, empty id). The router keeps "
+            "the "
+        "id it knows and treats such a read as final: it must not re-read on every probe.",
+        bugs=("zoo-5",),
+        topologies=("1p1d",),
+        connectors=("mooncake",),
+        transports=("grpc",),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=WORKLOAD,
+        timeline=(
+            Step("no_id", EngineFault("prefill-0", "no_engine_id"), At(1.0)),
+            *_force_reread(1.2),
+            Step("heal_no_id", Heal("prefill-0", "no_engine_id"), At(5.5)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("metadata_reads", {"target": "prefill-0", "from_fault": "heal_health", "max_reads": 3}),
+            Expect("handoff_strict", {"grace_s": 1.0, "excuse_kinds": ["latency"]}),
+        ),
+    ),
+]

@@ -1,0 +1,134 @@
+"""Outages: engines that load slowly, crash, or wedge; worker property updates through the router's API."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from harness.scenario import (
+    At,
+    Crash,
+    EngineSettings,
+    Expect,
+    Heal,
+    PatchWorker,
+    Respawn,
+    Scenario,
+    Step,
+    Wedge,
+)
+from scenarios._common import ALL_SHAPES, BASE_EXPECT, ENGINES, ROUTER, WORKLOAD
+
+_LOADING = EngineSettings(
+    transfer_timeout_s=ENGINES.transfer_timeout_s,
+    kv_abort_timeout_s=ENGINES.kv_abort_timeout_s,
+    handshake_timeout_s=ENGINES.handshake_timeout_s,
+    per_engine={"decode-0": {"load_time_s": 4.0}},
+)
+
+_GOLD = {"tier": "gold"}
+
+SCENARIOS = [
+    Scenario(
+        name="worker_registered_while_loading",
+        description="The router is started with a decode that is still loading (connections refused for 4 "
+            "s): "
+        "it goes Pending, then Failed after 10 probes, and must still become Ready once the engine serves.",
+        bugs=("zoo-6",),
+        topologies=ALL_SHAPES,
+        connectors=("mooncake",),
+        router=ROUTER,
+        engines=_LOADING,
+        workload=replace(WORKLOAD, duration_s=3.0),
+        ready_timeout_s=15.0,
+        expect=(*BASE_EXPECT, Expect("handoff"), Expect("availability", {"before": 0.95})),
+    ),
+    Scenario(
+        name="one_of_two_prefills_down",
+        description="One of two prefills crashes and comes back 2.5 s later. The other prefill carries the "
+        "load: after the router notices, no client sees an error.",
+        bugs=("zoo-6",),
+        topologies=("2p1d",),
+        connectors=("mooncake", "nixl"),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=WORKLOAD,
+        timeline=(
+            Step("crash", Crash("prefill-1"), At(1.5)),
+            Step("respawn", Respawn("prefill-1"), At(4.0)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("availability", {"during": 0.8, "after": 0.95, "settle_s": 1.0, "kinds": ["crash"]}),
+            Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["crash"]}),
+            Expect("handoff", {"grace_s": 2.5}),
+            Expect("transfer_timeout"),
+        ),
+    ),
+    Scenario(
+        name="sole_prefill_down",
+        description="The only prefill crashes: requests get a prompt 503 (not 404/500, not a hang) while it "
+            "is "
+        "down; it comes back on the same address after 2.5 s (marked Failed by then) and must rejoin.",
+        bugs=("zoo-8", "zoo-6"),
+        topologies=("1p1d", "1p2d"),
+        connectors=("mooncake", "nixl"),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=WORKLOAD,
+        timeline=(
+            Step("crash", Crash("prefill-0"), At(1.5)),
+            Step("respawn", Respawn("prefill-0"), At(4.0)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("prompt_503", {"max_503_latency_s": 1.0, "kinds": ["crash"]}),
+            Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["crash"]}),
+            Expect("handoff", {"grace_s": 2.5}),
+            Expect("transfer_timeout"),
+        ),
+    ),
+    Scenario(
+        name="property_update_keeps_handoff",
+        description="Labels and priority of the prefill and the decode are updated through the worker API "
+        "mid-traffic. The update must keep the KV transfer config (connector, bootstrap port, engine id): "
+        "handoffs go on without a single recompute.",
+        bugs=("zoo-7",),
+        topologies=ALL_SHAPES,
+        connectors=("mooncake", "nixl"),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=WORKLOAD,
+        timeline=(
+            Step("patch_prefill", PatchWorker("prefill-0", {"labels": _GOLD, "priority": 7}), At(1.5)),
+            Step("patch_decode", PatchWorker("decode-0", {"labels": _GOLD, "priority": 3}), At(2.5)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("handoff_strict", {"excuse_kinds": []}),
+            Expect("transfer_timeout"),
+            Expect("availability", {"before": 0.95, "after": 0.95, "settle_s": 0.0}),
+        ),
+    ),
+    Scenario(
+        name="wedged_decode_generate",
+        description="A decode accepts generate requests and never answers (2.5 s). The router's request "
+        "timeout must answer those requests with an error before the client gives up, without stalling "
+        "requests to other workers or the health loop.",
+        bugs=("zoo-12",),
+        topologies=("1p1d", "1p2d"),
+        connectors=("mooncake",),
+        router=replace(ROUTER, request_timeout_s=2.0),
+        engines=ENGINES,
+        workload=WORKLOAD,
+        timeline=(
+            Step("wedge_generate", Wedge("decode-0", "generate"), At(1.5)),
+            Step("heal_generate", Heal("decode-0", "wedge"), At(4.0)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("probe_schedule", {"kinds": ["wedge"]}),
+            Expect("availability", {"before": 0.95, "after": 0.9, "settle_s": 1.0, "kinds": ["wedge"]}),
+            Expect("handoff", {"grace_s": 3.0}),
+        ),
+    ),
+]

@@ -1,0 +1,97 @@
+"""Engine restarts on the same address: the router must notice the new engine id (Mooncake) or at least not
+send work to a dead engine, and every request must end cleanly."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from harness.scenario import At, Expect, Restart, Scenario, Step
+from scenarios._common import ALL_SHAPES, BASE_EXPECT, ENGINES, ROUTER, WORKLOAD
+
+_RESTART_EXPECT = (
+    *BASE_EXPECT,
+    # Grace covers the restart and one transfer timeout (a decode record is stamped when the pull ends).
+    Expect("handoff", {"grace_s": 2.5}),
+    Expect("transfer_timeout"),
+    Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["restart"]}),
+    Expect("availability", {"before": 0.95, "after": 0.95, "settle_s": 1.0, "kinds": ["restart"]}),
+)
+
+SCENARIOS = [
+    Scenario(
+        name="prefill_restart_mooncake",
+        description="A Mooncake prefill restarts on the same address with a new engine id (down 0.6 s, so a "
+        "probe fails). The router must re-read the id: minting the dead id makes every decode wait out the "
+        "KV transfer timeout (vLLM #2491's 480 s hang, scaled to 2 s).",
+        bugs=("#2491", "zoo-1"),
+        topologies=ALL_SHAPES,
+        connectors=("mooncake",),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=WORKLOAD,
+        timeline=(Step("restart", Restart("prefill-0", down_s=0.6), At(1.5)),),
+        expect=_RESTART_EXPECT,
+    ),
+    Scenario(
+        name="prefill_restart_nixl",
+        description="A NIXL prefill restarts on the same address (same NIXL port, new engine id). The router "
+        "relays kv_transfer_params verbatim, so the decode handshakes with the new engine: no stale id, no "
+        "silent recompute.",
+        bugs=("#2491", "zoo-11"),
+        topologies=ALL_SHAPES,
+        connectors=("nixl",),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=WORKLOAD,
+        timeline=(Step("restart", Restart("prefill-0", down_s=0.6), At(1.5)),),
+        expect=_RESTART_EXPECT,
+    ),
+    Scenario(
+        name="prefill_process_restart",
+        description="The prefill process is killed and started again on the same ports (a new process, a new "
+        "engine id, a new side-channel port), as an orchestrator restart would do.",
+        bugs=("#2491", "zoo-1"),
+        topologies=("1p1d", "2p1d"),
+        connectors=("mooncake",),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=WORKLOAD,
+        timeline=(Step("restart", Restart("prefill-0", down_s=0.3, mode="process"), At(1.5)),),
+        expect=_RESTART_EXPECT,
+    ),
+    Scenario(
+        name="prefill_restart_between_probes",
+        description="A Mooncake prefill restarts in a few milliseconds, between two health probes (1 s "
+            "apart): "
+        "no probe fails, so only an identity check (engine id / uptime) can notice. Stale handoffs are "
+        "allowed "
+        "for one identity interval plus a transfer timeout, never after.",
+        bugs=("zoo-13",),
+        topologies=ALL_SHAPES,
+        connectors=("mooncake",),
+        router=replace(ROUTER, health_interval_s=1.0, identity_check_interval_s=1.0),
+        engines=ENGINES,
+        workload=replace(WORKLOAD, duration_s=7.5),
+        timeline=(Step("restart", Restart("prefill-0", down_s=0.0), At(1.5)),),
+        expect=(
+            *BASE_EXPECT,
+            # identity interval 1 s + probe timeout 0.5 s + transfer timeout 2 s of the last stale request.
+            Expect("handoff", {"grace_s": 3.5}),
+            Expect("availability", {"before": 0.95, "after": 0.95, "settle_s": 3.5, "kinds": ["restart"]}),
+        ),
+    ),
+    Scenario(
+        name="decode_restart",
+        description="A decode restarts on the same address and stays down long enough to be marked Failed "
+        "(1.5 s at 0.3 s probes). It must rejoin (Failed is not terminal) and its fresh handshake cache must "
+        "not break handoffs.",
+        bugs=("zoo-6",),
+        topologies=ALL_SHAPES,
+        connectors=("mooncake", "nixl"),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=WORKLOAD,
+        timeline=(Step("restart", Restart("decode-0", down_s=1.5), At(1.5)),),
+        expect=_RESTART_EXPECT,
+    ),
+]
