@@ -127,7 +127,7 @@ def round_trips_ms(port: int, count: int, budget_s: float) -> list[float]:
     return samples
 
 
-def pct(samples: list[float], q: float) -> float:
+def pct(samples: list[float], q: int) -> float:
     return statistics.quantiles(samples, n=100)[q - 1] if len(samples) > 1 else samples[0]
 
 

@@ -196,7 +196,7 @@ def test_slicer_splits_data_into_small_delayed_pieces(proxy: Proxy) -> None:
     with connect(proxy) as sock:
         start = time.monotonic()
         sock.sendall(payload)
-        reads = []
+        reads: list[bytes] = []
         while sum(map(len, reads)) < len(payload):
             reads.append(sock.recv(4096))
             assert reads[-1]

@@ -46,7 +46,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 def build_app(service: ToxiproxyService) -> web.Application:
     async def proxy_index(request: web.Request) -> web.Response:
-        return _json({name: spec.to_json() for name, spec in service.list().items()})
+        return _json({name: spec.to_json() for name, spec in service.proxies().items()})
 
     async def proxy_create(request: web.Request) -> web.Response:
         spec = await service.create(await _body(request))

@@ -77,7 +77,7 @@ class _Pump:
                 elif out.kind == "eof":
                     self._send_eof()
                 else:
-                    self.link.end(out.kind)  # type: ignore[arg-type]
+                    self.link.end(out.kind)
                     return
             if self.chain.queued_bytes < HIGH_WATER:
                 self.room.set()
@@ -146,17 +146,18 @@ class Link:
     async def run(self) -> None:
         try:
             try:
-                up_reader, self.upstream_writer = await asyncio.wait_for(
+                up_reader, up_writer = await asyncio.wait_for(
                     asyncio.open_connection(*self.upstream), CONNECT_TIMEOUT_S
                 )
             except (OSError, TimeoutError):
                 self.end("close")
                 return
+            self.upstream_writer = up_writer
             if self.ended is not None:  # ended while connecting
                 self._close_writers(self.ended)
                 return
             self.pumps = [
-                _Pump(self, self.client_reader, self.upstream_writer, self.chains[UPSTREAM]),
+                _Pump(self, self.client_reader, up_writer, self.chains[UPSTREAM]),
                 _Pump(self, up_reader, self.client_writer, self.chains[DOWNSTREAM]),
             ]
             tasks = [asyncio.create_task(fn()) for p in self.pumps for fn in (p.read_loop, p.write_loop)]

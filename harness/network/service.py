@@ -17,7 +17,7 @@ class ToxiproxyService:
         self.registry = ProxyRegistry()
         self.runtimes: dict[str, ProxyRuntime] = {}
 
-    def list(self) -> dict[str, ProxySpec]:
+    def proxies(self) -> dict[str, ProxySpec]:
         return dict(self.registry.proxies)
 
     def get(self, name: str) -> ProxySpec:
