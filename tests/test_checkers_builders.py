@@ -36,13 +36,14 @@ class HB:
         settings: dict[str, Any] | None = None,
         path: str | os.PathLike[str] | None = None,
         started: bool = True,
+        scenario: str = "restart",
     ) -> None:
         self.clock = ManualClock()
         self.rec = HistoryRecorder(path, self.clock, wall_clock=lambda: WALL0)
         self.seq = 0
         self.queue: list[tuple[float, int, str, tuple[Any, ...], dict[str, Any]]] = []
         if started:
-            self.at(0.0).run_started("restart", "1p1d", "mooncake", "http", "reference", 7, settings or {})
+            self.at(0.0).run_started(scenario, "1p1d", "mooncake", "http", "reference", 7, settings or {})
 
     def at(self, t: float) -> Any:
         return _At(self, t)
@@ -172,13 +173,14 @@ def restart_run(
     ended: bool = True,
     path: str | os.PathLike[str] | None = None,
     settings: dict[str, Any] | None = None,
+    scenario: str = "restart",
 ) -> HB:
     """A prefill restart on the same address: id A -> B, traffic before, during (503) and after.
 
     `stale_after`: the router keeps telling the decode id A (bug #1/#13); `recompute_after`: the decode
     recomputes (bug #3); `never_ready`: the router never sees the prefill Ready again (bug #6).
     """
-    hb = HB(settings=settings or {"engines": {"transfer_timeout_s": 3.0}}, path=path)
+    hb = HB(settings=settings or {"engines": {"transfer_timeout_s": 3.0}}, path=path, scenario=scenario)
     hb.engine(0.0, "prefill-0", "A", "prefill", "http://p0")
     hb.engine(0.0, "decode-0", "D", "decode", "http://d0")
     hb.status(0.0, "w-p0", "ready", "http://p0")

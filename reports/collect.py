@@ -1,0 +1,78 @@
+"""Results from a run folder: saved ones (report.json) and ones derived from histories (crashed suites)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.checkers import run_checks
+from harness.history import load_history
+from harness.verdict import Verdict
+from reports.json_report import REPORT_JSON, read_json
+from reports.model import ScenarioResult
+
+HISTORY_NAME = "history.jsonl"
+
+
+def _expects(settings: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The checkers a run asked for, as the runner saved them in `run_started.settings["expect"]`."""
+    out = []
+    for item in settings.get("expect") or []:
+        if isinstance(item, Mapping) and item.get("checker"):
+            out.append((str(item["checker"]), dict(item.get("params") or {})))
+    return out
+
+
+def result_from_history(path: str | os.PathLike[str]) -> ScenarioResult:
+    """Judge one history file afresh. A missing, empty or truncated history gives an unknown verdict."""
+    p = Path(path)
+    folder = p.parent
+    logs = folder / "logs"
+    common: dict[str, Any] = {
+        "history_path": p,
+        "cell_dir": folder,
+        "log_dir": logs if logs.is_dir() else None,
+    }
+    try:
+        h = load_history(p)
+    except OSError as e:
+        why = Verdict.unknown_("run_complete", f"history unreadable: {e}")
+        return ScenarioResult(scenario=folder.name, topology="", connector="", verdicts=[why], **common)
+    run = h.run or {}
+    verdicts = run_checks(h, _expects(h.settings))
+    return ScenarioResult(
+        scenario=str(run.get("scenario") or folder.name),
+        topology=str(run.get("topology") or ""),
+        connector=str(run.get("connector") or ""),
+        transport=str(run.get("transport") or ""),
+        router=str(run.get("router") or ""),
+        verdicts=verdicts,
+        bugs=[str(b) for b in run.get("bugs") or h.settings.get("bugs") or []],
+        seed=run.get("seed"),
+        run_reason=str((h.ended or {}).get("reason") or "no run_ended"),
+        duration_s=round(h.end_t, 3),
+        started_at=h.wall_start,
+        ended_at=None if h.wall_start is None else h.wall_start + h.end_t,
+        **common,
+    )
+
+
+def find_histories(run_dir: Path) -> list[Path]:
+    return sorted(run_dir.rglob(HISTORY_NAME))
+
+
+def collect_results(run_dir: Path, recheck: bool = False) -> list[ScenarioResult]:
+    """Saved results from report.json (unless `recheck`), plus a derived result for every history file that
+    no saved result names (a suite that crashed before writing its report)."""
+    saved: list[ScenarioResult] = []
+    report = run_dir / REPORT_JSON
+    if not recheck and report.is_file():
+        try:
+            saved = read_json(report)
+        except (ValueError, OSError):
+            saved = []
+    known = {os.path.abspath(r.history_path) for r in saved if r.history_path is not None}
+    derived = [result_from_history(p) for p in find_histories(run_dir) if os.path.abspath(p) not in known]
+    return saved + derived

@@ -1,0 +1,221 @@
+"""report.html: one self-contained page (inline CSS, plots as base64 PNG), logs linked by relative path."""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+import re
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from harness.checkers import check_recovery
+from harness.history import History, load_history
+from harness.verdict import Verdict
+from reports.model import ScenarioResult, relative, summarize
+from reports.plot import timeline_png
+
+REPORT_HTML = "report.html"
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1em}
+td,th{border:1px solid #ccc;padding:3px 7px;font-size:13px;text-align:left;vertical-align:top}
+th{background:#f0f0f0}
+.pass{background:#dff0d8}.fail{background:#f2dede}.unknown{background:#fcf8e3}
+.badge{font-weight:bold;padding:1px 6px;border-radius:3px}
+section{border-top:2px solid #ddd;margin-top:1.5em;padding-top:.5em}
+img{max-width:100%;border:1px solid #ddd}
+code,pre{font-size:12px}
+pre{background:#f7f7f7;padding:6px;overflow-x:auto}
+"""
+
+
+def esc(x: Any) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def anchor(r: ScenarioResult) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", r.key)
+
+
+def badge(status: str | None) -> str:
+    s = status or "unknown"
+    return f'<span class="badge {esc(s)}">{esc(s.upper())}</span>'
+
+
+def fmt_s(x: Any) -> str:
+    return f"{x:.2f}s" if isinstance(x, int | float) and not isinstance(x, bool) else "-"
+
+
+def _load(r: ScenarioResult) -> tuple[History | None, str]:
+    if r.history_path is None:
+        return None, "no history recorded"
+    try:
+        h = load_history(r.history_path)
+    except OSError as e:
+        return None, f"history unreadable: {e}"
+    if not h.complete:
+        return h, f"history truncated: no run_ended (last record at t={h.end_t:.2f}s)"
+    return h, ""
+
+
+def _summary_table(results: list[ScenarioResult]) -> str:
+    rows = []
+    for r in results:
+        reason = r.overall.reason if r.status != "pass" else ""
+        rows.append(
+            f'<tr class="{esc(r.status)}"><td><a href="#{anchor(r)}">{esc(r.scenario)}</a></td>'
+            f"<td>{esc(', '.join(r.bugs))}</td><td>{esc(r.cell)}</td><td>{esc(r.router)}</td>"
+            f"<td>{badge(r.status)}</td><td>{esc(reason[:300])}</td><td>{fmt_s(r.duration_s)}</td></tr>"
+        )
+    head = (
+        "<tr><th>Scenario</th><th>Bugs</th><th>Cell</th><th>Router</th><th>Verdict</th><th>Reason</th>"
+        "<th>Wall time</th></tr>"
+    )
+    return f'<table class="summary">{head}{"".join(rows)}</table>'
+
+
+def _verdict_table(verdicts: list[Verdict]) -> str:
+    if not verdicts:
+        return "<p>No checker verdicts.</p>"
+    rows = []
+    for v in verdicts:
+        ev = ""
+        if v.evidence:
+            items = "".join(f"<li><code>{esc(e)}</code></li>" for e in v.evidence[:30])
+            ev = f"<details><summary>{len(v.evidence)} evidence item(s)</summary><ul>{items}</ul></details>"
+        rows.append(
+            f'<tr class="{esc(v.status)}"><td>{esc(v.name)}</td><td>{badge(v.status)}</td>'
+            f"<td>{esc(v.reason)}{ev}</td></tr>"
+        )
+    return f"<table><tr><th>Checker</th><th>Status</th><th>Reason</th></tr>{''.join(rows)}</table>"
+
+
+def _recovery_table(r: ScenarioResult, h: History | None) -> str:
+    verdict = next((v for v in r.verdicts if v.name == "recovery"), None)
+    if verdict is None and h is not None and h.faults:
+        verdict = check_recovery(h)
+    faults = (verdict.numbers.get("faults") if verdict is not None else None) or {}
+    if not faults:
+        return "<p>No fault recoveries measured.</p>"
+    rows = []
+    for fid, n in faults.items():
+        if not isinstance(n, dict):
+            continue
+        rows.append(
+            f'<tr class="{esc(n.get("status"))}"><td>{esc(fid)}</td><td>{esc(n.get("kind"))}</td>'
+            f"<td>{esc(n.get('target'))}</td><td>{fmt_s(n.get('heal_to_ready_s'))}</td>"
+            f"<td>{fmt_s(n.get('ready_to_handoff_s'))}</td><td>{fmt_s(n.get('heal_to_handoff_s'))}</td>"
+            f"<td>{badge(n.get('status'))}</td></tr>"
+        )
+    head = (
+        "<tr><th>Fault</th><th>Kind</th><th>Target</th><th>Heal &rarr; Ready</th>"
+        "<th>Ready &rarr; first correct handoff</th><th>Heal &rarr; handoff</th><th>Status</th></tr>"
+    )
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _handoff_table(h: History | None) -> str:
+    if h is None or not h.handoffs:
+        return "<p>No handoff records.</p>"
+    counts = Counter((str(x.engine), str(x.kind), str(x.outcome)) for x in h.handoffs)
+    outcomes = sorted({k[2] for k in counts})
+    engines = sorted({(k[0], k[1]) for k in counts})
+    head = "<tr><th>Engine</th><th>Kind</th>" + "".join(f"<th>{esc(o)}</th>" for o in outcomes) + "</tr>"
+    rows = [
+        f"<tr><td>{esc(e)}</td><td>{esc(k)}</td>"
+        + "".join(f"<td>{counts.get((e, k, o), 0)}</td>" for o in outcomes)
+        + "</tr>"
+        for e, k in engines
+    ]
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _links(r: ScenarioResult, run_dir: Path) -> str:
+    files: list[Path] = []
+    if r.history_path is not None:
+        files.append(r.history_path)
+    files += r.logs()
+    folder = r.folder()
+    if folder is not None and folder.is_dir():
+        files += sorted(p for p in folder.glob("engines/*") if p.is_file())
+    seen: set[str] = set()
+    items = []
+    for p in files:
+        rel = relative(p, run_dir)
+        if rel in seen:
+            continue
+        seen.add(rel)
+        missing = "" if p.exists() else " (missing)"
+        items.append(f'<li><a href="{esc(rel)}">{esc(rel)}</a>{missing}</li>')
+    return f"<ul>{''.join(items)}</ul>" if items else "<p>No files.</p>"
+
+
+def _plot(h: History | None, r: ScenarioResult, plots: bool) -> str:
+    if h is None:
+        return ""
+    if not plots:
+        return "<p>(timeline plot not rendered)</p>"
+    try:
+        png = timeline_png(h, title=f"{r.scenario} / {r.cell}")
+    except Exception as e:  # a broken plot must not cost the rest of the report
+        return f"<p>Timeline plot failed: {esc(type(e).__name__)}: {esc(e)}</p>"
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img alt="timeline {esc(r.key)}" src="data:image/png;base64,{data}">'
+
+
+def _section(r: ScenarioResult, run_dir: Path, plots: bool) -> str:
+    h, problem = _load(r)
+    when = ""
+    if h is not None and h.wall_start is not None:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(r.started_at or h.wall_start))
+    parts = [
+        f'<section id="{anchor(r)}"><h2>{esc(r.scenario)} &mdash; {esc(r.cell)} {badge(r.status)}</h2>',
+        f"<p>{esc(r.description)}</p>" if r.description else "",
+        f"<p>Router <b>{esc(r.router)}</b>; bugs {esc(', '.join(r.bugs) or '-')}; seed {esc(r.seed)}; "
+        f"wall time {fmt_s(r.duration_s)}; started {esc(when or '-')}; "
+        f"run ended: {esc(r.run_reason or '-')}</p>",
+        f"<p><b>{esc(problem)}</b></p>" if problem else "",
+        f"<p>Verdict: {esc(r.overall.reason)}</p>" if r.status != "pass" else "",
+        _verdict_table(r.verdicts),
+        _plot(h, r, plots),
+        "<h3>Recovery latency</h3>",
+        _recovery_table(r, h),
+        "<h3>Handoff outcomes</h3>",
+        _handoff_table(h),
+        "<h3>Files</h3>",
+        _links(r, run_dir),
+    ]
+    if r.notes:
+        parts.append("<h3>Notes</h3><ul>" + "".join(f"<li>{esc(n)}</li>" for n in r.notes) + "</ul>")
+    parts.append("</section>")
+    return "\n".join(p for p in parts if p)
+
+
+def render_html(results: list[ScenarioResult], run_dir: Path, plots: bool = True) -> str:
+    s = summarize(results)
+    title = f"pdchaos report: {run_dir.name}"
+    counts = f"{s['total']} run(s): {s['pass']} pass, {s['fail']} fail, {s['unknown']} unknown"
+    body = [
+        f"<h1>{esc(title)}</h1>",
+        f"<p>Overall {badge(s['status'])} &mdash; {esc(counts)}. Unknown means the harness could not tell: "
+        "it is not a pass.</p>",
+        _summary_table(results),
+        *(_section(r, run_dir, plots) for r in results),
+    ]
+    return (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{esc(title)}</title>'
+        f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n"
+    )
+
+
+def write_html(results: list[ScenarioResult], run_dir: Path, plots: bool = True) -> Path:
+    """`plots=False` leaves the timeline plots out (fast re-render of a big run)."""
+    path = run_dir / REPORT_HTML
+    tmp = path.with_suffix(f".html.{os.getpid()}.tmp")
+    tmp.write_text(render_html(results, run_dir, plots), encoding="utf-8")
+    os.replace(tmp, path)
+    return path

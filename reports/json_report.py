@@ -1,0 +1,44 @@
+"""report.json: versioned, machine-readable results of a run (schema `pdchaos.report/1`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from reports.model import SCHEMA, ScenarioResult, summarize
+
+REPORT_JSON = "report.json"
+
+
+def report_document(results: list[ScenarioResult], run_dir: Path) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "generated_at": time.time(),
+        "run_dir": run_dir.name,
+        "summary": summarize(results),
+        "results": [r.to_dict(base=run_dir) for r in results],
+    }
+
+
+def write_json(results: list[ScenarioResult], run_dir: Path) -> Path:
+    """Write atomically (a reader never sees half a report)."""
+    path = run_dir / REPORT_JSON
+    tmp = path.with_suffix(f".json.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(report_document(results, run_dir), indent=2, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def read_json(path: Path) -> list[ScenarioResult]:
+    """Results from a report.json; raises ValueError for another schema or a damaged file."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from e
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: not a {SCHEMA} document")
+    base = path.parent
+    return [ScenarioResult.from_dict(r, base) for r in doc.get("results") or [] if isinstance(r, dict)]

@@ -1,0 +1,82 @@
+"""junit.xml: one testcase per scenario x cell (topology-connector-transport), for CI dashboards.
+
+pass -> plain testcase; fail -> `<failure>`; unknown -> `<error type="unknown">`. Unknown is reported as an
+error, not `<skipped>`: CI treats skipped as green, and an unknown verdict (the harness could not tell) must
+never read as a pass.
+"""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from reports.model import ScenarioResult, relative, summarize
+
+JUNIT_XML = "junit.xml"
+
+
+def _details(r: ScenarioResult) -> str:
+    """Per-checker lines, then a little evidence for each checker that did not pass."""
+    lines = [f"{v.status.upper():7} {v.name}: {v.reason}" for v in r.verdicts]
+    for v in r.verdicts:
+        if v.status != "pass" and v.evidence:
+            lines.append(f"evidence ({v.name}): " + "; ".join(str(e) for e in v.evidence[:5]))
+    return "\n".join(lines)
+
+
+def _files(r: ScenarioResult, run_dir: Path) -> str:
+    lines = []
+    if r.history_path is not None:
+        lines.append(f"history: {relative(r.history_path, run_dir)}")
+    lines += [f"log: {relative(p, run_dir)}" for p in r.logs()]
+    lines += [f"note: {n}" for n in r.notes]
+    return "\n".join(lines)
+
+
+def junit_tree(results: list[ScenarioResult], run_dir: Path) -> ET.ElementTree:
+    s = summarize(results)
+    total_time = sum(r.duration_s or 0.0 for r in results)
+    suites = ET.Element("testsuites", name="pdchaos", tests=str(s["total"]))
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=f"pdchaos.{run_dir.name}",
+        tests=str(s["total"]),
+        failures=str(s["fail"]),
+        errors=str(s["unknown"]),
+        skipped="0",
+        time=f"{total_time:.3f}",
+    )
+    for r in results:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"pdchaos.{r.scenario}",
+            name=f"{r.cell}[{r.router}]" if r.router else r.cell,
+            time=f"{r.duration_s or 0.0:.3f}",
+        )
+        props = ET.SubElement(case, "properties")
+        for name, value in (("bugs", ",".join(r.bugs)), ("status", r.status or "")):
+            ET.SubElement(props, "property", name=name, value=value)
+        reason = r.overall.reason or r.status or ""
+        if r.status == "fail":
+            el = ET.SubElement(case, "failure", message=reason[:500], type="fail")
+            el.text = _details(r)
+        elif r.status != "pass":
+            el = ET.SubElement(case, "error", message=reason[:500], type="unknown")
+            el.text = _details(r)
+        out = ET.SubElement(case, "system-out")
+        # Failing cases carry the checker lines in <failure>/<error>; passing ones here.
+        head = _details(r) + "\n" if r.status == "pass" else ""
+        out.text = head + _files(r, run_dir)
+    ET.indent(suites)
+    return ET.ElementTree(suites)
+
+
+def write_junit(results: list[ScenarioResult], run_dir: Path) -> Path:
+    path = run_dir / JUNIT_XML
+    tmp = path.with_suffix(f".xml.{os.getpid()}.tmp")
+    junit_tree(results, run_dir).write(tmp, encoding="utf-8", xml_declaration=True)
+    os.replace(tmp, path)
+    return path
