@@ -81,6 +81,8 @@ def proxy_process() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def create_proxy(api: str, name: str, upstream_port: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -424,23 +425,23 @@ def _read_ready_line(proc: subprocess.Popen[str], deadline_s: float) -> dict[str
 def test_cli_serves_populates_and_stops_on_sigterm(tmp_path: Path, echo_port: int) -> None:
     config = tmp_path / "proxies.json"
     config.write_text(json.dumps([{"name": "cfg", "upstream": f"127.0.0.1:{echo_port}"}]))
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-m", "harness.network.cli", "--port", "0", "--seed", "3", "--config", str(config)],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        ready = _read_ready_line(proc, 15)
-        proxies = requests.get(f"{ready['url']}/proxies", timeout=TIMEOUT_S).json()
-        assert list(proxies) == ["cfg"] and echoes(proxies["cfg"]["listen"])
-        proc.terminate()
-        assert proc.wait(TIMEOUT_S) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(TIMEOUT_S)
+    ) as proc:
+        try:
+            ready = _read_ready_line(proc, 15)
+            proxies = requests.get(f"{ready['url']}/proxies", timeout=TIMEOUT_S).json()
+            assert list(proxies) == ["cfg"] and echoes(proxies["cfg"]["listen"])
+            proc.terminate()
+            assert proc.wait(TIMEOUT_S) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(TIMEOUT_S)
 
 
 def test_cli_rejects_a_non_loopback_host() -> None:
@@ -451,3 +452,36 @@ def test_cli_rejects_a_non_loopback_host() -> None:
         timeout=30,
     )
     assert result.returncode == 2 and "loopback" in result.stderr
+
+
+def test_http_upstream_change_and_delete_drop_open_connections(
+    embedded: EmbeddedToxiproxy, echo_port: int
+) -> None:
+    url = embedded.url
+    reply = requests.post(
+        f"{url}/proxies", json={"name": "p", "upstream": f"127.0.0.1:{echo_port}"}, timeout=TIMEOUT_S
+    )
+    host, port = reply.json()["listen"].rsplit(":", 1)
+
+    def open_echoing() -> socket.socket:
+        sock = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
+        sock.sendall(b"hi")
+        assert sock.recv(2) == b"hi"
+        return sock
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))  # bound, never listening: connections to it are refused
+        dead = f"127.0.0.1:{holder.getsockname()[1]}"
+        with open_echoing() as sock:
+            reply = requests.patch(f"{url}/proxies/p", json={"upstream": dead}, timeout=TIMEOUT_S)
+            assert reply.json()["upstream"] == dead
+            with contextlib.suppress(ConnectionResetError):
+                assert sock.recv(10) == b""  # the restart dropped it
+        with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
+            assert sock.recv(10) == b""  # new connections go to the new (dead) upstream
+    requests.patch(f"{url}/proxies/p", json={"upstream": f"127.0.0.1:{echo_port}"}, timeout=TIMEOUT_S)
+    with open_echoing() as sock:
+        assert requests.delete(f"{url}/proxies/p", timeout=TIMEOUT_S).status_code == 204
+        with contextlib.suppress(ConnectionResetError):
+            assert sock.recv(10) == b""
+    assert refused(f"{host}:{port}")

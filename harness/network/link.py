@@ -72,6 +72,9 @@ class _Pump:
             self.wake.clear()
             writable = transport.get_write_buffer_size() < HIGH_WATER
             for out in self.chain.poll(loop.time(), data_ok=writable):
+                if out.kind == "data" and transport.is_closing():
+                    self.link.end("close")  # the receiving end is gone: nothing more can arrive
+                    return
                 if out.kind == "data":
                     transport.write(out.data)
                 elif out.kind == "eof":
