@@ -680,6 +680,17 @@ class History:
     def fault_windows(self) -> list[tuple[FaultView, float, float]]:
         return [(f, *f.window(self.end_t)) for f in self.fault_list()]
 
+    def step_time(self, name: str) -> float | None:
+        """When a timeline step (fault id) took effect: its `fault_applied`, else the first record naming it
+        as `fault` (a heal step is only a note), else None."""
+        fv = self.faults.get(name)
+        if fv is not None and fv.applied_t is not None:
+            return fv.applied_t
+        for r in self.records:
+            if r.get("fault") == name and r.get("type") in ("note", "fault_verified", "fault_healed"):
+                return _f(r.get("t"))
+        return None
+
     # -- router status --
 
     def status_timeline(self, worker: str) -> list[StatusPoint]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_checkers_builders import HB, restart_run
+from test_checkers_builders import HB, WALL0, restart_run
 
 from harness.checkers import (
     AvailabilityExpect,
@@ -22,6 +22,7 @@ from harness.checkers import (
     check_prompt_503,
     check_recovery,
     check_transfer_timeout,
+    run_check,
 )
 from harness.checkers.probes import max_gap
 
@@ -393,3 +394,62 @@ def test_output_checker() -> None:
     hb.request(0.0, 0.1, text_ok=None)
     assert check_output(hb.history()).status == "unknown"
     assert check_output(hb.history(), OutputExpect(min_checked=0)).status == "pass"
+
+
+# ----------------------------------------------------------------------------------------- handoff_strict
+
+
+def test_handoff_strict_only_listed_kinds_excuse() -> None:
+    hb = HB()
+    hb.fault("patch", "patch_worker", "prefill-0", applied=1.0, healed=1.0)
+    hb.fault("slow", "fault:latency", "prefill-0", applied=3.0, healed=3.5)
+    hb.pd_request(1.2, "A", told_id="", outcome="recomputed", kv_digest=None)  # right after the patch
+    hb.pd_request(3.6, "A", told_id="", outcome="recomputed", kv_digest=None)  # right after the latency
+    h = hb.history()
+    assert check_handoff(h).status == "pass"  # plain: every fault excuses
+    v = run_check(h, "handoff_strict", {"grace_s": 1.0, "excuse_kinds": ["latency"]})
+    assert v.status == "fail" and v.numbers["problems"] == {"recomputed": 1}
+    assert v.numbers["excused_in_grace"] == {"recomputed": 1} and v.evidence[0]["at"] == pytest.approx(1.22)
+    v = run_check(h, "handoff_strict", {"grace_s": 1.0})
+    assert v.numbers["problems"] == {"recomputed": 2}
+
+
+# ----------------------------------------------------------------------------------------- metadata reads
+
+
+def reads_run(n_reads: int) -> HB:
+    hb = HB()
+    hb.engine(0.0, "prefill-0", "A", "prefill", "http://w-p0")
+    hb.status(0.0, "w-p0", "ready", "http://w-p0")
+    hb.fault("slow_health", "fault:latency", "prefill-0", applied=1.0)
+    hb.at(1.0).router_event({"type": "metadata_read", "worker": "w-p0", "outcome": "id", "ts": WALL0 + 1.0})
+    hb.heal("slow_health", "fault:latency", "prefill-0", 2.0)
+    hb.at(2.0).note("heal prefill-0 latency", fault="heal_health")
+    for i in range(n_reads):
+        t = 2.1 + 0.3 * i
+        hb.at(t).router_event(
+            {"type": "metadata_read", "worker": "w-p0", "outcome": "no_id", "ts": WALL0 + t}
+        )
+    hb.end(6.0)
+    return hb
+
+
+def test_metadata_reads_bounded_after_a_heal_step() -> None:
+    params = {"target": "prefill-0", "from_fault": "heal_health", "max_reads": 3}
+    v = run_check(reads_run(2).history(), "metadata_reads", params)
+    assert v.status == "pass" and v.numbers["reads"] == 2 and v.numbers["window"][0] == 2.0
+    v = run_check(reads_run(12).history(), "metadata_reads", params)
+    assert v.status == "fail" and v.numbers["outcomes"] == {"no_id": 12}
+    v = run_check(reads_run(0).history(), "metadata_reads", {**params, "min_reads": 1})
+    assert v.status == "fail" and "at least 1" in v.reason
+    v = run_check(reads_run(12).history(), "metadata_reads", {**params, "until_fault": "slow_health"})
+    assert v.status == "pass" and v.numbers["reads"] == 0  # window ends before it starts: nothing counted
+
+
+def test_metadata_reads_unknown() -> None:
+    h = reads_run(2).history()
+    assert run_check(h, "metadata_reads", {}).status == "unknown"
+    v = run_check(h, "metadata_reads", {"target": "prefill-0", "from_fault": "never"})
+    assert v.status == "unknown" and "never happened" in v.reason
+    assert run_check(h, "metadata_reads", {"target": "decode-9"}).status == "unknown"
+    assert run_check(restart_run().history(), "metadata_reads", {"target": "prefill-0"}).status == "unknown"

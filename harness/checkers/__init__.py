@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.checkers.availability import AvailabilityExpect, check_availability
-from harness.checkers.handoff import HandoffExpect, check_handoff
+from harness.checkers.handoff import HandoffExpect, HandoffStrictExpect, check_handoff
 from harness.checkers.lost import NothingLostExpect, check_nothing_lost
+from harness.checkers.metadata_reads import MetadataReadsExpect, check_metadata_reads
 from harness.checkers.output import OutputExpect, check_output
 from harness.checkers.probes import ProbeScheduleExpect, check_probe_schedule
 from harness.checkers.prompt_503 import Prompt503Expect, check_prompt_503
@@ -30,6 +31,8 @@ __all__ = [
     "CheckerError",
     "CheckerSpec",
     "HandoffExpect",
+    "HandoffStrictExpect",
+    "MetadataReadsExpect",
     "NothingLostExpect",
     "OutputExpect",
     "ProbeScheduleExpect",
@@ -38,6 +41,7 @@ __all__ = [
     "TransferTimeoutExpect",
     "check_availability",
     "check_handoff",
+    "check_metadata_reads",
     "check_nothing_lost",
     "check_output",
     "check_probe_schedule",
@@ -71,6 +75,8 @@ CHECKERS: dict[str, CheckerSpec] = {
     for spec in (
         CheckerSpec("recovery", RecoveryExpect, check_recovery),
         CheckerSpec("handoff", HandoffExpect, check_handoff),
+        CheckerSpec("handoff_strict", HandoffStrictExpect, check_handoff),
+        CheckerSpec("metadata_reads", MetadataReadsExpect, check_metadata_reads),
         CheckerSpec("transfer_timeout", TransferTimeoutExpect, check_transfer_timeout),
         CheckerSpec("prompt_503", Prompt503Expect, check_prompt_503),
         CheckerSpec("probe_schedule", ProbeScheduleExpect, check_probe_schedule),

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from harness.checkers._common import cap, rounded
+from harness.checkers._common import cap, kind_matches, rounded
 from harness.history import Handoff, History, base_engine_id
 from harness.verdict import Verdict
 
@@ -21,14 +21,31 @@ NAME = "handoff"
 
 @dataclass(frozen=True)
 class HandoffExpect:
+    """`grace_s` after each fault's heal (and during it) stale ids, recomputes and failed pulls are excused;
+    `excuse_kinds` limits which fault kinds open such a window (None: every fault)."""
+
     grace_s: float = 3.0
     allow_recompute: bool = False
     allow_failed: bool = False
     check_stale: bool = True
+    excuse_kinds: tuple[str, ...] | None = None
 
 
-def grace_windows(history: History, grace_s: float) -> list[tuple[float, float]]:
-    return [(start, end + grace_s) for _f, start, end in history.fault_windows()]
+@dataclass(frozen=True)
+class HandoffStrictExpect(HandoffExpect):
+    """`handoff_strict`: no fault excuses anything unless its kind is listed in `excuse_kinds`."""
+
+    excuse_kinds: tuple[str, ...] | None = ()
+
+
+def grace_windows(
+    history: History, grace_s: float, kinds: tuple[str, ...] | None = None
+) -> list[tuple[float, float]]:
+    return [
+        (start, end + grace_s)
+        for f, start, end in history.fault_windows()
+        if kinds is None or kind_matches(f.kind, kinds)
+    ]
 
 
 def _in_windows(t: float, windows: list[tuple[float, float]]) -> bool:
@@ -72,7 +89,7 @@ def check_handoff(history: History, exp: HandoffExpect | None = None) -> Verdict
     decodes = [h for h in history.handoffs if h.kind == "decode"]
     if not decodes:
         return Verdict.unknown_(NAME, "no decode handoff records (engine provenance not collected?)")
-    windows = grace_windows(history, exp.grace_s)
+    windows = grace_windows(history, exp.grace_s, exp.excuse_kinds)
     outcomes = Counter(str(d.outcome) for d in decodes)
     counts: Counter[str] = Counter()
     excused: Counter[str] = Counter()
@@ -100,6 +117,7 @@ def check_handoff(history: History, exp: HandoffExpect | None = None) -> Verdict
         "problems": dict(counts),
         "excused_in_grace": dict(excused),
         "grace_s": exp.grace_s,
+        "excuse_kinds": None if exp.excuse_kinds is None else list(exp.excuse_kinds),
     }
     if counts:
         summary = ", ".join(f"{n} {p}" for p, n in counts.most_common())
