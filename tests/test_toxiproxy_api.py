@@ -22,7 +22,7 @@ from toxiproxy import Toxiproxy
 from toxiproxy.api import APIConsumer
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
-from harness.network import DEFAULT_PORT, EmbeddedToxiproxy, configure_client, toxiproxy_url
+from harness.network import DEFAULT_PORT, EmbeddedToxiproxy, configure_client, toxiproxy_server, toxiproxy_url
 from pdchaos.ports import free_port, free_ports
 
 TIMEOUT_S = 5.0
@@ -485,3 +485,22 @@ def test_http_upstream_change_and_delete_drop_open_connections(
         with contextlib.suppress(ConnectionResetError):
             assert sock.recv(10) == b""
     assert refused(f"{host}:{port}")
+
+
+def test_toxiproxy_server_prefers_the_configured_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOXIPROXY_URL", raising=False)
+    with toxiproxy_server(seed=1) as url:
+        assert Toxiproxy().running() is True
+        assert (APIConsumer.host, APIConsumer.port) == ("127.0.0.1", int(url.rsplit(":", 1)[1]))
+        monkeypatch.setenv("TOXIPROXY_URL", url)  # stands in for a real Toxiproxy somewhere
+        with toxiproxy_server() as same:
+            assert same == url
+        assert requests.get(f"{url}/version", timeout=TIMEOUT_S).status_code == 200  # not stopped
+    assert not Toxiproxy().running()
+
+
+def test_cli_accepts_toxiproxy_server_flag_spellings() -> None:
+    from harness.network.cli import parse_args
+
+    args = parse_args(["-host", "127.0.0.1", "-port", "0", "-seed", "9"])
+    assert (args.host, args.port, args.seed) == ("127.0.0.1", 0, 9)

@@ -3,6 +3,12 @@
 Drive it with the toxiproxy-python client like a real Toxiproxy; set TOXIPROXY_URL to use a real one.
 """
 
-from harness.network.server import DEFAULT_PORT, EmbeddedToxiproxy, configure_client, toxiproxy_url
+from harness.network.server import (
+    DEFAULT_PORT,
+    EmbeddedToxiproxy,
+    configure_client,
+    toxiproxy_server,
+    toxiproxy_url,
+)
 
-__all__ = ["DEFAULT_PORT", "EmbeddedToxiproxy", "configure_client", "toxiproxy_url"]
+__all__ = ["DEFAULT_PORT", "EmbeddedToxiproxy", "configure_client", "toxiproxy_server", "toxiproxy_url"]

@@ -15,10 +15,11 @@ from harness.network.server import DEFAULT_PORT, EmbeddedToxiproxy
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="pdchaos-toxiproxy", description=__doc__)
-    parser.add_argument("--host", default=LOOPBACK, help="API address (loopback only)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="API port (0 = any free port)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for toxicity and jitter draws")
-    parser.add_argument("--config", type=Path, help="JSON list of proxies to create at start (populate)")
+    # The single-dash spellings are toxiproxy-server's, so scripts written for it work unchanged.
+    parser.add_argument("--host", "-host", default=LOOPBACK, help="API address (loopback only)")
+    parser.add_argument("--port", "-port", type=int, default=DEFAULT_PORT, help="API port (0 = any free)")
+    parser.add_argument("--seed", "-seed", type=int, default=0, help="seed for toxicity and jitter draws")
+    parser.add_argument("--config", "-config", type=Path, help="JSON list of proxies to create at start")
     return parser.parse_args(argv)
 
 

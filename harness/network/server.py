@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from urllib.parse import urlsplit
 
@@ -21,6 +23,26 @@ DEFAULT_PORT = 8474
 def toxiproxy_url() -> str | None:
     """TOXIPROXY_URL when set (a real Toxiproxy to use instead of the embedded one), else None."""
     return os.environ.get("TOXIPROXY_URL") or None
+
+
+@contextmanager
+def toxiproxy_server(seed: int = 0) -> Iterator[str]:
+    """The Toxiproxy to use, as a URL: TOXIPROXY_URL's real one when set, else an embedded one on a thread.
+
+    The toxiproxy-python client is pointed at it too. The embedded one stops when the block ends.
+    """
+    external = toxiproxy_url()
+    if external is not None:
+        configure_client(external)
+        yield external
+        return
+    server = EmbeddedToxiproxy(seed=seed)
+    url = server.start_in_thread()
+    try:
+        configure_client(url)
+        yield url
+    finally:
+        server.stop()
 
 
 def configure_client(url: str) -> None:
