@@ -83,7 +83,10 @@ class EmbeddedToxiproxy:
 
     # --- in a running loop ---------------------------------------------------------------------
     async def start(self) -> str:
-        runner = web.AppRunner(build_app(self.service), access_log=None, handle_signals=False)
+        # A bounded shutdown: an API call in flight gets 2 s to finish when the server stops.
+        runner = web.AppRunner(
+            build_app(self.service), access_log=None, handle_signals=False, shutdown_timeout=2.0
+        )
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
         try:
