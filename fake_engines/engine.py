@@ -181,10 +181,24 @@ class Engine:
         return raw
 
     async def generate(self, req: GenRequest) -> GenResult:
-        """Run one request through the handoff (if any) and the timing model; writes the provenance record."""
-        task = asyncio.current_task()
-        if task is not None:
-            self._inflight[req.request_id] = task
+        """Run one request through the handoff (if any) and the timing model; writes the provenance record.
+
+        The work runs in its own task so `abort(request_id)` can stop it wherever it waits.
+        """
+        work = asyncio.ensure_future(self._admitted(req))
+        self._inflight[req.request_id] = work
+        # An outcome nobody awaits any more (caller gone) must not be reported as "never retrieved".
+        work.add_done_callback(lambda t: t.cancelled() or t.exception())
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            work.cancel()  # the caller went away (client hang-up): stop the work too
+            raise
+        finally:
+            if self._inflight.get(req.request_id) is work:
+                del self._inflight[req.request_id]
+
+    async def _admitted(self, req: GenRequest) -> GenResult:
         try:
             await self.faults.gate("generate")
             status = self.faults.state.take_failure()
@@ -200,16 +214,16 @@ class Engine:
                 return await self._generate(req)
             finally:
                 self.active -= 1
-        finally:
-            if self._inflight.get(req.request_id) is task:
-                del self._inflight[req.request_id]
+        except asyncio.CancelledError:
+            raise RequestError(499, f"request {req.request_id} aborted", "RequestAborted") from None
 
     def abort(self, request_ids: list[str]) -> int:
+        """Cancel in-flight requests by id; returns how many were running."""
         n = 0
         for rid in request_ids:
-            task = self._inflight.get(rid)
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
+            work = self._inflight.get(rid)
+            if work is not None and not work.done():
+                work.cancel()
                 n += 1
         return n
 

@@ -25,6 +25,7 @@ _CODES = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     404: grpc.StatusCode.NOT_FOUND,
     429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    499: grpc.StatusCode.CANCELLED,
     501: grpc.StatusCode.UNIMPLEMENTED,
     503: grpc.StatusCode.UNAVAILABLE,
     504: grpc.StatusCode.DEADLINE_EXCEEDED,

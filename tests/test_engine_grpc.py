@@ -182,9 +182,11 @@ async def test_abort_cancels_in_flight(
             break
     assert "slow" in engine.engine._inflight
     await stub.Abort(pb.AbortRequest(request_ids=["slow", "unknown"]), timeout=5)
-    with pytest.raises(grpc.aio.AioRpcError):
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
         await collect(call)
+    assert exc.value.code() == grpc.StatusCode.CANCELLED
     assert "slow" not in engine.engine._inflight
+    assert engine.engine.records == []
 
 
 async def test_unimplemented_rpcs(stub: vllm_engine_pb2_grpc.VllmEngineStub) -> None:
