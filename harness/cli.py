@@ -1,0 +1,441 @@
+"""`pdchaos`: run chaos scenarios against a PD router, list them, re-render reports.
+
+Exit codes (every subcommand): 0 pass, 1 fail, 2 unknown (includes an interrupted run), 3 usage or
+configuration error. A usage or configuration error prints one line `pdchaos: error: ...` and never a
+traceback; only a bug in pdchaos itself shows one.
+
+Interrupts: the first SIGINT or SIGTERM cancels the run, tears every process down, writes the partial
+report (its verdict is unknown) and exits 2. A second one while tearing down SIGKILLs every process group
+at once and exits 2 immediately. A SIGKILL cannot be caught: the children die with the harness through
+their parent-death signal (see harness.procs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import errno
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+EXIT_PASS = 0
+EXIT_FAIL = 1
+EXIT_UNKNOWN = 2
+EXIT_USAGE = 3
+EXIT_BY_STATUS = {"pass": EXIT_PASS, "fail": EXIT_FAIL, "unknown": EXIT_UNKNOWN}
+
+RUN_INFO = "run.json"
+# After an interrupt, how long the run may take to tear itself down before every group is SIGKILLed.
+TEARDOWN_TIMEOUT_S = 20.0
+DEFAULT_TAG = "default"
+
+_DESCRIPTION = """\
+pdchaos: chaos scenarios for prefill/decode disaggregated LLM serving.
+
+Starts fake vLLM engines (prefill and decode) and a router under test on loopback, drives client load
+through the router while a scenario's fault timeline restarts, crashes, wedges or degrades engines, then
+judges the recorded history (recovery time, handoff correctness, transfer-timeout hangs, prompt 503s,
+lost requests). Results go to a run folder: report.json, junit.xml, report.html, one history.jsonl and
+the process logs per scenario cell.
+
+  pdchaos run                       the default suite, reference router, embedded fake engines
+  pdchaos run restart_stale_id --topology 1p2d --router 'cmd:my-router --port {port} {prefill_args}'
+  pdchaos list                      scenarios with their descriptions and the bugs they catch
+  pdchaos report runs/latest        re-render the reports of a run folder
+"""
+
+_EPILOG = """\
+exit codes: 0 pass, 1 fail, 2 unknown (the harness could not tell, or the run was interrupted),
+3 usage or configuration error (one line on stderr saying what is wrong).
+"""
+
+
+class UsageError(Exception):
+    """Bad arguments or configuration: reported as one line, exit code 3."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="pdchaos",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser(
+        "run",
+        help="run scenarios and write a report (no scenario named: the default suite)",
+        description="Run scenarios, each in every topology/connector/transport cell it applies to, and write "
+        "report.json, junit.xml and report.html into the run folder.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument(
+        "scenarios", nargs="*", metavar="SCENARIO",
+        help="scenario names (see `pdchaos list`) or paths to scenario files (*.py defining SCENARIOS); "
+        "none: every scenario tagged 'default'",
+    )
+    run.add_argument(
+        "--topology", action="append", metavar="T",
+        help="NpMd shape (1p1d, 1p2d, 2p1d...); repeatable or comma separated (default: each scenario's own)",
+    )
+    run.add_argument("--connector", choices=("mooncake", "nixl"),
+                     help="KV connector (default: each scenario's own set)")
+    run.add_argument("--transport", choices=("http", "grpc"),
+                     help="how the router talks to the engines (default: each scenario's own set)")
+    run.add_argument(
+        "--router", default="reference", metavar="ROUTER",
+        help="'reference' (pdchaos-router, the default) or 'cmd:<command template>' with placeholders such "
+        "as {port} {prefill_args} {decode_args} (see harness/routers.py)",
+    )
+    run.add_argument("--out", type=Path, metavar="DIR",
+                     help="run folder (default: runs/<timestamp-id>; runs/latest points at the newest)")
+    run.add_argument("--seed", type=int, default=0, metavar="N", help="seed for the workload (default 0)")
+    run.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
+
+    lst = sub.add_parser("list", help="list scenarios with their descriptions and bug ids",
+                         description="List the scenarios pdchaos knows.")
+    lst.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="only these names or files")
+    lst.add_argument("--json", action="store_true", help="machine-readable output")
+
+    rep = sub.add_parser("report", help="re-render the reports of a run folder",
+                         description="Re-render report.json, junit.xml and report.html of a run folder; "
+                         "cells whose result was never saved are judged from their history.")
+    rep.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    rep.add_argument("--recheck", action="store_true", help="judge every history afresh")
+    return p
+
+
+# ---------------------------------------------------------------- scenario selection
+
+
+def _split_topologies(values: Sequence[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    from harness.topology import parse_topology
+
+    out: list[str] = []
+    for v in values:
+        for part in v.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            try:
+                out.append(parse_topology(part).name)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
+    if not out:
+        raise UsageError("--topology given without a topology")
+    return list(dict.fromkeys(out))
+
+
+def _load(items: Sequence[str]) -> list[Any]:
+    from harness.scenario import ScenarioError, load_scenarios
+
+    try:
+        return load_scenarios(list(items) or None)
+    except ScenarioError as e:
+        raise UsageError(str(e)) from None
+
+
+def is_default(scenario: Any) -> bool:
+    return DEFAULT_TAG in tuple(getattr(scenario, "tags", ()) or ())
+
+
+def default_suite(scenarios: Sequence[Any]) -> list[Any]:
+    """Scenarios tagged 'default'; if no scenario carries the tag, every scenario not tagged 'slow'."""
+    marked = [s for s in scenarios if is_default(s)]
+    if marked:
+        return marked
+    return [s for s in scenarios if "slow" not in tuple(getattr(s, "tags", ()) or ())]
+
+
+def _check_router(spec: str, scenarios: Sequence[Any]) -> Any:
+    from harness.routers import CommandRouter, RouterAdapterError, make_router_adapter
+
+    try:
+        adapter = make_router_adapter(spec)
+    except RouterAdapterError as e:
+        raise UsageError(str(e)) from None
+    if isinstance(adapter, CommandRouter):
+        exe = adapter.words[0] if adapter.words else ""
+        if not (shutil.which(exe) or (os.sep in exe and os.access(exe, os.X_OK))):
+            raise UsageError(f"router command {exe!r} not found or not executable")
+    for s in scenarios:
+        bug = getattr(s.router, "inject_bug", None)
+        if bug and not adapter.supports_inject_bug:
+            raise UsageError(
+                f"scenario {s.name!r} injects bug {bug!r}, which router {adapter.name!r} cannot take"
+            )
+    return adapter
+
+
+def _check_expectations(scenarios: Sequence[Any]) -> None:
+    from harness.checkers import validate_expect
+
+    for s in scenarios:
+        bad = [p for x in s.expect for p in validate_expect(x.checker, x.params)]
+        if bad:
+            raise UsageError(f"scenario {s.name!r}: " + "; ".join(bad))
+
+
+# ---------------------------------------------------------------- run
+
+
+@dataclass
+class RunPlan:
+    scenarios: list[Any]
+    cells: list[tuple[Any, Any]]
+    router: str
+    out: Path
+    seed: int
+    default_out: bool
+
+
+def plan_run(args: argparse.Namespace) -> RunPlan:
+    """Everything that can be wrong with a run, found before any process starts (UsageError)."""
+    from harness.runner import expand_matrix
+
+    topologies = _split_topologies(args.topology)
+    loaded = _load(args.scenarios)
+    scenarios = loaded if args.scenarios else default_suite(loaded)
+    if not scenarios:
+        raise UsageError("no scenarios to run")
+    _check_expectations(scenarios)
+    _check_router(args.router, scenarios)
+    cells = expand_matrix(
+        scenarios,
+        topologies,
+        [args.connector] if args.connector else None,
+        [args.transport] if args.transport else None,
+    )
+    if not cells:
+        wanted = ", ".join(
+            f"{k} {v}" for k, v in (("topology", topologies), ("connector", args.connector),
+                                    ("transport", args.transport)) if v
+        )
+        raise UsageError(f"no selected scenario applies to {wanted or 'any cell'}")
+    default_out = args.out is None
+    out = args.out if args.out is not None else Path("runs") / _run_id()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"run folder {out} already exists and is not empty")
+    return RunPlan(scenarios, cells, args.router, out, args.seed, default_out)
+
+
+def _run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+
+
+def _write_run_info(plan: RunPlan, marker: str, argv: Sequence[str]) -> None:
+    info = {
+        "pid": os.getpid(),
+        "marker": marker,
+        "argv": list(argv),
+        "started_at": time.time(),
+        "router": plan.router,
+        "seed": plan.seed,
+        "cells": [
+            {"scenario": s.name, "topology": c.topology, "connector": c.connector, "transport": c.transport}
+            for s, c in plan.cells
+        ],
+    }
+    (plan.out / RUN_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+
+
+def _kill_everything() -> None:
+    from harness import procs
+
+    procs._kill_all_live()
+
+
+async def _run_async(plan: RunPlan, show_progress: bool) -> tuple[list[Any], bool]:
+    """(results, interrupted). Installs the SIGINT/SIGTERM handlers for the run's lifetime."""
+    from harness.progress import ProgressReporter
+    from harness.runner import run_suite
+
+    loop = asyncio.get_running_loop()
+    progress = ProgressReporter(plan.out, total=len(plan.cells)) if show_progress else None
+    suite = asyncio.create_task(
+        run_suite(plan.scenarios, plan.cells, plan.out, router=plan.router, seed=plan.seed, progress=progress)
+    )
+    caught: list[int] = []
+    signalled = asyncio.Event()
+
+    def on_signal(sig: int) -> None:
+        if caught:
+            # Second signal: the user wants out now. No orphan either way: SIGKILL every group, then leave.
+            _kill_everything()
+            os._exit(EXIT_UNKNOWN)
+        caught.append(sig)
+        print(f"\npdchaos: {signal.Signals(sig).name}: stopping, tearing down, writing a partial report "
+              "(again to kill at once)", file=sys.stderr, flush=True)
+        suite.cancel()
+        signalled.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    if progress is not None:
+        progress.start()
+    results: list[Any] = []
+    waiter = asyncio.create_task(signalled.wait())
+    try:
+        await asyncio.wait({suite, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if caught:
+            done, _ = await asyncio.wait({suite}, timeout=TEARDOWN_TIMEOUT_S)
+            if not done:
+                print("pdchaos: teardown too slow, killing every process", file=sys.stderr, flush=True)
+                _kill_everything()
+                await asyncio.wait({suite}, timeout=5.0)
+            if suite.done() and not suite.cancelled() and suite.exception() is None:
+                results = suite.result()
+        else:
+            results = suite.result()
+    finally:
+        waiter.cancel()
+        if not suite.done():
+            suite.cancel()
+        if progress is not None:
+            await progress.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    return results, bool(caught)
+
+
+def _summary_lines(results: Sequence[Any], run_dir: Path) -> list[str]:
+    from reports import summarize
+
+    lines = []
+    for r in results:
+        cell = "/".join(x for x in (r.topology, r.connector, r.transport) if x)
+        reason = f"  {r.reason}" if r.status != "pass" and getattr(r, "reason", "") else ""
+        if len(reason) > 160:
+            reason = reason[:157] + "..."
+        lines.append(f"  {r.status.upper():8} {r.scenario} {cell}{reason}")
+    s = summarize(list(results))
+    lines.append(
+        f"pdchaos: {s['total']} cells: {s['pass']} pass, {s['fail']} fail, {s['unknown']} unknown -> "
+        f"{s['status'].upper()}; report: {run_dir / 'report.html'}"
+    )
+    return lines
+
+
+def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from harness.procs import MARKER_ENV
+    from reports import report_from_run_dir, summarize
+
+    plan = plan_run(args)
+    try:
+        plan.out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create run folder {plan.out}: {e.strerror or e}") from None
+    # Every process of this run (through every supervisor) carries the marker: find_marked_processes(marker)
+    # proves afterwards that nothing is left.
+    marker = os.environ.setdefault(MARKER_ENV, f"pdchaos-{plan.out.name}-{uuid.uuid4().hex[:8]}")
+    _write_run_info(plan, marker, argv)
+    print(f"pdchaos: {len(plan.cells)} cells from {len(plan.scenarios)} scenarios -> {plan.out}",
+          file=sys.stderr, flush=True)
+    show = not args.no_progress
+    results, interrupted = asyncio.run(_run_async(plan, show))
+    if interrupted:
+        results = report_from_run_dir(plan.out)
+        for line in _summary_lines(results, plan.out):
+            print(line)
+        print("pdchaos: interrupted: partial report, verdict UNKNOWN", file=sys.stderr)
+        return EXIT_UNKNOWN
+    for line in _summary_lines(results, plan.out):
+        print(line)
+    return EXIT_BY_STATUS.get(summarize(list(results))["status"], EXIT_UNKNOWN)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    scenarios = _load(args.scenarios)
+    if args.json:
+        out = [
+            {
+                "name": s.name,
+                "description": s.description,
+                "bugs": list(s.bugs),
+                "default": is_default(s),
+                "topologies": list(s.topologies),
+                "connectors": list(s.connectors),
+                "transports": list(s.transports),
+                "tags": list(s.tags),
+            }
+            for s in scenarios
+        ]
+        print(json.dumps(out, indent=2))
+        return EXIT_PASS
+    defaults = {s.name for s in default_suite(scenarios)}
+    for s in scenarios:
+        flag = "*" if s.name in defaults else " "
+        bugs = ", ".join(s.bugs) if s.bugs else "-"
+        print(f"{flag} {s.name}  [{' '.join(s.topologies)}; {'/'.join(s.connectors)}; "
+              f"{'/'.join(s.transports)}]  bugs: {bugs}")
+        print(f"    {s.description}")
+    print("(* = in the default suite, what `pdchaos run` runs with no scenario named)")
+    return EXIT_PASS
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from reports import report_from_run_dir, summarize
+
+    if not args.run_dir.is_dir():
+        raise UsageError(f"no run folder {args.run_dir}")
+    results = report_from_run_dir(args.run_dir, recheck=args.recheck)
+    if not results:
+        raise UsageError(f"{args.run_dir} holds no scenario results or histories")
+    for line in _summary_lines(results, args.run_dir):
+        print(line)
+    return EXIT_BY_STATUS.get(summarize(list(results))["status"], EXIT_UNKNOWN)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        if args.command == "run":
+            return cmd_run(args, ["pdchaos", *args_list])
+        if args.command == "list":
+            return cmd_list(args)
+        return cmd_report(args)
+    except UsageError as e:
+        print(f"pdchaos: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            print(f"pdchaos: error: port in use: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+    except KeyboardInterrupt:
+        # Only reachable outside the run's own handlers (e.g. while loading scenarios).
+        _kill_everything()
+        print("pdchaos: interrupted", file=sys.stderr)
+        return EXIT_UNKNOWN
+    except BrokenPipeError:
+        with contextlib.suppress(OSError):
+            sys.stdout.close()
+        return EXIT_PASS
+
+
+if __name__ == "__main__":
+    sys.exit(main())
