@@ -154,7 +154,9 @@ class HttpSurface:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, chat=True)
 
-    def _gen_request(self, body: dict[str, Any], chat: bool) -> tuple[GenRequest, bool]:
+    def _gen_request(
+        self, body: dict[str, Any], chat: bool, header_id: str | None = None
+    ) -> tuple[GenRequest, bool]:
         if chat:
             try:
                 text = render_chat(body.get("messages"))  # type: ignore[arg-type]
@@ -175,7 +177,8 @@ class HttpSurface:
         if body.get("n", 1) != 1:
             raise RequestError(400, "only n=1 is supported")
         prefix = "chatcmpl" if chat else "cmpl"
-        rid = body.get("request_id")
+        # Like vLLM: a caller's X-Request-Id (or body request_id) names the request, else a fresh id.
+        rid = body.get("request_id") or header_id
         rid = rid if isinstance(rid, str) and rid else f"{prefix}-{uuid.uuid4().hex}"
         kv = self.engine.parse_kv_params(body.get("kv_transfer_params"))
         return GenRequest(
@@ -185,7 +188,7 @@ class HttpSurface:
     async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
         try:
             body = _parse_body(await request.read())
-            req, stream = self._gen_request(body, chat)
+            req, stream = self._gen_request(body, chat, request.headers.get("X-Request-Id"))
             if req.max_tokens < 1:
                 raise RequestError(400, "max_tokens must be at least 1")
         except RequestError as exc:

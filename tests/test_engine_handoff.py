@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 
 from fake_engines.core.generator import expected_completion, prompt_digest
+from fake_engines.core.tokenizer import decode as tokenizer_decode
 from fake_engines.core.tokenizer import encode
 from fake_engines.runtime import EngineHandle
 from fake_engines.testing import loopback_config, running_engine
 from pdchaos.jsonl import read_jsonl
 from pdchaos.ports import port_is_open
+from pdchaos.proto import vllm_engine_pb2 as pb
+from pdchaos.proto import vllm_engine_pb2_grpc as pbg
 
 TRANSFER_TIMEOUT_S = 1.0
 
@@ -383,3 +388,72 @@ async def test_nixl_recompute_policy(session: aiohttp.ClientSession) -> None:
         )
         assert status == 200 and body["choices"][0]["text"] == expected_completion("rc", 3)
         assert d.engine.records[-1]["outcome"] == "recomputed"
+
+
+async def test_grpc_prefill_and_decode_legs() -> None:
+    """The gRPC path a gateway uses: tokenized prefill leg, then a decode leg with kv_transfer_params_json."""
+    async with (
+        running_engine(loopback_config("prefill", "mooncake")) as p,
+        running_engine(loopback_config("decode", "mooncake", transfer_timeout_s=TRANSFER_TIMEOUT_S)) as d,
+    ):
+        prompt = "[pdchaos:grpc:1] over grpc"
+        ids = encode(prompt)
+        tid = "xfer-grpc"
+        async with (
+            grpc.aio.insecure_channel(f"127.0.0.1:{p.grpc_port}") as pch,
+            grpc.aio.insecure_channel(f"127.0.0.1:{d.grpc_port}") as dch,
+        ):
+            pre = pb.GenerateRequest(
+                request_id="pre",
+                tokenized=pb.TokenizedInput(original_text=prompt, input_ids=ids),
+                sampling_params=pb.SamplingParams(max_tokens=1, ignore_eos=True),
+                stream=False,
+                kv_transfer_params_json=json.dumps({"do_remote_decode": True, "transfer_id": tid}),
+            )
+            msgs = [m async for m in pbg.VllmEngineStub(pch).Generate(pre, timeout=5)]
+            assert json.loads(msgs[-1].complete.kv_transfer_params_json)["transfer_id"] == tid
+            dec = pb.GenerateRequest(
+                request_id="dec",
+                tokenized=pb.TokenizedInput(original_text=prompt, input_ids=ids),
+                sampling_params=pb.SamplingParams(max_tokens=6),
+                stream=True,
+                kv_transfer_params_json=json.dumps(
+                    {
+                        "do_remote_prefill": True,
+                        "transfer_id": tid,
+                        "remote_engine_id": p.engine_id,
+                        "remote_bootstrap_addr": f"http://127.0.0.1:{p.bootstrap_port}",
+                    }
+                ),
+            )
+            msgs = [m async for m in pbg.VllmEngineStub(dch).Generate(dec, timeout=5)]
+            out = [t for m in msgs[:-1] for t in m.chunk.token_ids]  # DELTA: text from the chunks
+            assert out == encode(expected_completion(prompt, 6))
+            assert d.engine.records[-1]["outcome"] == "pulled"
+            # A decode leg whose KV load fails is an INTERNAL error on gRPC (policy fail).
+            bad = pb.GenerateRequest(
+                request_id="bad",
+                text=prompt,
+                sampling_params=pb.SamplingParams(max_tokens=2),
+                kv_transfer_params_json=json.dumps(
+                    {
+                        "do_remote_prefill": True,
+                        "transfer_id": "nope",
+                        "remote_engine_id": p.engine_id,
+                        "remote_bootstrap_addr": f"http://127.0.0.1:{p.bootstrap_port}",
+                    }
+                ),
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as exc:
+                _ = [m async for m in pbg.VllmEngineStub(dch).Generate(bad, timeout=5)]
+            assert exc.value.code() == grpc.StatusCode.INTERNAL
+            # The deprecated typed params (no engine id) leave the decode nothing to pull: it recomputes.
+            typed = pb.GenerateRequest(
+                request_id="typed",
+                text=prompt,
+                sampling_params=pb.SamplingParams(max_tokens=2),
+                kv_transfer_params=pb.KvTransferParams(remote_host="127.0.0.1", remote_port=p.bootstrap_port),
+            )
+            msgs = [m async for m in pbg.VllmEngineStub(dch).Generate(typed, timeout=5)]
+            assert tokenizer_decode(list(msgs[-1].complete.output_ids)) == expected_completion(prompt, 2)
+            assert d.engine.records[-1]["outcome"] == "recomputed"

@@ -203,3 +203,13 @@ async def test_fail_requests_fault_non_streaming_and_streaming(
     async with session.post(engine.url() + "/v1/completions", json={"prompt": "a", "max_tokens": 2}) as r:
         assert r.status == 200
     assert engine.engine.faults.state.as_dict() == {}
+
+
+async def test_request_id_from_header(engine: EngineHandle, session: aiohttp.ClientSession) -> None:
+    async with session.post(
+        engine.url() + "/v1/completions",
+        json={"prompt": "id me", "max_tokens": 1},
+        headers={"X-Request-Id": "req-42"},
+    ) as r:
+        assert (await r.json())["id"] == "req-42"
+    assert engine.engine.records[-1]["request_id"] == "req-42"
