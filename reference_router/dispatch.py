@@ -8,6 +8,7 @@ Ready worker for a leg is a prompt 503 `no_available_workers` (bug #8). The KV p
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -21,6 +22,7 @@ from .config import RouterConfig
 from .core import (
     Connector,
     HandoffPlan,
+    ProbeStage,
     Role,
     Transport,
     Worker,
@@ -77,6 +79,16 @@ class Dispatcher:
             raise RouterError(503, "no_available_workers", msg, "service_unavailable")
         return worker
 
+    async def _await_first_id(self, worker: Worker) -> None:
+        """A worker is promoted before the id read that follows its promoting probe ends. A request in that
+        window would find no id to mint; wait for the read (bounded by its own deadline) instead."""
+        if worker.engine_id or worker.connector not in (None, Connector.MOONCAKE):
+            return
+        deadline = self.clock() + self.cfg.probe_timeout_s
+        while (worker.runtime.probe_stage is ProbeStage.REREAD and not worker.engine_id
+               and self.clock() < deadline):
+            await asyncio.sleep(0.005)
+
     def _hold(self, worker: Worker) -> None:
         worker.runtime.in_flight_requests += 1
 
@@ -97,6 +109,7 @@ class Dispatcher:
                 self._release(worker)
         prefill = self._pick(Role.PREFILL)
         decode = self._pick(Role.DECODE)
+        await self._await_first_id(prefill)
         plan = plan_handoff(prefill)
         record: dict[str, Any] = {
             "request_id": request_id, "prefill": prefill.id, "decode": decode.id,

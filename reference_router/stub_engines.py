@@ -311,7 +311,14 @@ class InProcessRouter:
 
     async def wait_ready(self, timeout_s: float = 5.0) -> None:
         """Until every leg has a Ready worker; AssertionError past timeout_s."""
-        await wait_for(lambda: all(self.server.legs_ready().values()), timeout_s, "router legs ready")
+        from .core import ProbeStage
+
+        def ready() -> bool:
+            # Also wait out the id read that follows a promotion, so tests start from a settled router.
+            settled = all(w.runtime.probe_stage is not ProbeStage.REREAD for w in self.server.registry.all())
+            return settled and all(self.server.legs_ready().values())
+
+        await wait_for(ready, timeout_s, "router legs ready")
 
 
 async def wait_for(predicate: Any, timeout_s: float, what: str, step_s: float = 0.02) -> None:
