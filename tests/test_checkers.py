@@ -339,7 +339,7 @@ def test_availability_without_faults_and_pending_requests() -> None:
     hb.request(0.5, 0.0, complete=False, deadline=5.0)  # history ends before its deadline: not judged
     hb.at(1.0).note("cut")
     v = check_availability(hb.history())
-    assert v.status == "pass" and v.numbers["windows"]["run"]["before"]["pending"] == 1
+    assert v.status == "pass" and v.numbers["windows"]["run"]["steady"]["pending"] == 1
     hb = HB()
     hb.request(0.0, 0.1)
     hb.request(0.5, 0.0, complete=False, deadline=1.0)
@@ -453,3 +453,50 @@ def test_metadata_reads_unknown() -> None:
     assert v.status == "unknown" and "never happened" in v.reason
     assert run_check(h, "metadata_reads", {"target": "decode-9"}).status == "unknown"
     assert run_check(restart_run().history(), "metadata_reads", {"target": "prefill-0"}).status == "unknown"
+
+
+# ----------------------------------------------------------------------------------------- in-flight victims
+
+
+def in_flight_run(told: str) -> HB:
+    """A request is prefilled by A at 1.0; A restarts at 1.05 (as B); the decode waits out the timeout."""
+    hb = HB(settings={"transfer_timeout_s": 2.0})
+    hb.engine(0.0, "prefill-0", "A", "prefill")
+    tag = hb.request(0.99, 2.1, status=500, text_ok=None)
+    hb.handoff(1.0, "prefill-0", "prefill", tag, "computed", "A")
+    hb.fault("r", "restart", "prefill-0", applied=1.05, healed=1.2)
+    hb.engine(1.2, "prefill-0", "B", "prefill")
+    hb.handoff(3.05, "decode-0", "decode", tag, "timed_out", "D", told, kv_digest=None)
+    hb.end(4.0)
+    return hb
+
+
+def test_source_lost_mid_handoff_is_excused_but_a_stale_id_is_not() -> None:
+    h = in_flight_run(told="A").history()
+    v = run_check(h, "handoff_strict", {"grace_s": 0.0})
+    assert v.status == "pass" and v.name == "handoff_strict"
+    assert v.numbers["excused_in_flight"] == {"timed_out": 1}
+    v = check_transfer_timeout(h)
+    assert v.status == "pass" and v.numbers["excused_in_flight"] == 1
+    assert check_transfer_timeout(h, TransferTimeoutExpect(excuse_in_flight=False)).status == "fail"
+
+    # Told an id that was not the computing prefill's: the router's fault, whatever happened meanwhile.
+    h = in_flight_run(told="Z").history()
+    assert run_check(h, "handoff_strict", {"grace_s": 0.0}).status == "fail"
+    assert check_transfer_timeout(h).status == "fail"
+
+
+def test_availability_counts_requests_cut_by_the_fault_as_during() -> None:
+    hb = HB()
+    for i in range(5):
+        hb.request(0.1 * i, 0.05)
+    hb.request(0.9, 0.5, status=500)  # in flight when the fault lands at 1.0
+    hb.fault("f", "restart", "prefill-0", applied=1.0, healed=1.5)
+    for i in range(5):
+        hb.request(2.0 + 0.1 * i, 0.05)
+    hb.end(3.0)
+    v = check_availability(hb.history(), AvailabilityExpect(settle_s=0.2))
+    assert v.status == "pass", v.reason
+    windows = v.numbers["windows"]["f"]
+    assert (windows["before"]["ok"], windows["before"]["failed"]) == (5, 0)
+    assert windows["during"]["failed"] == 1

@@ -14,10 +14,10 @@ NAME = "availability"
 
 @dataclass(frozen=True)
 class AvailabilityExpect:
-    """Minimum success ratios (None: measure only). `before` also judges a run without faults. The
-    `after` window starts `settle_s` after the heal (time to be seen Ready again) and ends at the next
-    fault or the end. A window with a threshold and fewer than `min_requests` finished requests is
-    unknown."""
+    """Minimum success ratios (None: measure only). `before` also judges a run without faults. Requests
+    in flight when a fault is applied count as `during`. The `after` window starts `settle_s` after the
+    heal (time to be seen Ready again) and ends at the next fault or the end. A window with a threshold
+    and fewer than `min_requests` finished requests is unknown."""
 
     before: float | None = 0.95
     during: float | None = None
@@ -38,10 +38,31 @@ def outcome(history: History, r: RequestView) -> str:
     return "pending"
 
 
+def request_end(history: History, r: RequestView) -> float:
+    """When the request stopped occupying the system: completion, else its deadline, else forever."""
+    if r.completed_t is not None:
+        return r.completed_t
+    return r.deadline_t if r.deadline_t is not None else float("inf")
+
+
+def requests_in(history: History, name: str, start: float, end: float) -> list[RequestView]:
+    """`before`: started in [start, end) and over before `end` (a request the fault cut short belongs to
+    the fault); `during`: overlapping [start, end]; `after` (and a run without faults): started in
+    [start, end)."""
+    reqs = history.requests_started_in(start, end) if name != "during" else history.request_list()
+    if name == "before":
+        return [r for r in reqs if request_end(history, r) < end]
+    if name == "during":
+        return [
+            r for r in reqs if r.start_t is not None and r.start_t < end and request_end(history, r) >= start
+        ]
+    return reqs
+
+
 def _window(
     history: History, name: str, start: float, end: float, threshold: float | None, exp: AvailabilityExpect
 ) -> tuple[dict[str, Any], str, str]:
-    reqs = history.requests_started_in(start, end)
+    reqs = requests_in(history, name, start, end)
     kinds = [outcome(history, r) for r in reqs]
     ok = kinds.count("ok")
     failed = kinds.count("failed")
@@ -82,7 +103,7 @@ def check_availability(history: History, exp: AvailabilityExpect | None = None) 
             unknowns.append(f"{key} {reason}")
 
     if not faults:
-        judge("run", "before", 0.0, history.end_t + 1e-9, exp.before)
+        judge("run", "steady", 0.0, history.end_t + 1e-9, exp.before)
     boundary = 0.0
     for i, f in enumerate(faults):
         applied, healed = f.window(history.end_t)

@@ -22,13 +22,18 @@ NAME = "handoff"
 @dataclass(frozen=True)
 class HandoffExpect:
     """`grace_s` after each fault's heal (and during it) stale ids, recomputes and failed pulls are excused;
-    `excuse_kinds` limits which fault kinds open such a window (None: every fault)."""
+    `excuse_kinds` limits which fault kinds open such a window (None: every fault). `excuse_in_flight`: a
+    failed or timed-out pull whose prefill was faulted mid-handoff (see `source_lost`) is excused anyway:
+    the router told the truth and could not undo it. `race_s`: how long before the prefill computed its
+    fault may have been recorded (fault records are written just before the action takes effect)."""
 
     grace_s: float = 3.0
     allow_recompute: bool = False
     allow_failed: bool = False
     check_stale: bool = True
     excuse_kinds: tuple[str, ...] | None = None
+    excuse_in_flight: bool = True
+    race_s: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,30 @@ def expected_prefill_ids(history: History, d: Handoff) -> set[str] | None:
     return ids or None
 
 
+def source_lost(history: History, d: Handoff, race_s: float = 0.25) -> bool:
+    """The decode was told the right id but its KV source went away mid-handoff: the prefill that computed
+    this request was faulted (restart, crash, ...) between computing it and the decode's end."""
+    prefills = [p for p in history.handoffs_by_tag(d.tag) if p.kind == "prefill"]
+    if not prefills:
+        return False
+    p = prefills[-1]
+    if (
+        d.remote_engine_id
+        and p.engine_id
+        and base_engine_id(d.remote_engine_id) != base_engine_id(p.engine_id)
+    ):
+        return False
+    return any(
+        f.target == p.engine and f.applied_t is not None and p.at - race_s <= f.applied_t <= d.at
+        for f in history.fault_list()
+    )
+
+
+def decode_start(d: Handoff) -> float:
+    """When the decode began (records are stamped at their end)."""
+    return d.at - (d.duration_s or 0.0)
+
+
 def classify(history: History, d: Handoff, exp: HandoffExpect) -> list[str]:
     """Problems with one decode record (empty: fine)."""
     problems = []
@@ -93,11 +122,19 @@ def check_handoff(history: History, exp: HandoffExpect | None = None) -> Verdict
     outcomes = Counter(str(d.outcome) for d in decodes)
     counts: Counter[str] = Counter()
     excused: Counter[str] = Counter()
+    in_flight: Counter[str] = Counter()
     evidence: list[dict[str, Any]] = []
     for d in decodes:
         for problem in classify(history, d, exp):
-            if problem != "digest_mismatch" and _in_windows(d.at, windows):
+            if problem != "digest_mismatch" and _in_windows(decode_start(d), windows):
                 excused[problem] += 1
+                continue
+            if (
+                problem in ("failed", "timed_out")
+                and exp.excuse_in_flight
+                and source_lost(history, d, exp.race_s)
+            ):
+                in_flight[problem] += 1
                 continue
             counts[problem] += 1
             evidence.append(
@@ -116,6 +153,7 @@ def check_handoff(history: History, exp: HandoffExpect | None = None) -> Verdict
         "outcomes": dict(outcomes),
         "problems": dict(counts),
         "excused_in_grace": dict(excused),
+        "excused_in_flight": dict(in_flight),
         "grace_s": exp.grace_s,
         "excuse_kinds": None if exp.excuse_kinds is None else list(exp.excuse_kinds),
     }

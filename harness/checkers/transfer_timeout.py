@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.checkers._common import cap, find_setting, rounded
+from harness.checkers.handoff import source_lost
 from harness.history import History
 from harness.verdict import Verdict
 
@@ -15,10 +16,14 @@ SETTING_NAMES = ("transfer_timeout_s", "transfer_timeout")
 @dataclass(frozen=True)
 class TransferTimeoutExpect:
     """`transfer_timeout_s`: the decode's transfer timeout (None: read from run settings). `margin`: a request
-    counts as having waited it out when its latency >= transfer_timeout_s * margin."""
+    counts as having waited it out when its latency >= transfer_timeout_s * margin. `excuse_in_flight`: a
+    wait whose prefill was faulted mid-handoff (`handoff.source_lost`) is not the router's doing: counted
+    apart, not failed. A router that keeps sending decodes to a dead source still fails (stale id)."""
 
     transfer_timeout_s: float | None = None
     margin: float = 1.0
+    excuse_in_flight: bool = True
+    race_s: float = 0.25
 
 
 def check_transfer_timeout(history: History, exp: TransferTimeoutExpect | None = None) -> Verdict:
@@ -27,13 +32,23 @@ def check_transfer_timeout(history: History, exp: TransferTimeoutExpect | None =
     if timeout is None:
         timeout = find_setting(history.settings, SETTING_NAMES)
     evidence: list[str] = []
-    timed_out = [h for h in history.handoffs if h.outcome == "timed_out"]
+
+    def lost_source(tag: str | None) -> bool:
+        return exp.excuse_in_flight and any(
+            d.kind == "decode" and source_lost(history, d, exp.race_s) for d in history.handoffs_by_tag(tag)
+        )
+
+    timed_out = [h for h in history.handoffs if h.outcome == "timed_out" and not lost_source(h.tag)]
+    excused = {h.tag for h in history.handoffs if h.outcome == "timed_out"} - {h.tag for h in timed_out}
     evidence += [f"handoff {h.tag} on {h.engine} timed_out after {h.duration_s}s" for h in timed_out]
     slow: list[str] = []
     if timeout is not None:
         limit = timeout * exp.margin
         for r in history.request_list():
             start = r.start_t
+            if r.tag is not None and lost_source(r.tag):
+                excused.add(r.tag)
+                continue
             if r.completed and r.latency_s is not None and r.latency_s >= limit:
                 slow.append(f"request {r.req} took {r.latency_s:.2f}s")
             elif not r.completed and start is not None and history.end_t - start >= limit:
@@ -43,6 +58,7 @@ def check_transfer_timeout(history: History, exp: TransferTimeoutExpect | None =
         "transfer_timeout_s": timeout,
         "timed_out_handoffs": len(timed_out),
         "slow_requests": len(slow),
+        "excused_in_flight": len(excused),
         "max_latency_s": rounded(max((r.latency_s or 0.0 for r in history.requests.values()), default=None)),
     }
     if evidence:
