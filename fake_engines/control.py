@@ -62,6 +62,8 @@ def control_app(handle: EngineHandle) -> web.Application:
             return await handler(request)
         except ValueError as exc:
             return _fail(400, str(exc))
+        except OSError as exc:  # e.g. a restart whose serving port was taken while it was down
+            return _fail(500, f"{type(exc).__name__}: {exc}")
 
     def ok(changed: dict[str, Any]) -> web.Response:
         return web.json_response({"ok": True, "changed": changed, "state": handle.state()})

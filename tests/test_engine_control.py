@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -250,3 +251,23 @@ async def test_load_time_refuses_then_serves() -> None:
         assert port_is_open(cfg.http_port)
     finally:
         await handle.close()
+
+
+async def test_restart_onto_a_taken_port_reports_500_then_recovers(
+    engine: EngineHandle, client: EngineControlClient
+) -> None:
+    task = asyncio.create_task(client.restart(down_s=0.3))
+    await asyncio.sleep(0.1)
+    squatter = socket.socket()
+    try:
+        squatter.bind(("127.0.0.1", engine.http_port))
+        squatter.listen()
+        with pytest.raises(ControlError) as exc:
+            await task
+        assert exc.value.status == 500
+        state = await client.state()
+        assert state["serving"] is False
+    finally:
+        squatter.close()
+    answer = await client.restart()
+    assert answer["state"]["serving"] is True and port_is_open(engine.http_port)
