@@ -19,7 +19,7 @@ fake_engines.control.EngineControlClient):
   wedge {"surface": S}       accept connections/requests on surface S and never answer until cleared;
                              S = all | health | metadata | server_info | generate | side_channel
   fail_server_info           GetServerInfo -> UNAVAILABLE while GetModelInfo still answers (partial read)
-  no_engine_id               report kv_engine_id "" in GetServerInfo and the bootstrap /query
+  no_engine_id               report the engine id as "" (GetServerInfo, bootstrap /query, prefill params)
   fail_requests {"count": N, "status": 500}
                              the next N generate requests (HTTP or gRPC) fail with that status
   latency {"surface": S, "ms": N}
@@ -33,7 +33,18 @@ process faults (control API):
   POST /control/die {"exit_after_s": 5}
                              engine death: /health 503, HealthCheck unhealthy, then exit
   DELETE /control/fault/KIND, POST /control/clear
-                             heal one fault / all faults
+                             heal one fault / all faults (parked wedged requests then get answered)
+  GET /control/state, GET /control/records?since=N
+                             state json (as in the READY line); handoff provenance records
+surfaces: health = GET /health, HealthCheck, grpc.health.v1;
+  metadata = /v1/models, /version, /metrics, GetModelInfo, GetServerInfo, GetLoads, GetTokenizer;
+  server_info = GetServerInfo only; generate = /v1/completions, /v1/chat/completions, Generate, Abort;
+  side_channel = Mooncake bootstrap /query and KV pulls, NIXL handshakes and pulls;
+  all = every one of them (the control API is never faulted).
+Every control call needs "Authorization: Bearer TOKEN" when a token is set and answers
+{"ok": true, "changed": {...}, "state": {...}}. A restart starts with no protocol faults, like a new process.
+Exit status: 0 after SIGTERM/SIGINT, 1 after /control/die, killed by SIGKILL after /control/crash,
+2 on bad flags or ports that cannot be bound.
 """
 
 
@@ -144,7 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--itl-ms", type=float, default=5.0, help="inter-token latency ms (default: 5)")
     p.add_argument("--seed", type=int, default=None, help="default sampling seed")
     p.add_argument("--records", default=None, help="handoff provenance JSONL file")
-    p.add_argument("--log-level", default="WARNING", help="logging level (default: WARNING)")
+    p.add_argument(
+        "--log-level",
+        default="WARNING",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        help="logging level on stderr (default: WARNING)",
+    )
     return p
 
 

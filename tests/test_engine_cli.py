@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -197,3 +198,19 @@ def test_cli_rejects_bad_flags(args: list[str]) -> None:
     )
     assert res.returncode == 2
     assert "error" in res.stderr
+
+
+def test_cli_port_in_use_exits_2() -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        res = subprocess.run(
+            [sys.executable, "-m", "fake_engines.cli", "--role", "both", "--http-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert res.returncode == 2
+    assert "cannot serve" in res.stderr
+    assert READY_PREFIX not in res.stdout
