@@ -500,3 +500,20 @@ def test_availability_counts_requests_cut_by_the_fault_as_during() -> None:
     windows = v.numbers["windows"]["f"]
     assert (windows["before"]["ok"], windows["before"]["failed"]) == (5, 0)
     assert windows["during"]["failed"] == 1
+
+
+def test_recovery_of_a_crash_ended_by_a_respawn_step() -> None:
+    hb = HB()
+    hb.engine(0.0, "prefill-0", "A", "prefill", "http://p0")
+    hb.status(0.0, "w-p0", "ready", "http://p0")
+    hb.fault("crash", "crash", "prefill-0", applied=1.0)
+    hb.status(1.2, "w-p0", "failed", "http://p0")
+    hb.fault("respawn", "respawn", "prefill-0", applied=2.0, healed=3.0)
+    hb.heal("crash", "crash", "prefill-0", 3.0)
+    hb.status(3.2, "w-p0", "ready", "http://p0")
+    hb.pd_request(3.3, "B")
+    hb.fault("again", "crash", "prefill-0", applied=3.5)  # a later outage does not hide the first recovery
+    hb.end(6.0)
+    v = check_recovery(hb.history(), RecoveryExpect(max_recovery_s=2.0, faults=("crash",)))
+    assert v.status == "pass", v.reason
+    assert v.numbers["faults"]["crash"]["heal_to_handoff_s"] == pytest.approx(0.31)

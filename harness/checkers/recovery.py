@@ -58,14 +58,15 @@ def _judge_fault(history: History, fault: FaultView, exp: RecoveryExpect) -> tup
         return "unknown", f"fault {fault.fault} was never healed", nums
     healed = fault.healed_t
     deadline = healed + exp.max_recovery_s
-    # A later fault on the same target before recovery makes this one's recovery unmeasurable.
+    # A new fault on the same target after the heal makes this one's recovery unmeasurable from then on.
+    # (Actions between applied and healed, e.g. the respawn that ends a crash, are part of the outage.)
     later = [
         f.applied_t
         for f in history.fault_list()
         if f.target == fault.target
         and f.fault != fault.fault
         and f.applied_t is not None
-        and f.applied_t > (fault.applied_t or 0.0)
+        and f.applied_t > healed
     ]
     horizon = min([history.end_t, *later])
     ran_long_enough = horizon >= deadline
