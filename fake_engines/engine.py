@@ -7,13 +7,13 @@ Decisions come from the sans-IO core (handoff plans, KV store, records); this cl
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from fake_engines import kv_channel, model
 from fake_engines.config import EngineConfig
+from fake_engines.core.bootstrap import build_query_answer
 from fake_engines.core.handoff import (
     Action,
     Done,
@@ -43,8 +43,6 @@ from fake_engines.core.wire import (
 )
 from fake_engines.faults import FaultGate
 from pdchaos.jsonl import JsonlWriter
-
-log = logging.getLogger(__name__)
 
 
 class RequestError(Exception):
@@ -168,8 +166,6 @@ class Engine:
         raise WireError(f"unexpected message {type(msg).__name__}")
 
     def bootstrap_answer(self) -> dict[str, Any]:
-        from fake_engines.core.bootstrap import build_query_answer
-
         return build_query_answer(self.reported_engine_id() or "", self.config.host, self.side_channel_ports)
 
     # -- generation -----------------------------------------------------------------------------------------
