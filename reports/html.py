@@ -18,6 +18,7 @@ from reports.model import ScenarioResult, relative, summarize
 from reports.plot import timeline_png
 
 REPORT_HTML = "report.html"
+MAX_LINKS = 100
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
@@ -140,8 +141,10 @@ def _links(r: ScenarioResult, run_dir: Path) -> str:
         files.append(r.history_path)
     files += r.logs()
     folder = r.folder()
-    if folder is not None and folder.is_dir():
-        files += sorted(p for p in folder.glob("engines/*") if p.is_file())
+    # Everything else the cell left behind (engine records, router events), unless the cell has no folder
+    # of its own (then its folder is the run folder, full of other cells' files).
+    if folder is not None and folder.is_dir() and os.path.abspath(folder) != os.path.abspath(run_dir):
+        files += sorted(p for p in folder.rglob("*") if p.is_file())[:MAX_LINKS]
     seen: set[str] = set()
     items = []
     for p in files:

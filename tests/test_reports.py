@@ -109,6 +109,7 @@ def test_html_is_self_contained_with_table_plot_and_links(run: tuple[Path, list[
     pngs = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)
     assert len(pngs) == 3 and all(base64.b64decode(p).startswith(PNG_MAGIC) for p in pngs)
     assert 'href="good__1p1d-mooncake-http/logs/router.log"' in page
+    assert page.count('href="good__1p1d-mooncake-http/history.jsonl"') == 1  # listed once
     assert "Recovery latency" in page and "Heal &rarr; Ready" in page
     assert "0.50s" in page  # heal -> ready of the good run
     assert "Handoff outcomes" in page and "pulled" in page
