@@ -253,15 +253,19 @@ class Dispatcher:
         await resp.prepare(request)
         decoder = codec.streamer()
         finish: str | None = None
+        streamed = 0
         try:
             msg = first
             while msg is not None:
                 if msg.HasField("chunk"):
+                    streamed += len(msg.chunk.token_ids)
                     delta = decoder.push(list(msg.chunk.token_ids))
                     if delta:
                         await resp.write(stream_event(endpoint, request_id, model, delta, None))
                 elif msg.HasField("complete"):
-                    tail = decoder.push(list(msg.complete.output_ids)) + decoder.flush()
+                    # The complete message may repeat every output id already streamed: only the rest is new.
+                    rest = list(msg.complete.output_ids)[streamed:]
+                    tail = decoder.push(rest) + decoder.flush()
                     if tail:
                         await resp.write(stream_event(endpoint, request_id, model, tail, None))
                     finish = msg.complete.finish_reason or "stop"

@@ -40,7 +40,10 @@ def validate_body(endpoint: str, body: Any) -> dict[str, Any]:
 def prompt_of(endpoint: str, body: dict[str, Any], codec: TextCodec) -> tuple[str, list[int]]:
     """(text, token ids) of a request, for a tokenized gRPC leg."""
     if endpoint == CHAT:
-        text = codec.render_chat(body["messages"])
+        try:
+            text = codec.render_chat(body["messages"])
+        except ValueError as exc:
+            raise RouterError(400, "invalid_request", str(exc)) from exc
         return text, codec.encode(text)
     prompt = body["prompt"]
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):

@@ -34,23 +34,40 @@ class TextCodec:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
 
     def decode(self, ids: list[int]) -> str:
-        return str(self._tok.decode(list(ids), skip_special_tokens=True))
+        # Special tokens kept: text and ids must round-trip exactly (the engines' digests depend on it).
+        return str(self._tok.decode(list(ids), skip_special_tokens=False))
 
     @staticmethod
     def render_chat(messages: list[dict[str, Any]]) -> str:
-        # The router carries no template engine (no jinja in the dependency set); a fixed, documented role
-        # layout keeps prompts deterministic so the engines' tag and digest logic still applies.
+        """ChatML, whatever the engine's chat_template says: the router carries no template engine (no jinja
+        in the dependency set). ChatML is what the pdchaos fake engines ship. ValueError on bad messages."""
         parts = []
-        for m in messages:
-            content = m.get("content", "")
-            if isinstance(content, list):
-                content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            parts.append(f"<|{m.get('role', 'user')}|>\n{content}\n")
-        parts.append("<|assistant|>\n")
+        for i, m in enumerate(messages):
+            role = m.get("role")
+            if not isinstance(role, str) or not role:
+                raise ValueError(f"message {i} needs a string role")
+            parts.append(f"<|im_start|>{role}\n{_message_text(m.get('content'))}<|im_end|>\n")
+        parts.append("<|im_start|>assistant\n")
         return "".join(parts)
 
     def streamer(self) -> IncrementalDecoder:
         return IncrementalDecoder(self)
+
+
+def _message_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            ok = isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+            if not ok:
+                raise ValueError("only text content parts are supported")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise ValueError("message content must be a string or a list of text parts")
 
 
 class IncrementalDecoder:
