@@ -70,16 +70,25 @@ def test_recovery_unknown_without_heal_or_faults_or_router_view() -> None:
 
     assert check_recovery(HB().history()).status == "unknown"
 
-    hb = HB()
-    hb.fault("f1", "restart", "prefill-0", applied=1.0, healed=1.5)
-    tag = hb.request(2.0, 0.05)
-    hb.handoff(2.01, "prefill-0", "prefill", tag, "computed", "B")
-    hb.end(20.0)
+    def no_view(other_worker: bool) -> HB:
+        hb = HB()
+        if other_worker:
+            hb.status(0.5, "w-other", "ready", "http://elsewhere")
+        hb.fault("f1", "restart", "prefill-0", applied=1.0, healed=1.5)
+        tag = hb.request(2.0, 0.05)
+        hb.handoff(2.01, "prefill-0", "prefill", tag, "computed", "B")
+        hb.end(20.0)
+        return hb
+
+    # No router view at all: the first correct handoff alone decides.
+    v = check_recovery(no_view(False).history())
+    assert v.status == "pass" and v.numbers["faults"]["f1"]["heal_to_handoff_s"] == pytest.approx(0.51)
+    assert v.numbers["faults"]["f1"]["ready_observed"] is False
+    # A router view that does not show the target: cannot tell.
+    hb = no_view(True)
     v = check_recovery(hb.history())
     assert v.status == "unknown" and "no router worker" in v.reason
-    # Without a router view the first correct handoff alone decides.
-    v = check_recovery(hb.history(), RecoveryExpect(require_ready=False))
-    assert v.status == "pass" and v.numbers["faults"]["f1"]["heal_to_handoff_s"] == pytest.approx(0.51)
+    assert check_recovery(hb.history(), RecoveryExpect(require_ready=False)).status == "pass"
 
 
 def test_recovery_unknown_without_traffic_after_ready() -> None:
@@ -287,6 +296,16 @@ def test_probe_schedule_wedged_worker_never_probed_again_fails() -> None:
 def test_probe_schedule_starved_peer_fails() -> None:
     v = check_probe_schedule(probe_run([1.5, 2.2, 2.9, 3.6], other_gap=1.0).history())
     assert v.status == "fail" and any("worker w-p0" in e for e in v.evidence)
+
+
+def test_probe_schedule_skips_draining_workers() -> None:
+    hb = probe_run([1.5, 2.2, 2.9, 3.6])
+    hb.status(0.5, "w-x", "draining", "http://w-x")  # never probed: by design
+    assert check_probe_schedule(hb.history()).status == "pass"
+    hb = probe_run([1.5, 2.2, 2.9, 3.6])
+    hb.status(0.5, "w-x", "ready", "http://w-x")  # never probed although Ready: starved
+    v = check_probe_schedule(hb.history())
+    assert v.status == "fail" and any("w-x" in e for e in v.evidence)
 
 
 def test_probe_schedule_unknown_cases() -> None:

@@ -45,6 +45,18 @@ def max_gap(times: list[float], start: float, end: float) -> float:
     return max(gap, end - prev)
 
 
+def _not_probed_by_design(history: History, worker: str, start: float, end: float) -> bool:
+    """Draining workers are never probed, removed ones are gone: no schedule to keep."""
+    for p in history.status_timeline(worker):
+        if (
+            p.t <= end
+            and p.status in ("draining", "absent")
+            and (p.t >= start or p is history.status_at(worker, start))
+        ):
+            return True
+    return False
+
+
 def check_probe_schedule(history: History, exp: ProbeScheduleExpect | None = None) -> Verdict:
     exp = exp or ProbeScheduleExpect()
     probes = history.router_events_of("probe")
@@ -88,7 +100,7 @@ def check_probe_schedule(history: History, exp: ProbeScheduleExpect | None = Non
             continue
         for worker, times in by_worker.items():
             limit = wedged_limit if worker in wedged else steady_limit
-            if end - start < limit:
+            if end - start < limit or _not_probed_by_design(history, worker, start, end):
                 continue
             gap = max_gap(times, start, end)
             judged += 1

@@ -16,7 +16,8 @@ NAME = "recovery"
 class RecoveryExpect:
     """`max_recovery_s`: heal -> first correct handoff. `faults`/`kinds` pick the faults judged
     (default: every applied fault). `require_ready`: the faulted worker must be seen Ready in the router
-    status (turn off for routers whose worker list is not observed)."""
+    status first. A history with no router status at all (worker list not observable) is judged on
+    heal -> handoff alone, with `ready_observed: false` in the numbers."""
 
     max_recovery_s: float = 10.0
     faults: tuple[str, ...] | None = None
@@ -73,7 +74,10 @@ def _judge_fault(history: History, fault: FaultView, exp: RecoveryExpect) -> tup
 
     ready_t: float | None = None
     workers = history.workers_for(fault.target)
-    if exp.require_ready:
+    # A router whose worker list is not observable at all: measure heal -> handoff only.
+    observed = bool(history.status)
+    nums["ready_observed"] = observed
+    if exp.require_ready and observed:
         if not workers:
             return "unknown", f"no router worker observed for target {fault.target!r}", nums
         seen = [history.first_status_after(w, healed, READY) for w in workers]
