@@ -106,6 +106,7 @@ async def pd_stack(
     connector: str,
     transport: str = "grpc",
     prefill_faults: tuple[str, ...] = (),
+    smg_args: tuple[str, ...] = (),
 ) -> AsyncIterator[Stack]:
     """Two fake engines and smg in PD mode; every process group is killed on the way out."""
     logs = tmp_path / "logs"
@@ -143,7 +144,7 @@ async def pd_stack(
              "--prometheus-host", LOOPBACK, "--prometheus-port", str(prom_port),
              "--pd-disaggregation", "--prefill", p_url, bootstrap, "--decode", d_url,
              "--health-check-interval-secs", "1", "--health-check-timeout-secs", "2",
-             "--log-level", "debug"],
+             "--log-level", "debug", *smg_args],
         )  # fmt: skip
         smg_url = f"http://{LOOPBACK}:{smg_port}"
         want_ids = transport == "grpc" and not prefill_faults
@@ -273,3 +274,67 @@ async def test_smg_http_pd_with_vllm_workers_sends_no_handoff(tmp_path: Path) ->
         (dec,) = await _records_for(stack.decode, "[pdchaos:smg-http:1]")
         assert pre["kind"] == "local" and pre["transfer_id"] is None, pre
         assert dec["kind"] == "local" and dec["remote_engine_id"] is None, dec
+
+
+async def _complete(stack: Stack, tag: str) -> tuple[int, dict[str, Any]]:
+    """One small completion through smg; the HTTP status and the decode's provenance record for it."""
+    prompt = f"{tag} after a restart"
+    status, text = await _post(
+        stack.smg_url, "/v1/completions",
+        {"model": "pdchaos-fake", "prompt": prompt, "max_tokens": 3, "seed": 1},
+    )  # fmt: skip
+    if status == 200:
+        assert json.loads(text)["choices"][0]["text"] == expected_completion(prompt, 3, 1)
+    (dec,) = await _records_for(stack.decode, tag)
+    return status, dec
+
+
+async def _prefill_worker(stack: Stack) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as session:
+        _, body = await _get_json(session, stack.smg_url + "/workers")
+    (w,) = [w for w in body["workers"] if w["worker_type"] == "prefill"]
+    return w
+
+
+async def _wait_prefill_status(stack: Stack, want: str, deadline_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while (status := (await _prefill_worker(stack))["status"]) != want:
+        assert loop.time() < end, f"prefill worker stayed {status!r}, wanted {want!r}"
+        await asyncio.sleep(0.2)
+
+
+async def test_smg_restart_seen_by_probes_mints_the_new_engine_id(tmp_path: Path) -> None:
+    async with pd_stack(tmp_path, "mooncake", smg_args=("--health-failure-threshold", "1")) as stack:
+        old_id = stack.prefill_state["engine_id"]
+        restart = asyncio.create_task(stack.prefill.restart(down_s=3.0))
+        await _wait_prefill_status(stack, "not_ready", deadline_s=10.0)
+        new_id = (await restart)["state"]["engine_id"]
+        assert new_id != old_id
+        await _wait_prefill_status(stack, "ready", deadline_s=15.0)
+        status, dec = await _complete(stack, "[pdchaos:smg-seen:1]")
+        assert status == 200 and dec["outcome"] == "pulled" and dec["remote_engine_id"] == new_id, dec
+        shown = (await _prefill_worker(stack))["kv_engine_id"]
+        if shown == old_id:
+            pytest.xfail(
+                "smg 1.13.0 bug: /workers shows the engine id read at registration, not the one it mints"
+            )
+        assert shown == new_id
+
+
+async def test_smg_restart_no_probe_sees_keeps_minting_the_dead_id(tmp_path: Path) -> None:
+    # The bug zoo's #1/#13: the engine is back before the next probe, so nothing makes smg re-read the id.
+    async with pd_stack(tmp_path, "mooncake") as stack:
+        old_id = stack.prefill_state["engine_id"]
+        status, dec = await _complete(stack, "[pdchaos:smg-unseen:0]")
+        assert status == 200 and dec["outcome"] == "pulled", dec
+        new_id = (await stack.prefill.restart(down_s=0.0))["state"]["engine_id"]
+        await asyncio.sleep(3.0)  # several probe intervals: every probe in between succeeded
+        status, dec = await _complete(stack, "[pdchaos:smg-unseen:1]")
+        if dec["remote_engine_id"] == old_id:
+            # The decode's cached side-channel address is dead: it waits out its transfer timeout.
+            assert dec["outcome"] == "timed_out" and status >= 500, (status, dec)
+            pytest.xfail(
+                "smg 1.13.0 bug: a restart no probe sees is never noticed; the dead engine id is minted"
+            )
+        assert status == 200 and dec["outcome"] == "pulled" and dec["remote_engine_id"] == new_id, dec
