@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from reference_router.cli import build_parser, config_from_args
+from reference_router.cli import build_parser, config_from_args, main
 from reference_router.stub_engines import HttpStubEngine, StubState
 
 ROUTER = [sys.executable, "-m", "reference_router"]
@@ -88,21 +88,24 @@ async def test_cli_serves_pd_and_exits_cleanly_on_signal(
     (["--inject-bug", "nonsense"], "invalid choice"),
     (["--prefill-policy", "nonsense"], "invalid choice"),
 ])
-def test_cli_rejects_bad_flags(argv: list[str], needle: str) -> None:
-    res = subprocess.run([*ROUTER, *argv], capture_output=True, text=True, timeout=30)
-    assert res.returncode == 2
-    assert needle in res.stderr
+def test_cli_rejects_bad_flags(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert needle in capsys.readouterr().err
 
 
-def test_help_explains_itself() -> None:
-    res = subprocess.run([*ROUTER, "--help"], capture_output=True, text=True, timeout=30)
-    assert res.returncode == 0
+def test_help_explains_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
     for flag in ("--pd-disaggregation", "--prefill", "--decode", "--health-check-interval-secs",
                  "--health-check-timeout-secs", "--health-failure-threshold", "--health-success-threshold",
                  "--prefill-policy", "--decode-policy", "--api-key", "--request-timeout-secs",
                  "--inject-bug", "--identity-check-interval-secs", "--max-concurrent-health-checks"):
-        assert flag in res.stdout
-    assert "Mooncake" in res.stdout and "NIXL" in res.stdout
+        assert flag in out
+    assert "Mooncake" in out and "NIXL" in out
 
 
 def test_flags_map_to_config() -> None:
