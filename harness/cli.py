@@ -146,12 +146,30 @@ def _split_topologies(values: Sequence[str] | None) -> list[str] | None:
 
 
 def _load(items: Sequence[str]) -> list[Any]:
+    """Scenarios by name (shipped folder) or file, in the order given; none: every shipped scenario."""
     from harness.scenario import ScenarioError, load_scenarios
 
     try:
-        return load_scenarios(list(items) or None)
+        if not items:
+            return load_scenarios(None)
+        names = [i for i in items if not (i.endswith(".py") or "/" in i)]
+        named = {s.name: s for s in load_scenarios(names)} if names else {}
     except ScenarioError as e:
         raise UsageError(str(e)) from None
+    out: dict[str, Any] = {}
+    for item in items:
+        if item in named:
+            out.setdefault(item, named[item])
+            continue
+        try:
+            found = load_scenarios([item])
+        except ScenarioError as e:
+            # Name the file even when the problem is in a scenario's content.
+            msg = str(e)
+            raise UsageError(msg if item in msg else f"{item}: {msg}") from None
+        for s in found:
+            out.setdefault(s.name, s)
+    return list(out.values())
 
 
 def is_default(scenario: Any) -> bool:
@@ -365,13 +383,14 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     scenarios = _load(args.scenarios)
+    defaults = {s.name for s in default_suite(scenarios)}
     if args.json:
         out = [
             {
                 "name": s.name,
                 "description": s.description,
                 "bugs": list(s.bugs),
-                "default": is_default(s),
+                "default": s.name in defaults,
                 "topologies": list(s.topologies),
                 "connectors": list(s.connectors),
                 "transports": list(s.transports),
@@ -381,7 +400,6 @@ def cmd_list(args: argparse.Namespace) -> int:
         ]
         print(json.dumps(out, indent=2))
         return EXIT_PASS
-    defaults = {s.name for s in default_suite(scenarios)}
     for s in scenarios:
         flag = "*" if s.name in defaults else " "
         bugs = ", ".join(s.bugs) if s.bugs else "-"

@@ -175,7 +175,9 @@ class ProgressReporter:
         """Read whatever the history files gained since the last poll and update the display once."""
         now = time.monotonic()
         events: list[str] = []
-        for path in sorted(self.run_dir.rglob(HISTORY_NAME)):
+        # Known files first, in the order they appeared: a cell's end is told before the next cell's start.
+        found = sorted(self.run_dir.rglob(HISTORY_NAME)) if self.run_dir.is_dir() else []
+        for path in [*self._tails, *(p for p in found if p not in self._tails)]:
             events += self._read_new(path, now)
         self._draw(now, events)
 

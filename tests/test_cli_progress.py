@@ -107,3 +107,22 @@ async def test_reporter_survives_closed_stream(tmp_path: Path) -> None:
     _write_history(tmp_path / "c" / "history.jsonl")
     rep.poll()
     await rep.stop(final="done")
+
+
+async def test_cell_end_reported_before_next_cell_start(tmp_path: Path) -> None:
+    """Both arrive in one poll; the second cell's folder sorts first, yet the first cell's end comes first."""
+    out = io.StringIO()
+    rep = ProgressReporter(tmp_path, stream=out, tty=False, heartbeat_s=1000)
+    first = _write_history(tmp_path / "z_first" / "history.jsonl")
+    rep.poll()
+    first.run_ended("done")
+    second = HistoryRecorder(tmp_path / "a_second" / "history.jsonl")
+    second.run_started("other", "2p1d", "nixl", "grpc", "reference")
+    rep.poll()
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "pdchaos: started restart_stale_id 1p2d/mooncake/http",
+        "pdchaos: ended restart_stale_id 1p2d/mooncake/http (done)",
+        "pdchaos: started other 2p1d/nixl/grpc",
+    ]
+    assert ProgressReporter(tmp_path / "missing", stream=out, tty=False).poll() is None

@@ -1,0 +1,195 @@
+"""`pdchaos` CLI: usage/configuration errors (exit 3, one line, no traceback), list, help, and real runs
+with exit codes 0 (pass), 1 (fail) and 2 (unknown) plus the re-rendered report."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import cli
+from harness.history import HistoryRecorder
+
+TESTS = Path(__file__).parent
+PASS_FILE = TESTS / "cli_scenario_pass.py"
+FAIL_FILE = TESTS / "cli_scenario_fail.py"
+
+
+def _main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as e:  # argparse's own exits (--help, bad choices)
+        code = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line_error(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["run", "--topology", "3x"], "bad topology '3x'"),
+        (["run", "--topology", ","], "--topology given without a topology"),
+        (["run", "no_such_scenario"], "unknown scenario 'no_such_scenario'"),
+        (["run", str(PASS_FILE), "--router", "nginx"], "unknown router 'nginx'"),
+        (["run", str(PASS_FILE), "--router", "cmd:/nonexistent/router --port {port}"], "not executable"),
+        (["run", str(PASS_FILE), "--router", "cmd:true --port {prot}"], "unknown placeholder"),
+        (["run", "--connector", "rdma"], "invalid choice: 'rdma'"),
+        (["run", "--seed", "x"], "invalid int value"),
+        (["run", str(PASS_FILE), "--topology", "2p2d"], "no selected scenario applies to topology"),
+        (["run", str(PASS_FILE), "--transport", "grpc"], "no selected scenario applies to transport grpc"),
+        (["report", "/nonexistent/run/dir"], "no run folder"),
+        (["bogus"], "invalid choice: 'bogus'"),
+    ],
+)
+def test_usage_errors_exit_3_with_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    code, _out, err = _main(capsys, *argv)
+    assert code == cli.EXIT_USAGE
+    line = _one_line_error(err)
+    assert needle in line and line.startswith("pdchaos")
+
+
+def test_bad_scenario_files_are_configuration_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("SCENARIOS = [\n")
+    empty = tmp_path / "empty.py"
+    empty.write_text("X = 1\n")
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(
+        "from harness.scenario import Scenario\n"
+        "SCENARIOS = [Scenario(name='w', description='d', topologies=('1p1d',), connectors=('rdma',))]\n"
+    )
+    for path, needle in ((broken, "failed to import"), (empty, "defines no SCENARIOS"),
+                         (wrong, "bad connector 'rdma'"), (tmp_path / "missing.py", "no such scenario file")):
+        code, _, err = _main(capsys, "run", str(path))
+        assert code == cli.EXIT_USAGE, err
+        line = _one_line_error(err)
+        assert needle in line and str(path) in line
+
+
+def test_out_folder_must_be_new_or_empty(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "old.txt").write_text("x")
+    code, _, err = _main(capsys, "run", str(PASS_FILE), "--out", str(tmp_path))
+    assert code == cli.EXIT_USAGE
+    assert "already exists and is not empty" in _one_line_error(err)
+
+
+def test_help_explains_commands_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _main(capsys, "--help")
+    assert code == 0
+    for needle in ("run", "list", "report", "exit codes: 0 pass, 1 fail, 2 unknown", "3 usage"):
+        assert needle in out
+    code, out, _ = _main(capsys, "run", "--help")
+    assert code == 0
+    for flag in ("--topology", "--connector", "--transport", "--router", "--out", "--seed"):
+        assert flag in out
+    code, _, err = _main(capsys)
+    assert code == cli.EXIT_USAGE and "usage: pdchaos" in err
+
+
+def test_list_shows_shipped_scenarios_with_bugs(capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.scenario import load_scenarios
+
+    shipped = load_scenarios()
+    code, out, _ = _main(capsys, "list")
+    assert code == 0
+    for s in shipped:
+        assert s.name in out
+        for bug in s.bugs:
+            assert bug in out
+    code, out, _ = _main(capsys, "list", "--json")
+    data = json.loads(out)
+    assert [d["name"] for d in data] == [s.name for s in shipped]
+    assert {d["name"] for d in data if d["default"]} == {s.name for s in cli.default_suite(shipped)}
+    code, out, _ = _main(capsys, "list", str(PASS_FILE), "--json")
+    assert [d["name"] for d in json.loads(out)] == ["quick_pass"]
+
+
+def test_default_suite_selection() -> None:
+    from harness.scenario import Scenario
+
+    a = Scenario(name="a", description="", tags=("default",))
+    b = Scenario(name="b", description="")
+    c = Scenario(name="c", description="", tags=("slow",))
+    assert cli.default_suite([a, b, c]) == [a]
+    assert cli.default_suite([b, c]) == [b]
+
+
+def _pdchaos(*argv: str, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", *argv], cwd=cwd, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(TESTS.parent)},
+    )
+
+
+def test_real_runs_exit_codes_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two real runs side by side: the passing scenario in the default run folder (exit 0), the failing one
+    in a named folder (exit 1); then `pdchaos report` re-renders each, and a cut-short history is unknown."""
+    pass_cwd = tmp_path / "proj"
+    pass_cwd.mkdir()
+    fail_out = tmp_path / "named" / "run"
+    runs = [
+        _pdchaos("run", str(PASS_FILE), "--seed", "7", cwd=pass_cwd),
+        _pdchaos("run", str(FAIL_FILE), "--out", str(fail_out), "--no-progress", cwd=tmp_path),
+    ]
+    outputs = [p.communicate(timeout=90) for p in runs]
+    codes = [p.returncode for p in runs]
+    assert codes == [0, 1], outputs
+    for _out, err in outputs:
+        assert "Traceback" not in err
+
+    # Default run folder: runs/<id>, with runs/latest pointing at it.
+    pass_runs = [p for p in (pass_cwd / "runs").iterdir() if p.name != "latest"]
+    assert len(pass_runs) == 1
+    pass_dir = pass_runs[0]
+    assert (pass_cwd / "runs" / "latest").resolve() == pass_dir.resolve()
+    info = json.loads((pass_dir / "run.json").read_text())
+    assert info["seed"] == 7 and info["cells"] == [
+        {"scenario": "quick_pass", "topology": "1p1d", "connector": "mooncake", "transport": "http"}
+    ]
+    assert "PASS     quick_pass 1p1d/mooncake/http" in outputs[0][0]
+    assert "started quick_pass" in outputs[0][1]  # progress lines on stderr (not a TTY here)
+
+    report = json.loads((fail_out / "report.json").read_text())
+    assert report["summary"]["status"] == "fail"
+    assert [r["status"] for r in report["results"]] == ["fail"]
+    assert "availability" in outputs[1][0]
+    assert (fail_out / "junit.xml").is_file() and (fail_out / "report.html").is_file()
+    assert "started" not in outputs[1][1]  # --no-progress
+
+    # `pdchaos report` in-process (the import of the renderers is paid once per test session).
+    for folder, want in ((pass_dir, 0), (fail_out, 1)):
+        (folder / "report.html").unlink()
+        assert cli.main(["report", str(folder)]) == want
+        assert (folder / "report.html").is_file()
+
+    # A cell folder with a history cut short (no run_ended), next to the passing cell: unknown -> 2.
+    mixed = tmp_path / "mixed"
+    cell = next(p for p in pass_dir.iterdir() if p.is_dir())
+    shutil.copytree(cell, mixed / cell.name)
+    rec = HistoryRecorder(mixed / "cut_short" / "history.jsonl")
+    rec.run_started("quick_pass", "1p1d", "mooncake", "http", "reference", seed=0)
+    rec.close()
+    assert cli.main(["report", str(mixed)]) == 2
+    assert "1 pass, 0 fail, 1 unknown -> UNKNOWN" in capsys.readouterr().out
+
+
+def test_report_on_folder_without_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _main(capsys, "report", str(tmp_path))
+    assert code == cli.EXIT_USAGE
+    assert "holds no scenario results" in _one_line_error(err)
