@@ -244,8 +244,9 @@ async def test_prefill_hang_is_cut_by_the_request_timeout(make_pd: Any) -> None:
     assert pd.d.received == []
 
 
-async def test_wedged_decode_does_not_stall_requests_to_the_healthy_one(make_pd: Any) -> None:
-    pd = await make_pd("http", "mooncake", n_decode=2, request_timeout_s=2.0)
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+async def test_wedged_decode_does_not_stall_requests_to_the_healthy_one(make_pd: Any, transport: str) -> None:
+    pd = await make_pd(transport, "mooncake", n_decode=2, request_timeout_s=2.0)
     wedged = pd.decodes[0].state
     wedged.hang_generate = True
 
@@ -285,3 +286,26 @@ async def test_decode_failure_mid_request_is_a_clean_error(make_pd: Any) -> None
         assert status == 502, raw
         assert "decode" in payload["error"]["message"]
     assert len(pd.p.received) == 2
+
+
+async def test_regular_mode_sends_one_leg_without_handoff_params() -> None:
+    a = await HttpStubEngine(StubState("a", "decode", "none")).start()
+    b = await GrpcStubEngine(StubState("b", "decode", "none")).start()
+    cfg = RouterConfig(pd=False, regular=(a.url, b.url), interval_s=0.1, probe_timeout_s=0.5,
+                       success_threshold=1, request_timeout_s=5.0)
+    try:
+        async with InProcessRouter(cfg) as router:
+            await router.wait_ready()
+            texts = []
+            for i in range(4):
+                async with router.session.post(router.base + "/v1/completions",
+                                               json={"prompt": f"p{i}", "max_tokens": 3}) as resp:
+                    assert resp.status == 200, await resp.text()
+                    texts.append((await resp.json())["choices"][0]["text"])
+    finally:
+        await a.stop()
+        await b.stop()
+    # Round robin over both workers, whatever their transport; no KV params anywhere.
+    assert sorted(texts) == sorted([a.state.answer_text(), b.state.answer_text()] * 2)
+    assert [r["body"].get("kv_transfer_params") for r in a.state.received] == [None, None]
+    assert [r["kv_transfer_params"] for r in b.state.received] == [None, None]
