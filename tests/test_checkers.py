@@ -536,3 +536,40 @@ def test_recovery_of_a_crash_ended_by_a_respawn_step() -> None:
     v = check_recovery(hb.history(), RecoveryExpect(max_recovery_s=2.0, faults=("crash",)))
     assert v.status == "pass", v.reason
     assert v.numbers["faults"]["crash"]["heal_to_handoff_s"] == pytest.approx(0.31)
+
+
+# ----------------------------------------------------------------------------------------- local compute
+
+
+def local_run() -> HB:
+    """No id to mint (partial read cleared it): the decode computes requests itself from t=2."""
+    hb = HB()
+    hb.engine(0.0, "prefill-0", "A", "prefill")
+    hb.engine(0.0, "decode-0", "D", "decode")
+    hb.engine(0.0, "solo-0", "S", "both")
+    hb.pd_request(0.5, "A")
+    hb.fault("partial", "fault:fail_server_info", "prefill-0", applied=1.0, healed=1.5)
+    for i in range(4):
+        tag = hb.request(2.0 + 0.5 * i, 0.05)
+        hb.handoff(2.02 + 0.5 * i, "decode-0", "local", tag, "computed", "D")
+    tag = hb.request(4.5, 0.05)
+    hb.handoff(4.52, "solo-0", "local", tag, "computed", "S")  # not a decode: a regular worker
+    hb.end(5.0)
+    return hb
+
+
+def test_local_compute_on_a_decode_is_a_silent_recompute() -> None:
+    h = local_run().history()
+    v = run_check(h, "handoff_strict", {"grace_s": 1.0})
+    assert v.status == "fail" and v.numbers["problems"] == {"local_compute": 4}
+    assert v.numbers["outcomes"] == {"pulled": 1, "local": 4}
+    v = run_check(h, "no_local_compute", {})
+    assert v.status == "fail" and v.numbers["local_on_decodes"] == 4 and len(v.evidence) == 4
+    v = run_check(h, "no_local_compute", {"excuse_kinds": ["fail_server_info"], "grace_s": 10.0})
+    assert v.status == "pass"
+    assert run_check(h, "handoff", {"allow_recompute": True}).status == "pass"
+
+
+def test_no_local_compute_unknown_and_pass() -> None:
+    assert run_check(HB().history(), "no_local_compute", {}).status == "unknown"
+    assert run_check(restart_run().history(), "no_local_compute", {}).status == "pass"

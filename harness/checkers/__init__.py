@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.checkers.availability import AvailabilityExpect, check_availability
-from harness.checkers.handoff import HandoffExpect, HandoffStrictExpect, check_handoff
+from harness.checkers.handoff import (
+    HandoffExpect,
+    HandoffStrictExpect,
+    NoLocalComputeExpect,
+    check_handoff,
+    check_no_local_compute,
+)
 from harness.checkers.lost import NothingLostExpect, check_nothing_lost
 from harness.checkers.metadata_reads import MetadataReadsExpect, check_metadata_reads
 from harness.checkers.output import OutputExpect, check_output
@@ -33,6 +39,7 @@ __all__ = [
     "HandoffExpect",
     "HandoffStrictExpect",
     "MetadataReadsExpect",
+    "NoLocalComputeExpect",
     "NothingLostExpect",
     "OutputExpect",
     "ProbeScheduleExpect",
@@ -42,6 +49,7 @@ __all__ = [
     "check_availability",
     "check_handoff",
     "check_metadata_reads",
+    "check_no_local_compute",
     "check_nothing_lost",
     "check_output",
     "check_probe_schedule",
@@ -77,6 +85,7 @@ CHECKERS: dict[str, CheckerSpec] = {
         CheckerSpec("handoff", HandoffExpect, check_handoff),
         CheckerSpec("handoff_strict", HandoffStrictExpect, check_handoff),
         CheckerSpec("metadata_reads", MetadataReadsExpect, check_metadata_reads),
+        CheckerSpec("no_local_compute", NoLocalComputeExpect, check_no_local_compute),
         CheckerSpec("transfer_timeout", TransferTimeoutExpect, check_transfer_timeout),
         CheckerSpec("prompt_503", Prompt503Expect, check_prompt_503),
         CheckerSpec("probe_schedule", ProbeScheduleExpect, check_probe_schedule),

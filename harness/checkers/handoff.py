@@ -97,8 +97,20 @@ def decode_start(d: Handoff) -> float:
     return d.at - (d.duration_s or 0.0)
 
 
+def local_on_decodes(history: History) -> list[Handoff]:
+    """`local` records on decode engines: a PD request that reached the decode with no KV parameters (e.g.
+    Mooncake with no engine id to mint) and was computed there from scratch: a silent recompute too."""
+    return [
+        h
+        for h in history.handoffs
+        if h.kind == "local" and h.engine and history.engine_role(h.engine) == "decode"
+    ]
+
+
 def classify(history: History, d: Handoff, exp: HandoffExpect) -> list[str]:
-    """Problems with one decode record (empty: fine)."""
+    """Problems with one decode-side record (empty: fine)."""
+    if d.kind == "local":
+        return [] if exp.allow_recompute else ["local_compute"]
     problems = []
     if d.kv_digest is not None and d.prompt_digest is not None and d.kv_digest != d.prompt_digest:
         problems.append("digest_mismatch")
@@ -115,11 +127,13 @@ def classify(history: History, d: Handoff, exp: HandoffExpect) -> list[str]:
 
 def check_handoff(history: History, exp: HandoffExpect | None = None) -> Verdict:
     exp = exp or HandoffExpect()
-    decodes = [h for h in history.handoffs if h.kind == "decode"]
+    decodes = sorted(
+        [h for h in history.handoffs if h.kind == "decode"] + local_on_decodes(history), key=lambda h: h.at
+    )
     if not decodes:
-        return Verdict.unknown_(NAME, "no decode handoff records (engine provenance not collected?)")
+        return Verdict.unknown_(NAME, "no decode-side handoff records (engine provenance not collected?)")
     windows = grace_windows(history, exp.grace_s, exp.excuse_kinds)
-    outcomes = Counter(str(d.outcome) for d in decodes)
+    outcomes = Counter(str(d.outcome) if d.kind == "decode" else "local" for d in decodes)
     counts: Counter[str] = Counter()
     excused: Counter[str] = Counter()
     in_flight: Counter[str] = Counter()
@@ -161,3 +175,35 @@ def check_handoff(history: History, exp: HandoffExpect | None = None) -> Verdict
         summary = ", ".join(f"{n} {p}" for p, n in counts.most_common())
         return Verdict.fail(NAME, f"bad handoffs outside grace windows: {summary}", numbers, cap(evidence))
     return Verdict.ok(NAME, f"{len(decodes)} decode handoffs correct", numbers)
+
+
+NO_LOCAL_NAME = "no_local_compute"
+RESTART_KINDS = ("restart", "slow_start", "crash", "die", "respawn")
+
+
+@dataclass(frozen=True)
+class NoLocalComputeExpect:
+    """`no_local_compute`: in a PD run no decode computes a request locally, except within `grace_s` after a
+    fault of `excuse_kinds` (default: the process-level faults that change an engine id)."""
+
+    grace_s: float = 2.0
+    excuse_kinds: tuple[str, ...] | None = RESTART_KINDS
+
+
+def check_no_local_compute(history: History, exp: NoLocalComputeExpect | None = None) -> Verdict:
+    exp = exp or NoLocalComputeExpect()
+    if not history.handoffs:
+        return Verdict.unknown_(NO_LOCAL_NAME, "no engine handoff records")
+    windows = grace_windows(history, exp.grace_s, exp.excuse_kinds)
+    local = local_on_decodes(history)
+    bad = [h for h in local if not _in_windows(decode_start(h), windows)]
+    numbers = {
+        "local_on_decodes": len(local),
+        "outside_windows": len(bad),
+        "excuse_kinds": None if exp.excuse_kinds is None else list(exp.excuse_kinds),
+    }
+    if bad:
+        evidence = [f"t={h.at:.2f} {h.engine} {h.tag}" for h in bad]
+        reason = f"{len(bad)} request(s) computed locally on a decode (no handoff)"
+        return Verdict.fail(NO_LOCAL_NAME, reason, numbers, cap(evidence))
+    return Verdict.ok(NO_LOCAL_NAME, f"{len(local)} local compute(s), all excused", numbers)
