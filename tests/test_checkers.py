@@ -573,3 +573,61 @@ def test_local_compute_on_a_decode_is_a_silent_recompute() -> None:
 def test_no_local_compute_unknown_and_pass() -> None:
     assert run_check(HB().history(), "no_local_compute", {}).status == "unknown"
     assert run_check(restart_run().history(), "no_local_compute", {}).status == "pass"
+
+
+# ----------------------------------------------------------------------------------------- balance
+
+
+def balance_run(pairs: list[tuple[str, str]], n: int = 24) -> HB:
+    hb = HB()
+    for name in ("prefill-0", "prefill-1"):
+        hb.engine(0.0, name, name.upper(), "prefill")
+    for name in ("decode-0", "decode-1"):
+        hb.engine(0.0, name, name.upper(), "decode")
+    for i in range(n):
+        p, d = pairs[i % len(pairs)]
+        tag = hb.request(0.1 * i, 0.05)
+        hb.handoff(0.1 * i + 0.01, p, "prefill", tag, "computed", p.upper())
+        hb.handoff(0.1 * i + 0.02, d, "decode", tag, "pulled", d.upper(), p.upper())
+    hb.end(0.1 * n + 1)
+    return hb
+
+
+def test_balance_round_robin_passes_and_shared_counter_fails() -> None:
+    fair = [("prefill-0", "decode-0"), ("prefill-1", "decode-1")]
+    v = run_check(balance_run(fair).history(), "balance", {})
+    assert v.status == "pass" and v.numbers["roles"]["prefill"]["counts"] == {
+        "prefill-0": 12,
+        "prefill-1": 12,
+    }
+    # One counter shared by both legs: every request lands on prefill-0 and decode-1 (bug #10).
+    v = run_check(balance_run([("prefill-0", "decode-1")]).history(), "balance", {})
+    assert v.status == "fail" and v.numbers["roles"]["decode"]["skew"] == 1.0
+    assert run_check(balance_run(fair, n=6).history(), "balance", {}).status == "unknown"
+    assert run_check(restart_run().history(), "balance", {}).status == "unknown"  # one engine per role
+
+
+# ----------------------------------------------------------------------------------------- reported engine id
+
+
+def reported_run(shows_new: bool) -> HB:
+    hb = HB()
+    hb.engine(0.0, "prefill-0", "A", "prefill", "http://p0")
+    hb.at(0.0).router_status("w-p0", "http://p0", "prefill", "ready", "A")
+    hb.fault("r", "restart", "prefill-0", applied=1.0, healed=1.2)
+    hb.engine(1.2, "prefill-0", "B", "prefill", "http://p0")
+    if shows_new:
+        hb.at(1.6).router_status("w-p0", "http://p0", "prefill", "ready", "B_dp0")
+    hb.end(8.0)
+    return hb
+
+
+def test_reported_engine_id() -> None:
+    v = run_check(reported_run(True).history(), "reported_engine_id", {})
+    assert v.status == "pass" and v.numbers["changes"]["prefill-0@1.20"]["lag_s"] == pytest.approx(0.4)
+    v = run_check(reported_run(False).history(), "reported_engine_id", {"max_lag_s": 2.0})
+    assert v.status == "fail" and "'A'" in v.evidence[0]
+    v = run_check(reported_run(False).history(), "reported_engine_id", {"max_lag_s": 20.0})
+    assert v.status == "unknown" and "run ended" in v.reason
+    assert run_check(restart_run().history(), "reported_engine_id", {}).status == "unknown"  # no ids shown
+    assert run_check(HB().history(), "reported_engine_id", {}).status == "unknown"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.checkers.availability import AvailabilityExpect, check_availability
+from harness.checkers.balance import BalanceExpect, check_balance
 from harness.checkers.handoff import (
     HandoffExpect,
     HandoffStrictExpect,
@@ -26,6 +27,7 @@ from harness.checkers.output import OutputExpect, check_output
 from harness.checkers.probes import ProbeScheduleExpect, check_probe_schedule
 from harness.checkers.prompt_503 import Prompt503Expect, check_prompt_503
 from harness.checkers.recovery import RecoveryExpect, check_recovery
+from harness.checkers.reported_id import ReportedEngineIdExpect, check_reported_engine_id
 from harness.checkers.transfer_timeout import TransferTimeoutExpect, check_transfer_timeout
 from harness.history import History
 from harness.verdict import Verdict
@@ -34,6 +36,7 @@ __all__ = [
     "CHECKERS",
     "DEFAULT_CHECKS",
     "AvailabilityExpect",
+    "BalanceExpect",
     "CheckerError",
     "CheckerSpec",
     "HandoffExpect",
@@ -45,8 +48,10 @@ __all__ = [
     "ProbeScheduleExpect",
     "Prompt503Expect",
     "RecoveryExpect",
+    "ReportedEngineIdExpect",
     "TransferTimeoutExpect",
     "check_availability",
+    "check_balance",
     "check_handoff",
     "check_metadata_reads",
     "check_no_local_compute",
@@ -55,6 +60,7 @@ __all__ = [
     "check_probe_schedule",
     "check_prompt_503",
     "check_recovery",
+    "check_reported_engine_id",
     "check_run_complete",
     "check_transfer_timeout",
     "make_params",
@@ -92,6 +98,8 @@ CHECKERS: dict[str, CheckerSpec] = {
         CheckerSpec("availability", AvailabilityExpect, check_availability),
         CheckerSpec("nothing_lost", NothingLostExpect, check_nothing_lost),
         CheckerSpec("output", OutputExpect, check_output),
+        CheckerSpec("balance", BalanceExpect, check_balance),
+        CheckerSpec("reported_engine_id", ReportedEngineIdExpect, check_reported_engine_id),
     )
 }
 
