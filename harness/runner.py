@@ -18,21 +18,19 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from harness.checkers import check_run_complete, run_checks, validate_expect
-from harness.checkers._common import kind_matches
-from harness.checkers.handoff import HandoffExpect, classify
+from harness.checkers import run_checks, validate_expect
 from harness.faults import EngineFleet, FaultInjector
-from harness.history import History, HistoryRecorder
+from harness.history import HistoryRecorder
 from harness.load import LoadGenerator
 from harness.observe import RouterEventsWatcher, RouterWatcher, collect_handoffs
-from harness.procs import ProcessSupervisor
+from harness.procs import ManagedProcess, ProcessSupervisor, log_tail
 from harness.routers import RouterAdapter, make_router_adapter
 from harness.scenario import Scenario, ScenarioError, Timeline, World, validate
 from harness.topology import Topology, allocate
@@ -100,89 +98,13 @@ def _result(**fields: Any) -> Any:
     return ScenarioResult(**{k: v for k, v in fields.items() if k in known})
 
 
-# ---------------------------------------------------------------- scenario-level checks
-# Two checks the shared checkers do not offer (yet); pure functions of the history like them.
-
-
-def check_handoff_strict(history: History, params: Mapping[str, Any]) -> Verdict:
-    """Handoff correctness where only faults of `excuse_kinds` open a grace window (the shared `handoff`
-    checker excuses every fault; a partial metadata read or a property update must excuse nothing)."""
-    name = "handoff_strict"
-    grace = float(params.get("grace_s", 2.0))
-    kinds = tuple(params.get("excuse_kinds", ("restart", "slow_start", "crash", "die", "respawn")))
-    exp = HandoffExpect(grace_s=grace, allow_recompute=bool(params.get("allow_recompute", False)),
-                        allow_failed=bool(params.get("allow_failed", False)))
-    decodes = [h for h in history.handoffs if h.kind == "decode"]
-    if not decodes:
-        return Verdict.unknown_(name, "no decode handoff records")
-    windows = [(a, b + grace) for f, a, b in history.fault_windows() if kind_matches(f.kind, kinds)]
-    bad: list[dict[str, Any]] = []
-    for d in decodes:
-        problems = [p for p in classify(history, d, exp)
-                    if p == "digest_mismatch" or not any(a <= d.at <= b for a, b in windows)]
-        if problems:
-            bad.append({"problems": problems, "tag": d.tag, "at": round(d.at, 3), "outcome": d.outcome,
-                        "remote_engine_id": d.remote_engine_id})
-    numbers = {"decodes": len(decodes), "bad": len(bad), "excuse_kinds": list(kinds), "grace_s": grace}
-    if bad:
-        return Verdict.fail(name, f"{len(bad)} bad handoffs outside restart grace windows", numbers, bad[:25])
-    return Verdict.ok(name, f"{len(decodes)} decode handoffs correct", numbers)
-
-
-def check_metadata_reads(history: History, params: Mapping[str, Any]) -> Verdict:
-    """At most `max_reads` router metadata reads of `target`'s worker from `from_fault`'s heal (or application
-    when `at_apply`) to the end: an engine that reports no id must not be re-read on every probe (bug #5)."""
-    name = "metadata_reads"
-    target = str(params.get("target"))
-    fault = history.faults.get(str(params.get("from_fault")))
-    if fault is None or fault.applied_t is None:
-        return Verdict.unknown_(name, f"fault {params.get('from_fault')!r} was not applied")
-    start = fault.applied_t if params.get("at_apply") else (fault.healed_t or fault.applied_t)
-    if not history.router_events:
-        return Verdict.unknown_(name, "the router exposes no events: metadata reads cannot be counted")
-    workers = set(history.workers_for(target))
-    reads = [e for e in history.router_events_of("metadata_read") if e.worker in workers and e.at >= start]
-    probes = [e for e in history.router_events_of("probe") if e.worker in workers and e.at >= start]
-    limit = int(params.get("max_reads", 3))
-    numbers = {"reads": len(reads), "probes": len(probes), "max_reads": limit, "from_t": round(start, 3)}
-    if not probes:
-        return Verdict.unknown_(name, "no probes of the target seen after the fault", numbers)
-    if len(reads) > limit:
-        return Verdict.fail(name, f"{len(reads)} metadata reads over {len(probes)} probes (max {limit})",
-                            numbers, [dict(e.fields) for e in reads[:10]])
-    return Verdict.ok(name, f"{len(reads)} reads over {len(probes)} probes", numbers)
-
-
-LOCAL_CHECKERS: dict[str, Callable[[History, Mapping[str, Any]], Verdict]] = {
-    "handoff_strict": check_handoff_strict,
-    "metadata_reads": check_metadata_reads,
-}
-
-
 def expectation_problems(s: Scenario) -> list[str]:
-    out = []
-    for x in s.expect:
-        if x.checker in LOCAL_CHECKERS:
-            if x.checker == "metadata_reads" and not {"target", "from_fault"} <= set(x.params):
-                out.append("metadata_reads needs target and from_fault")
-            continue
-        out += validate_expect(x.checker, x.params)
-    return out
+    """Unknown checkers or bad parameters in a scenario's expectations (empty: fine)."""
+    return [p for x in s.expect for p in validate_expect(x.checker, x.params)]
 
 
-def judge(history: History, s: Scenario) -> list[Verdict]:
-    """Shared checkers (plus run_complete) and the scenario-level ones, in the scenario's order."""
-    shared = [x for x in s.expect if x.checker not in LOCAL_CHECKERS]
-    verdicts = run_checks(history, shared) if shared or not s.expect else [check_run_complete(history)]
-    for x in s.expect:
-        fn = LOCAL_CHECKERS.get(x.checker)
-        if fn is None:
-            continue
-        try:
-            verdicts.append(fn(history, x.params))
-        except Exception as e:
-            verdicts.append(Verdict.unknown_(x.checker, f"checker raised {type(e).__name__}: {e}"))
-    return verdicts
+class WorkersNotReady(TimeoutError):
+    """The engines serve but the router did not make every worker Ready in time: the router's failure."""
 
 
 @dataclass
@@ -235,12 +157,15 @@ async def run_scenario(
         raise
     except Exception as e:
         state.reason = f"error: {type(e).__name__}: {e}"
+        if isinstance(e, WorkersNotReady):
+            # Every engine was up (the fleet waited for each to serve): judging the router is fair.
+            state.extra_verdicts.append(Verdict.fail("workers_ready", str(e)))
         if history.history().run is None:
             history.run_started(scenario.name, topology, connector, transport,
                                 getattr(adapter, "name", str(router_adapter)), seed, {}, run_id=rid)
     _finish(history, state, out)
     h = history.history()
-    verdicts = judge(h, scenario) + state.extra_verdicts
+    verdicts = run_checks(h, scenario.expect) + state.extra_verdicts
     overall = combine(verdicts, name=scenario.name)
     if progress is not None and hasattr(progress, "finish"):
         with contextlib.suppress(Exception):
@@ -308,9 +233,11 @@ async def _execute(
             registered = [n for n in topo.names() if n not in set(s.unregistered_engines)]
             launch = adapter.launch(topo, s.router, registered, str(out / "router-events.jsonl"))
             history.note("router launch", argv=launch.argv)
-            await sup.spawn("router", launch.argv, env=launch.env or None, ready_prefix=launch.ready_prefix,
-                            ready_timeout_s=ROUTER_READY_TIMEOUT_S)
-            await adapter.wait_ready(session, topo, ROUTER_READY_TIMEOUT_S)
+            router_proc = await sup.spawn(
+                "router", launch.argv, env=launch.env or None, ready_prefix=launch.ready_prefix,
+                ready_timeout_s=ROUTER_READY_TIMEOUT_S,
+            )
+            await _wait_router(adapter, session, topo, router_proc)
             watcher = RouterWatcher(adapter, session, topo, history, world)
             events = RouterEventsWatcher(adapter, session, topo, history)
             observers = [asyncio.create_task(watcher.run(stop)), asyncio.create_task(events.run(stop))]
@@ -344,6 +271,26 @@ async def _execute(
                 await sup.stop(router, grace_s=1.0)
 
 
+async def _wait_router(
+    adapter: RouterAdapter, session: aiohttp.ClientSession, topo: Topology, proc: ManagedProcess
+) -> None:
+    """The adapter's readiness check, cut short when the router process exits first."""
+    ready = asyncio.create_task(adapter.wait_ready(session, topo, ROUTER_READY_TIMEOUT_S))
+    exited = asyncio.create_task(proc.wait(ROUTER_READY_TIMEOUT_S + 1.0))
+    try:
+        done, _ = await asyncio.wait({ready, exited}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (ready, exited):
+            if not t.done():
+                t.cancel()
+    if ready in done and ready.exception() is None:
+        return
+    if ready in done:
+        raise ready.exception()  # type: ignore[misc]
+    tail = log_tail(proc.log_path).strip().splitlines()[-5:]
+    raise RuntimeError(f"router exited with code {proc.returncode} before serving: {' | '.join(tail)}")
+
+
 async def _wait_workers_ready(
     s: Scenario,
     topo: Topology,
@@ -363,7 +310,7 @@ async def _wait_workers_ready(
             return
         await asyncio.sleep(0.1)
     seen = {n: world.worker_status.get(n, "absent") for n in names}
-    raise TimeoutError(f"workers not all Ready within {s.ready_timeout_s:g} s: {seen}")
+    raise WorkersNotReady(f"workers not all Ready within {s.ready_timeout_s:g} s: {seen}")
 
 
 async def _routable(session: aiohttp.ClientSession, topo: Topology) -> bool:

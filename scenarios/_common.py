@@ -25,7 +25,11 @@ WORKLOAD = Workload(
 )
 
 # What every scenario checks besides its own expectations.
+CORE_EXPECT = (Expect("nothing_lost"), Expect("output"))
 BASE_EXPECT = (
-    Expect("nothing_lost"),
-    Expect("output"),
+    *CORE_EXPECT,
+    # Every PD request is handed off; only restarts and crashes excuse a local prefill on a decode.
+    Expect("no_local_compute", {"grace_s": 2.5}),
 )
+# Faults that give no reason at all for a request to skip the handoff.
+STRICT_LOCAL = Expect("no_local_compute", {"excuse_kinds": []})

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.scenario import After, At, EngineFault, Expect, Heal, Restart, Scenario, Step, Wedge
-from scenarios._common import ALL_SHAPES, BASE_EXPECT, ENGINES, ROUTER, WORKLOAD
+from scenarios._common import ALL_SHAPES, BASE_EXPECT, CORE_EXPECT, ENGINES, ROUTER, STRICT_LOCAL, WORKLOAD
 
 _SLOW_HEALTH = EngineFault("prefill-0", "latency", {"surface": "health", "ms": 2000})
 
@@ -68,7 +68,8 @@ SCENARIOS = [
             Step("heal_partial", Heal("prefill-0", "fail_server_info"), At(4.5)),
         ),
         expect=(
-            *BASE_EXPECT,
+            *CORE_EXPECT,
+            STRICT_LOCAL,
             # Only the health outage excuses anything: a partial read is no reason to hand off wrongly.
             Expect("handoff_strict", {"grace_s": 1.0, "excuse_kinds": ["latency"]}),
             Expect("transfer_timeout"),
@@ -118,7 +119,8 @@ SCENARIOS = [
             Step("heal_no_id", Heal("prefill-0", "no_engine_id"), At(5.5)),
         ),
         expect=(
-            *BASE_EXPECT,
+            *CORE_EXPECT,
+            STRICT_LOCAL,
             Expect("metadata_reads", {"target": "prefill-0", "from_fault": "heal_health", "max_reads": 3}),
             Expect("handoff_strict", {"grace_s": 1.0, "excuse_kinds": ["latency"]}),
         ),

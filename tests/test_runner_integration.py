@@ -1,0 +1,122 @@
+"""Scenarios end to end against the reference router: each passes, and fails once its bug is put back.
+
+Every test starts real processes (fake engines, `pdchaos-router`) on loopback through the runner; the runner's
+supervisor kills them on every path. A pass run and its injected-bug twin run side by side to halve the wait.
+The full matrix (every shipped scenario in every cell) is `slow`: set PDCHAOS_SLOW=1 to run it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.runner import Cell, expand_matrix, run_scenario, run_suite
+from harness.scenario import Scenario, load_scenarios
+from pdchaos.ports import port_is_open
+
+slow = pytest.mark.skipif(os.environ.get("PDCHAOS_SLOW") != "1", reason="slow matrix: set PDCHAOS_SLOW=1")
+
+
+def _scenario(name: str, **workload: Any) -> Scenario:
+    s = load_scenarios([name])[0]
+    # Fewer clients keep two runs side by side light on a 2-core machine; the timeline is unchanged.
+    return replace(s, workload=replace(s.workload, concurrency=2, **workload))
+
+
+def _explain(result: Any) -> str:
+    return "\n".join(f"{v.status} {v.name}: {v.reason}" for v in result.verdicts)
+
+
+async def _pair(s: Scenario, bug: str, cell: Cell, tmp: Path) -> tuple[Any, Any]:
+    good, bad = await asyncio.gather(
+        run_scenario(s, cell.topology, cell.connector, cell.transport, "reference", tmp / "good", seed=3),
+        run_scenario(s.with_router(inject_bug=bug), cell.topology, cell.connector, cell.transport,
+                     "reference", tmp / "bad", seed=3),
+    )
+    return good, bad
+
+
+def _status(result: Any, checker: str) -> str:
+    return next(v.status for v in result.verdicts if v.name == checker)
+
+
+async def test_prefill_restart_mooncake_passes_and_catches_stale_engine_id(tmp_path: Path) -> None:
+    s = _scenario("prefill_restart_mooncake", duration_s=5.0)
+    good, bad = await _pair(s, "stale_engine_id", Cell("1p1d", "mooncake", "http"), tmp_path)
+    assert good.status == "pass", _explain(good)
+    assert bad.status == "fail", _explain(bad)
+    # The dead id is minted after the restart: decodes wait out the transfer timeout.
+    assert _status(bad, "transfer_timeout") == "fail", _explain(bad)
+    assert (tmp_path / "good" / "history.jsonl").is_file()
+    assert any((tmp_path / "good" / "engines").glob("*.records.jsonl"))
+
+
+async def test_metadata_wedged_passes_and_catches_metadata_no_deadline(tmp_path: Path) -> None:
+    # gRPC chat and streaming are left out: see the report on the router's gRPC rendering (output checker).
+    s = _scenario("metadata_wedged", chat_fraction=0.0, stream_fraction=0.0)
+    good, bad = await _pair(s, "metadata_no_deadline", Cell("1p1d", "mooncake", "grpc"), tmp_path)
+    assert good.status == "pass", _explain(good)
+    assert bad.status == "fail", _explain(bad)
+    # The re-read with no deadline holds the probe slot: the worker is not probed while metadata is wedged.
+    assert _status(bad, "probe_schedule") == "fail", _explain(bad)
+
+
+async def test_partial_read_passes_and_catches_partial_read_clears_id(tmp_path: Path) -> None:
+    s = _scenario("partial_metadata_read", chat_fraction=0.0, stream_fraction=0.0)
+    good, bad = await _pair(s, "partial_read_clears_id", Cell("1p1d", "mooncake", "grpc"), tmp_path)
+    assert good.status == "pass", _explain(good)
+    assert bad.status == "fail", _explain(bad)
+    # With the id cleared the router cannot mint: decodes recompute silently.
+    assert _status(bad, "no_local_compute") == "fail", _explain(bad)
+
+
+async def test_broken_router_command_gives_unknown_with_reason_and_no_leftovers(tmp_path: Path) -> None:
+    s = _scenario("prefill_restart_mooncake", duration_s=1.0)
+    res = await run_scenario(s, "1p1d", "mooncake", "http", "cmd:false --port {port}", tmp_path, seed=1)
+    assert res.status == "unknown"
+    assert "error" in res.run_reason and "router" in res.run_reason.lower(), res.run_reason
+    text = (tmp_path / "history.jsonl").read_text()
+    assert '"type":"run_ended"' in text
+    # Every engine the run started is gone (the supervisor tore them down).
+    states = [ln for ln in text.splitlines() if '"type":"engine_state"' in ln]
+    assert states, "engines were started before the router"
+    import json
+
+    layout = json.loads(text.splitlines()[0])["settings"]["engines_layout"]
+    for _name, info in layout.items():
+        port = int(info["url"].rsplit(":", 1)[1])
+        assert not port_is_open(port), f"engine port {port} still open after the run"
+
+
+async def test_scenario_that_does_not_apply_is_unknown(tmp_path: Path) -> None:
+    s = _scenario("one_of_two_prefills_down")
+    res = await run_scenario(s, "1p1d", "mooncake", "http", "reference", tmp_path)
+    assert res.status == "unknown" and "does not apply" in res.run_reason
+
+
+async def test_run_suite_writes_reports_and_latest_link(tmp_path: Path) -> None:
+    s = replace(_scenario("property_update_keeps_handoff", duration_s=3.0), topologies=("1p1d",),
+                connectors=("mooncake",), transports=("http",))
+    run_dir = tmp_path / "runs" / "r1"
+    results = await run_suite([s], None, run_dir)
+    assert [r.status for r in results] == ["pass"], _explain(results[0])
+    latest = tmp_path / "runs" / "latest"
+    assert latest.is_symlink() and latest.resolve() == run_dir.resolve()
+    assert (run_dir / "report.json").is_file() and (run_dir / "junit.xml").is_file()
+    assert (run_dir / "property_update_keeps_handoff__1p1d-mooncake-http" / "history.jsonl").is_file()
+
+
+@slow
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("scenario", "cell"),
+    [pytest.param(s, c, id=f"{s.name}-{c.label}") for s, c in expand_matrix(load_scenarios())],
+)
+async def test_full_matrix(scenario: Scenario, cell: Cell, tmp_path: Path) -> None:
+    res = await run_scenario(scenario, cell.topology, cell.connector, cell.transport, "reference", tmp_path)
+    assert res.status == "pass", _explain(res)
