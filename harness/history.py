@@ -85,7 +85,8 @@ class HistoryRecorder:
     `clock` is a monotonic clock in seconds; `t` = clock() - clock() at construction (or `start` when given).
     `wall_clock` is used once, for `run_started.wall_start`, so wall-stamped records can be placed on `t`.
     `path=None` keeps records in memory only (tests, the simulator). Records are always kept in memory
-    (`records`), so `history()` gives the typed view without re-reading the file.
+    (`records`), so `history()` gives the typed view without re-reading the file. An existing file is
+    emptied first unless `append`.
     """
 
     def __init__(
@@ -95,8 +96,13 @@ class HistoryRecorder:
         *,
         start: float | None = None,
         wall_clock: Clock = time.time,
+        append: bool = False,
     ) -> None:
         self.path = Path(path) if path is not None else None
+        if self.path is not None and not append:
+            # One file is one run: a leftover from an earlier run in the same folder must not mix in.
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text("", encoding="utf-8")
         self._clock = clock
         self._start = clock() if start is None else start
         self._wall_start = wall_clock() - (clock() - self._start)

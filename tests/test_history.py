@@ -180,3 +180,14 @@ def test_base_engine_id_strips_dp_suffix() -> None:
     assert base_engine_id("abc_dp3") == "abc"
     assert base_engine_id("abc") == "abc"
     assert base_engine_id("") is None and base_engine_id(None) is None
+
+
+def test_recorder_starts_a_fresh_file_unless_appending(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    path.write_text('{"type": "note", "t": 9.0, "message": "old run"}\n')
+    with HistoryRecorder(path, ManualClock()) as rec:
+        rec.note("new run")
+    assert [n for _t, n in load_history(path).notes] == ["new run"]
+    with HistoryRecorder(path, ManualClock(), append=True) as rec:
+        rec.note("more")
+    assert [n for _t, n in load_history(path).notes] == ["new run", "more"]
