@@ -1,3 +1,520 @@
-"""pytest plugin `pdchaos` (entry point pytest11): placeholder until the scenario runner lands."""
+"""pytest plugin `pdchaos` (entry point `pytest11`): scenarios as tests, and a `pd_cluster` fixture.
+
+Scenarios as tests (opt-in, so a project's own `pytest` run never runs the chaos suite by accident):
+- `pytest --pdchaos` runs the default suite (scenarios tagged `default`) and nothing else: the shipped
+  scenario folder replaces the default test paths.
+- `pytest --pdchaos path/to/scenarios/ my_scenarios.py` collects scenario files: `*.py` files in a folder
+  named `scenarios` (not starting with `_` or `test_`), and any `.py` file named on the command line. A file
+  named explicitly contributes all its scenarios; one found in a folder only its `default` ones, unless
+  `--pdchaos-all`.
+- Each scenario becomes one test per cell: `restarts.py::prefill_restart_mooncake[1p2d-mooncake-http]`.
+  `--pdchaos-topology/--pdchaos-connector/--pdchaos-transport` filter the cells, `-k` works as usual.
+- pass -> passed; fail -> failed with the checkers' reasons; unknown -> failed (never a pass; with
+  `--pdchaos-unknown=skip`, skipped). `--junitxml` works as usual; each test case carries the verdict and the
+  cell folder as properties. The run folder (`--pdchaos-out`, default a pytest temp folder) gets
+  report.json, junit.xml and report.html at the end of the session.
+
+`pd_cluster` fixture: a running topology (fake engines + the reference router on loopback) for your own
+tests; see `PDCluster`. Configure it with `@pytest.mark.pd_cluster(topology="1p2d", connector="nixl",
+transport="grpc", router=RouterSettings(...), engines=EngineSettings(...))` or indirect parametrization
+(`@pytest.mark.parametrize("pd_cluster", ["1p2d", {"topology": "2p1d"}], indirect=True)`). It is a plain
+(sync) fixture, so it works in sync and async tests under any pytest-asyncio mode: the cluster's processes
+are owned by a private event-loop thread that lives as long as the fixture (their parent-death signal is
+tied to that thread), and teardown kills every process group it started, whatever the test did.
+"""
 
 from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+import uuid
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+_SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+_RESULTS_KEY = pytest.StashKey[list[Any]]()
+_OUT_KEY = pytest.StashKey[Path]()
+
+
+# ---------------------------------------------------------------- options
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("pdchaos", "pdchaos chaos scenarios")
+    group.addoption("--pdchaos", action="store_true", default=False,
+                    help="collect pdchaos scenarios as tests (alone: the default suite)")
+    group.addoption("--pdchaos-all", action="store_true", default=False,
+                    help="collect every scenario of scenario folders, not only those tagged 'default'")
+    group.addoption("--pdchaos-topology", action="append", default=None, metavar="T",
+                    help="only these topologies (repeatable or comma separated)")
+    group.addoption("--pdchaos-connector", action="append", default=None, metavar="C",
+                    help="only these connectors: mooncake, nixl")
+    group.addoption("--pdchaos-transport", action="append", default=None, metavar="TR",
+                    help="only these transports: http, grpc")
+    group.addoption("--pdchaos-router", default="reference", metavar="ROUTER",
+                    help="router under test: 'reference' or 'cmd:<template>' (as `pdchaos run --router`)")
+    group.addoption("--pdchaos-seed", type=int, default=0, metavar="N", help="workload seed")
+    group.addoption("--pdchaos-out", default=None, metavar="DIR",
+                    help="run folder for histories, logs and reports (default: a pytest temp folder)")
+    group.addoption("--pdchaos-unknown", choices=("fail", "skip"), default="fail",
+                    help="how an unknown verdict is reported (default: fail; never a pass)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "pd_cluster(topology='1p1d', connector='mooncake', transport='http', router=None, engines=None, "
+        "ready_timeout_s=20): configure the pd_cluster fixture",
+    )
+    if config.getoption("--pdchaos") and config.args_source != pytest.Config.ArgsSource.ARGS:
+        # `pytest --pdchaos` with no paths: the suite alone, not the project's tests as well.
+        config.args = [str(_SCENARIO_DIR)]
+
+
+def _split(values: Sequence[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    out = [p.strip() for v in values for p in v.split(",") if p.strip()]
+    return out or None
+
+
+# ---------------------------------------------------------------- scenario collection
+
+
+def _is_scenario_file(file_path: Path, parent: pytest.Collector) -> bool:
+    if file_path.suffix != ".py" or file_path.name.startswith(("_", "test_")):
+        return False
+    if parent.session.isinitpath(file_path):
+        return True
+    return file_path.parent.name == "scenarios"
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if not parent.config.getoption("--pdchaos") or not _is_scenario_file(file_path, parent):
+        return None
+    return ScenarioFile.from_parent(parent, path=file_path)
+
+
+class ScenarioFile(pytest.File):
+    """A scenario file: one item per (scenario, cell)."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        from harness.runner import expand_matrix
+        from harness.scenario import ScenarioError, scenarios_in_file
+        from harness.topology import parse_topology
+
+        cfg = self.config
+        try:
+            scenarios = scenarios_in_file(self.path)
+        except ScenarioError as e:
+            raise self.CollectError(str(e)) from None
+        explicit = self.session.isinitpath(self.path)
+        if not explicit and not cfg.getoption("--pdchaos-all"):
+            scenarios = [s for s in scenarios if _in_default_suite(s, self.path.parent, cfg)]
+        topologies = _split(cfg.getoption("--pdchaos-topology"))
+        if topologies:
+            try:
+                topologies = [parse_topology(t).name for t in topologies]
+            except ValueError as e:
+                raise self.CollectError(str(e)) from None
+        cells = expand_matrix(
+            scenarios, topologies, _split(cfg.getoption("--pdchaos-connector")),
+            _split(cfg.getoption("--pdchaos-transport")),
+        )
+        for scenario, cell in cells:
+            item = ScenarioItem.from_parent(self, name=f"{scenario.name}[{cell.label}]")
+            item.scenario = scenario
+            item.cell = cell
+            for tag in scenario.tags:
+                if tag.isidentifier():
+                    item.add_marker(tag)
+            yield item
+
+
+_TAGGED_DIRS = pytest.StashKey[dict[Path, bool]]()
+
+
+def _in_default_suite(scenario: Any, folder: Path, config: pytest.Config) -> bool:
+    """As `pdchaos run` decides: tagged 'default'; when no scenario of the folder carries that tag, every
+    scenario not tagged 'slow'."""
+    from harness.scenario import ScenarioError, all_scenario_files, scenarios_in_file
+
+    tagged = config.stash.setdefault(_TAGGED_DIRS, {})
+    if folder not in tagged:
+        found = False
+        for f in all_scenario_files(folder):
+            with contextlib.suppress(ScenarioError):
+                found = found or any("default" in s.tags for s in scenarios_in_file(f))
+        tagged[folder] = found
+    if tagged[folder]:
+        return "default" in scenario.tags
+    return "slow" not in scenario.tags
+
+
+class ScenarioVerdictError(Exception):
+    """A scenario cell that did not pass."""
+
+
+class ScenarioItem(pytest.Item):
+    scenario: Any
+    cell: Any
+
+    def runtest(self) -> None:
+        from harness.runner import cell_dir_name, run_scenario
+
+        cfg = self.config
+        out = _run_dir(cfg) / cell_dir_name(self.scenario.name, self.cell)
+        result = asyncio.run(
+            run_scenario(
+                self.scenario, self.cell.topology, self.cell.connector, self.cell.transport,
+                cfg.getoption("--pdchaos-router"), out, seed=cfg.getoption("--pdchaos-seed"),
+            )
+        )
+        cfg.stash.setdefault(_RESULTS_KEY, []).append(result)
+        self.user_properties.append(("pdchaos_status", result.status))
+        self.user_properties.append(("pdchaos_cell_dir", str(out)))
+        if result.status == "pass":
+            return
+        lines = [f"{result.status.upper()}: {self.scenario.name} {self.cell.label}"]
+        for v in result.verdicts:
+            if v.status != "pass":
+                lines.append(f"  {v.status:8} {v.name}: {v.reason}")
+        lines.append(f"  history: {out / 'history.jsonl'}  logs: {out / 'logs'}")
+        text = "\n".join(lines)
+        self.user_properties.append(("pdchaos_reason", result.reason))
+        if result.status == "unknown" and cfg.getoption("--pdchaos-unknown") == "skip":
+            pytest.skip(text)
+        raise ScenarioVerdictError(text)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, ScenarioVerdictError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"pdchaos scenario {self.name}"
+
+
+def _run_dir(config: pytest.Config) -> Path:
+    if _OUT_KEY not in config.stash:
+        given = config.getoption("--pdchaos-out")
+        if given:
+            path = Path(given)
+        else:
+            factory = config._tmp_path_factory  # type: ignore[attr-defined]
+            path = factory.mktemp("pdchaos-run", numbered=True)
+        path.mkdir(parents=True, exist_ok=True)
+        config.stash[_OUT_KEY] = path
+    return config.stash[_OUT_KEY]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    results = session.config.stash.get(_RESULTS_KEY, [])
+    if not results:
+        return
+    from reports import write_reports
+
+    write_reports(_run_dir(session.config), results)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    results = config.stash.get(_RESULTS_KEY, [])
+    if results:
+        counts = {s: sum(1 for r in results if r.status == s) for s in ("pass", "fail", "unknown")}
+        terminalreporter.write_line(
+            f"pdchaos: {len(results)} cells: {counts['pass']} pass, {counts['fail']} fail, "
+            f"{counts['unknown']} unknown; reports in {_run_dir(config)}"
+        )
+
+
+# ---------------------------------------------------------------- pd_cluster
+
+
+class _LoopThread:
+    """An event loop on a thread of its own that lives as long as the cluster (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name="pd-cluster-loop", daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise TimeoutError(f"pd_cluster call did not finish within {timeout_s} s") from None
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10.0)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+@dataclass
+class ClusterConfig:
+    topology: str = "1p1d"
+    connector: str = "mooncake"
+    transport: str = "http"
+    router: Any = None  # harness.scenario.RouterSettings; None: fast test defaults
+    engines: Any = None  # harness.scenario.EngineSettings; None: fast test defaults
+    ready_timeout_s: float = 20.0
+
+    @classmethod
+    def from_request(cls, request: pytest.FixtureRequest) -> ClusterConfig:
+        values: dict[str, Any] = {}
+        marker = request.node.get_closest_marker("pd_cluster")
+        if marker is not None:
+            if marker.args:
+                values["topology"] = marker.args[0]
+            values.update(marker.kwargs)
+        param = getattr(request, "param", None)
+        if isinstance(param, str):
+            values["topology"] = param
+        elif isinstance(param, Mapping):
+            values.update(param)
+        elif param is not None:
+            pytest.fail(f"pd_cluster param must be a topology or a dict, got {param!r}", pytrace=False)
+        known = set(cls.__dataclass_fields__)
+        bad = sorted(set(values) - known)
+        if bad:
+            pytest.fail(f"pd_cluster: unknown option(s) {bad} (known: {sorted(known)})", pytrace=False)
+        return cls(**values)
+
+
+@dataclass
+class PDCluster:
+    """A running topology: fake engines plus the reference router, all on loopback.
+
+    Addresses: `router_url`, `engine_urls[name]` (what the router was given: http:// or grpc://),
+    `http_urls[name]`, `control_urls[name]`; `topology` (harness.topology.Topology) has everything else.
+    Engine names are `prefill-0..`, `decode-0..`.
+    Control (async, usable from any event loop): `control(name)` -> EngineControlClient (restart, crash,
+    fault, ...), `workers()`, `worker(name)`, `add_worker(name)`, `patch_worker(name, body)`,
+    `remove_worker(name)`, `wait_status(name, status)`; `completion(prompt)` sends one request through
+    the router. Sync tests wrap any of them in `run(...)`. Process level (sync): `pid(name)`,
+    `kill(name)` (SIGKILL the engine's process group), `respawn(name)` (same ports, new process).
+    """
+
+    config: ClusterConfig
+    topology: Any
+    out_dir: Path
+    api_key: str
+    token: str
+    _loop: _LoopThread = field(repr=False)
+    _sup: Any = field(repr=False)
+    _fleet: Any = field(repr=False)
+    _adapter: Any = field(repr=False)
+
+    @property
+    def router_url(self) -> str:
+        return str(self.topology.router_url)
+
+    @property
+    def engine_urls(self) -> dict[str, str]:
+        return {e.name: e.url(self.topology.transport) for e in self.topology.engines}
+
+    @property
+    def http_urls(self) -> dict[str, str]:
+        return {e.name: e.http_url for e in self.topology.engines}
+
+    @property
+    def control_urls(self) -> dict[str, str]:
+        return {e.name: e.control_url for e in self.topology.engines}
+
+    @property
+    def log_dir(self) -> Path:
+        return self.out_dir / "logs"
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = 60.0) -> T:
+        """Run a coroutine to completion from sync code (on the cluster's own loop)."""
+        return self._loop.run(coro, timeout_s)
+
+    def control(self, name: str, timeout_s: float = 10.0) -> Any:
+        from fake_engines.control_client import EngineControlClient
+
+        return EngineControlClient(self.topology.engine(name).control_url, self.token, timeout_s)
+
+    async def _router(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> tuple[int, Any]:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            return await self._adapter._call(session, method, self.router_url + path, body)
+
+    async def workers(self) -> list[dict[str, Any]]:
+        """The router's workers (CONTRACTS §2 W objects)."""
+        status, body = await self._router("GET", "/workers")
+        if status != 200 or not isinstance(body, dict):
+            raise RuntimeError(f"GET /workers answered {status}: {body}")
+        return list(body.get("workers") or [])
+
+    async def worker(self, name: str) -> dict[str, Any] | None:
+        for w in await self.workers():
+            if self.topology.name_of_url(str(w.get("url", ""))) == name:
+                return w
+        return None
+
+    async def add_worker(self, name: str) -> tuple[int, Any]:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            return await self._adapter.add_worker(session, self.topology, name)
+
+    async def patch_worker(self, name: str, body: Mapping[str, Any]) -> tuple[int, Any]:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            return await self._adapter.patch_worker(session, self.topology, name, body)
+
+    async def remove_worker(self, name: str) -> tuple[int, Any]:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            return await self._adapter.remove_worker(session, self.topology, name)
+
+    async def wait_status(self, name: str, status: str = "ready", timeout_s: float = 10.0) -> dict[str, Any]:
+        """Poll the worker API until the engine's worker has `status`; TimeoutError says what was seen."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        seen: Any = None
+        while loop.time() < deadline:
+            w = await self.worker(name)
+            seen = None if w is None else w.get("status")
+            if w is not None and seen == status:
+                return w
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"worker {name} not {status} within {timeout_s:g} s (last seen: {seen})")
+
+    async def completion(self, prompt: str, max_tokens: int = 4, timeout_s: float = 10.0,
+                         **extra: Any) -> tuple[int, Any]:
+        """POST /v1/completions through the router: (HTTP status, decoded body)."""
+        import aiohttp
+
+        body = {"model": "pdchaos-fake", "prompt": prompt, "max_tokens": max_tokens, **extra}
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as s,
+            s.post(self.router_url + "/v1/completions", json=body) as resp,
+        ):
+            try:
+                data = await resp.json(content_type=None)
+            except ValueError:
+                data = await resp.text()
+            return resp.status, data
+
+    def pid(self, name: str) -> int:
+        proc = self._sup.get(name)
+        if proc is None:
+            raise KeyError(f"no process {name!r}")
+        return int(proc.pid)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the engine's (or `router`'s) whole process group and reap it."""
+        import signal
+
+        proc = self._sup.get(name)
+        if proc is None:
+            raise KeyError(f"no process {name!r}")
+        proc.signal(signal.SIGKILL)
+        self._loop.run(proc.wait(5.0), 10.0)
+
+    def respawn(self, name: str) -> int:
+        """Start a killed engine again on the same ports (new process, new engine id); returns its pid."""
+        proc = self._loop.run(self._fleet.start(name, first_start=False), self.config.ready_timeout_s + 5)
+        return int(proc.pid)
+
+
+async def _start_cluster(cfg: ClusterConfig, out: Path, loop: _LoopThread, sup: Any) -> PDCluster:
+    import aiohttp
+
+    from harness.faults import EngineFleet
+    from harness.history import HistoryRecorder
+    from harness.routers import ReferenceRouter
+    from harness.scenario import EngineSettings, RouterSettings
+    from harness.topology import allocate
+
+    router_settings = cfg.router or RouterSettings(health_interval_s=0.2, health_timeout_s=0.5)
+    engine_settings = cfg.engines or EngineSettings(transfer_timeout_s=2.0, kv_abort_timeout_s=30.0)
+    topo = allocate(cfg.topology, cfg.connector, cfg.transport)
+    history = HistoryRecorder(out / "history.jsonl")
+    api_key = "pdchaos-" + uuid.uuid4().hex[:12]
+    token = uuid.uuid4().hex
+    adapter = ReferenceRouter(api_key=api_key)
+    fleet = EngineFleet(topo, engine_settings, sup, out, history, token=token,
+                        ready_timeout_s=cfg.ready_timeout_s)
+    cluster = PDCluster(cfg, topo, out, api_key, token, loop, sup, fleet, adapter)
+    try:
+        await asyncio.gather(*(fleet.start(n) for n in topo.names()))
+        launch = adapter.launch(topo, router_settings, topo.names(), str(out / "router-events.jsonl"))
+        await sup.spawn("router", launch.argv, env=launch.env or None, ready_prefix=launch.ready_prefix,
+                        ready_timeout_s=cfg.ready_timeout_s)
+        async with aiohttp.ClientSession() as session:
+            await adapter.wait_ready(session, topo, cfg.ready_timeout_s)
+        for name in topo.names():
+            await cluster.wait_status(name, "ready", cfg.ready_timeout_s)
+    except BaseException:
+        await sup.aclose(grace_s=0.5)
+        history.close()
+        raise
+    return cluster
+
+
+async def _stop_cluster(cluster: PDCluster) -> None:
+    try:
+        router = cluster._sup.get("router")
+        if router is not None:
+            await cluster._sup.stop(router, grace_s=1.0)
+    finally:
+        await cluster._sup.aclose(grace_s=1.0)
+        cluster._fleet.history.close()
+
+
+@pytest.fixture
+def pd_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PDCluster]:
+    """A running PD topology (fake engines + reference router); see `PDCluster` and the module docstring."""
+    from harness.procs import ProcessSupervisor
+    from harness.topology import parse_topology
+
+    cfg = ClusterConfig.from_request(request)
+    problem = None
+    try:
+        parse_topology(cfg.topology)
+    except ValueError as e:
+        problem = str(e)
+    if problem is not None:
+        pytest.fail(f"pd_cluster: {problem}", pytrace=False)
+    out = tmp_path_factory.mktemp(f"pd_cluster-{cfg.topology}", numbered=True)
+    sup = ProcessSupervisor(out / "logs")
+    loop = _LoopThread()
+    cluster: PDCluster | None = None
+    try:
+        cluster = loop.run(_start_cluster(cfg, out, loop, sup), cfg.ready_timeout_s * 3 + 10)
+        yield cluster
+    finally:
+        try:
+            if cluster is not None:
+                loop.run(_stop_cluster(cluster), 30.0)
+        finally:
+            # Whatever happened above (a start that timed out, a test that broke the loop): no survivors.
+            sup.kill_all()
+            loop.close()
+
+
+__all__ = ["ClusterConfig", "PDCluster", "ScenarioFile", "ScenarioItem", "pd_cluster"]
