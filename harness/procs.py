@@ -290,6 +290,8 @@ class ProcessSupervisor:
         """
         if proc.alive:
             proc.signal(signal.SIGTERM)
+            # A wedged (SIGSTOPped) child would hold the SIGTERM pending for the whole grace: wake it.
+            proc.signal(signal.SIGCONT)
             code = await proc.wait(grace_s)
             if code is None:
                 proc.signal(signal.SIGKILL)

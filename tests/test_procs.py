@@ -260,3 +260,21 @@ async def test_marker_inherited_from_environment(tmp_path: Path, monkeypatch: py
     monkeypatch.delenv(MARKER_ENV)
     assert ProcessSupervisor(tmp_path / "b").marker.startswith("pdchaos-")
     assert ProcessSupervisor(tmp_path / "c", marker="given").marker == "given"
+
+
+async def test_stop_wakes_a_stopped_child_for_its_sigterm(tmp_path: Path) -> None:
+    """A SIGSTOP wedge must not cost the whole grace period: the child gets SIGCONT and handles SIGTERM."""
+    async with ProcessSupervisor(tmp_path) as sup:
+        proc = await sup.spawn(
+            "wedged",
+            _py("""
+                import signal, sys, time
+                signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))
+                print("READY", flush=True)
+                time.sleep(60)
+            """),
+            ready_prefix="READY",
+        )
+        proc.signal(signal.SIGSTOP)
+        # Exit code 7 is the child's own SIGTERM handler; a child left stopped would be SIGKILLed (-9).
+        assert await sup.stop(proc, grace_s=10.0) == 7
