@@ -40,8 +40,8 @@ async def serve_stubs(transport: str) -> None:
         http_decode = d
         boot = p.bootstrap_port
     # Record nothing: a long run must not grow the stubs' memory.
-    p_state.received = d_state.received = _Sink()  # type: ignore[assignment]
-    http_decode.state.received = _Sink()  # type: ignore[assignment]
+    p_state.received = d_state.received = _Sink()
+    http_decode.state.received = _Sink()
     info = {"prefill": p.url, "decode": d.url, "bootstrap": boot, "direct": http_decode.url}
     print(READY_STUBS, json.dumps(info), flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)

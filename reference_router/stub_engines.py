@@ -187,7 +187,7 @@ class HttpStubEngine:
         })
 
 
-class _Servicer(vllm_engine_pb2_grpc.VllmEngineServicer):
+class _Servicer(vllm_engine_pb2_grpc.VllmEngineServicer):  # type: ignore[misc]
     def __init__(self, state: StubState) -> None:
         self.state = state
         self._tok = byte_level_tokenizer()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import grpc
@@ -62,7 +62,7 @@ class GrpcWorker:
 
     async def generate(
         self, request: vllm_engine_pb2.GenerateRequest, timeout_s: float
-    ) -> AsyncIterator[vllm_engine_pb2.GenerateResponse]:
+    ) -> AsyncGenerator[vllm_engine_pb2.GenerateResponse, None]:
         call = self.stub.Generate(request, timeout=timeout_s)
         try:
             async for msg in call:

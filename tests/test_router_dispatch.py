@@ -30,11 +30,13 @@ class PD:
 
     @property
     def p(self) -> StubState:
-        return self.prefills[0].state
+        state: StubState = self.prefills[0].state
+        return state
 
     @property
     def d(self) -> StubState:
-        return self.decodes[0].state
+        state: StubState = self.decodes[0].state
+        return state
 
     async def post(self, path: str, body: dict[str, Any]) -> tuple[int, Any, str]:
         async with self.router.session.post(self.router.base + path, json=body) as resp:
@@ -147,6 +149,7 @@ async def test_pd_flow_kv_params_on_each_leg(
     assert len(pd.p.received) == 1 and len(pd.d.received) == 1
     p_kv = received_kv(pd.p, transport)[0]
     d_kv = received_kv(pd.d, transport)[0]
+    assert p_kv is not None and d_kv is not None
     if transport == "http":
         p_body = pd.p.received[0]["body"]
         assert p_body["stream"] is False and p_body["max_tokens"] == 1 and p_body["n"] == 1
@@ -191,9 +194,9 @@ async def test_each_request_mints_a_fresh_transfer_id(make_pd: Any) -> None:
     for i in range(3):
         status, _, raw = await pd.post("/v1/completions", {"prompt": f"p{i}", "max_tokens": 2})
         assert status == 200, raw
-    tids = [kv["transfer_id"] for kv in received_kv(pd.p, "http")]
-    assert len(set(tids)) == 3
-    assert [kv["transfer_id"] for kv in received_kv(pd.d, "http")] == tids
+    tids = [(kv or {}).get("transfer_id") for kv in received_kv(pd.p, "http")]
+    assert len(set(tids)) == 3 and None not in tids
+    assert [(kv or {}).get("transfer_id") for kv in received_kv(pd.d, "http")] == tids
 
 
 @pytest.mark.parametrize("leg", ["prefill", "decode"])

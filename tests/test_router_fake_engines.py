@@ -48,7 +48,7 @@ async def test_router_drives_a_correct_handoff_between_fake_engines(transport: s
             await wait_for(lambda: prefill.connector is not None and prefill.connector.value == connector,
                            3.0, "connector learned")
 
-        cases = [
+        cases: list[tuple[str, dict[str, Any], bool]] = [
             ("/v1/completions", {"prompt": "[pdchaos:t:1] tell me", "max_tokens": 6}, False),
             ("/v1/completions",
              {"prompt": "[pdchaos:t:2] stream it", "max_tokens": 5, "stream": True}, False),
