@@ -184,7 +184,9 @@ def default_suite(scenarios: Sequence[Any]) -> list[Any]:
     return [s for s in scenarios if "slow" not in tuple(getattr(s, "tags", ()) or ())]
 
 
-def _check_router(spec: str, scenarios: Sequence[Any]) -> Any:
+def _check_router(spec: str, scenarios: Sequence[Any], named: bool) -> list[Any]:
+    """The scenarios this router can run. A scenario that puts a bug back into the reference router
+    (`inject_bug`) cannot run against another router: an error when the user named it, else left out."""
     from harness.routers import CommandRouter, RouterAdapterError, make_router_adapter
 
     try:
@@ -195,13 +197,19 @@ def _check_router(spec: str, scenarios: Sequence[Any]) -> Any:
         exe = adapter.words[0] if adapter.words else ""
         if not (shutil.which(exe) or (os.sep in exe and os.access(exe, os.X_OK))):
             raise UsageError(f"router command {exe!r} not found or not executable")
+    kept = []
     for s in scenarios:
         bug = getattr(s.router, "inject_bug", None)
         if bug and not adapter.supports_inject_bug:
-            raise UsageError(
-                f"scenario {s.name!r} injects bug {bug!r}, which router {adapter.name!r} cannot take"
-            )
-    return adapter
+            if named:
+                raise UsageError(
+                    f"scenario {s.name!r} injects bug {bug!r}, which router {adapter.name!r} cannot take"
+                )
+            print(f"pdchaos: skipping {s.name}: it injects bug {bug!r} into the reference router",
+                  file=sys.stderr)
+            continue
+        kept.append(s)
+    return kept
 
 
 def _check_expectations(scenarios: Sequence[Any]) -> None:
@@ -236,7 +244,9 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     if not scenarios:
         raise UsageError("no scenarios to run")
     _check_expectations(scenarios)
-    _check_router(args.router, scenarios)
+    scenarios = _check_router(args.router, scenarios, named=bool(args.scenarios))
+    if not scenarios:
+        raise UsageError(f"no scenario of the default suite can run against router {args.router!r}")
     cells = expand_matrix(
         scenarios,
         topologies,

@@ -193,3 +193,25 @@ def test_report_on_folder_without_results(tmp_path: Path, capsys: pytest.Capture
     code, _, err = _main(capsys, "report", str(tmp_path))
     assert code == cli.EXIT_USAGE
     assert "holds no scenario results" in _one_line_error(err)
+
+
+def test_inject_bug_scenarios_need_the_reference_router(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.scenario import RouterSettings, Scenario
+
+    f = tmp_path / "buggy.py"
+    f.write_text(
+        "from harness.scenario import RouterSettings, Scenario\n"
+        "SCENARIOS = [Scenario(name='buggy', description='d',\n"
+        "                      router=RouterSettings(inject_bug='stale_engine_id'))]\n"
+    )
+    code, _, err = _main(capsys, "run", str(f), "--router", "cmd:true --port {port}")
+    assert code == cli.EXIT_USAGE
+    assert "injects bug 'stale_engine_id'" in _one_line_error(err)
+    # In the default suite such a scenario is left out (with a note), not an error.
+    buggy = Scenario(name="b", description="", router=RouterSettings(inject_bug="stale_engine_id"))
+    plain = Scenario(name="p", description="")
+    assert cli._check_router("cmd:true", [buggy, plain], named=False) == [plain]
+    assert "skipping b" in capsys.readouterr().err
+    assert cli._check_router("reference", [buggy, plain], named=True) == [buggy, plain]
