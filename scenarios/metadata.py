@@ -25,6 +25,7 @@ def _force_reread(at: float) -> tuple[Step, Step]:
 SCENARIOS = [
     Scenario(
         name="metadata_wedged",
+        tags=("default",),
         description="GetServerInfo/GetModelInfo hang while health answers. The re-read after the worker "
             "comes "
         "back must be bounded by the probe timeout: a read with no deadline holds the probe slot for good "
@@ -50,6 +51,7 @@ SCENARIOS = [
     ),
     Scenario(
         name="partial_metadata_read",
+        tags=("default",),
         description="GetServerInfo fails while GetModelInfo answers (a partial read) when the router "
             "re-reads "
         "the id. The engine did not restart, so the known id stays right: clearing it leaves the router "
@@ -103,6 +105,7 @@ SCENARIOS = [
     ),
     Scenario(
         name="engine_without_id",
+        tags=("default",),
         description="The prefill stops reporting a kv_engine_id (complete reads, empty id). The router keeps "
             "the "
         "id it knows and treats such a read as final: it must not re-read on every probe.",

@@ -46,7 +46,7 @@ SCENARIOS = [
     ),
     Scenario(
         name="one_of_two_prefills_down",
-        description="One of two prefills crashes and comes back 2.5 s later. The other prefill carries the "
+        description="One of two prefills crashes and is respawned 2 s later. The other prefill carries the "
         "load: after the router notices, no client sees an error.",
         bugs=("zoo-6",),
         topologies=("2p1d",),
@@ -68,9 +68,10 @@ SCENARIOS = [
     ),
     Scenario(
         name="sole_prefill_down",
+        tags=("default",),
         description="The only prefill crashes: requests get a prompt 503 (not 404/500, not a hang) while it "
             "is "
-        "down; it comes back on the same address after 2.5 s (marked Failed by then) and must rejoin.",
+        "down; it is respawned on the same address 2 s later (marked Failed by then) and must rejoin.",
         bugs=("zoo-8", "zoo-6"),
         topologies=("1p1d", "1p2d"),
         connectors=("mooncake", "nixl"),
@@ -114,6 +115,7 @@ SCENARIOS = [
     ),
     Scenario(
         name="wedged_decode_generate",
+        tags=("default",),
         description="A decode accepts generate requests and never answers (2.5 s). The router's request "
         "timeout must answer those requests with an error before the client gives up, without stalling "
         "requests to other workers or the health loop.",

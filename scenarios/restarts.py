@@ -20,6 +20,7 @@ _RESTART_EXPECT = (
 SCENARIOS = [
     Scenario(
         name="prefill_restart_mooncake",
+        tags=("default",),
         description="A Mooncake prefill restarts on the same address with a new engine id (down 0.6 s, so a "
         "probe fails). The router must re-read the id: minting the dead id makes every decode wait out the "
         "KV transfer timeout (vLLM #2491's 480 s hang, scaled to 2 s).",
