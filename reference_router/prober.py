@@ -9,6 +9,7 @@ asks for that.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from typing import Any
@@ -20,6 +21,8 @@ from .core import MetadataRead, ReadOutcome, Transport, Worker
 from .errors import UpstreamError
 from .transports import Transports
 from .upstream_http import get_json, get_status
+
+log = logging.getLogger(__name__)
 
 _DP_SUFFIX = re.compile(r"_dp\d+$")
 
@@ -39,6 +42,9 @@ class Prober:
                 return 200 <= status < 300
         except (TimeoutError, aiohttp.ClientError, grpc.aio.AioRpcError, OSError):
             return False
+        except Exception:  # whatever else breaks, a probe is a yes/no answer and the loop goes on
+            log.warning("probe of %s raised", worker.id, exc_info=True)
+            return False
 
     async def read_metadata(self, worker: Worker, timeout_s: float | None) -> MetadataRead:
         """One bounded metadata read, as the core's MetadataRead (never raises for worker trouble)."""
@@ -51,7 +57,10 @@ class Prober:
                     read = await self._read(worker, timeout_s)
         except TimeoutError:
             read = MetadataRead(ReadOutcome.TIMEOUT)
-        except (aiohttp.ClientError, OSError, ValueError):
+        except (aiohttp.ClientError, OSError, ValueError, grpc.aio.AioRpcError):
+            read = MetadataRead(ReadOutcome.ERROR)
+        except Exception:  # an unexpected failure is still just a failed read, retried next probe
+            log.warning("metadata read of %s raised", worker.id, exc_info=True)
             read = MetadataRead(ReadOutcome.ERROR)
         return MetadataRead(
             read.outcome, read.engine_id, read.connector, read.kv_role, read.dp_size, read.uptime_s,

@@ -15,6 +15,14 @@ from pdchaos.proto import vllm_engine_pb2, vllm_engine_pb2_grpc
 from .errors import UpstreamError
 from .tokenizer import TextCodec, TokenizerError, fetch_codec
 
+# gRPC's default reconnect backoff grows to 120 s: an engine back after a long outage would look dead to the
+# probes (calls fail fast while the channel waits) for up to that long. Cap it near the probe cadence.
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
 _SAMPLING_FLOATS = ("top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty")
 
 
@@ -23,9 +31,7 @@ class GrpcWorker:
 
     def __init__(self, target: str) -> None:
         self.target = target
-        self._channel = grpc.aio.insecure_channel(
-            target, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
-        )
+        self._channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
         self.stub = vllm_engine_pb2_grpc.VllmEngineStub(self._channel)
         self._codec: TextCodec | None = None
         self._codec_lock = asyncio.Lock()

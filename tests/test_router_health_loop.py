@@ -246,3 +246,19 @@ async def test_partial_read_keeps_the_known_id(stubs: list[Any], bug: str | None
             assert worker.engine_id is None
         else:
             assert worker.engine_id == old and worker.runtime.engine_id_confirmed is False
+
+
+async def test_grpc_engine_back_after_an_outage_rejoins_promptly(stubs: list[Any]) -> None:
+    p = await grpc_stub(stubs, "p")
+    d = await grpc_stub(stubs, "d", role="decode")
+    cfg = router_cfg(prefill=(WorkerArg(p.url, 18001),), decode=(d.url,))
+    async with InProcessRouter(cfg) as router:
+        await router.wait_ready()
+        worker = router.server.registry.all()[0]
+        await p.stop()  # connection refused from now on; the channel backs off between reconnects
+        await wait_for(lambda: worker.status is Status.FAILED, 5.0, "failed")
+        await asyncio.sleep(2.0)  # long enough for gRPC's default backoff to grow past several seconds
+        p.state.restart("after-outage")
+        await p.start()  # same port
+        await wait_for(lambda: worker.status is Status.READY, 2.5, "rejoined")
+        await wait_for(lambda: worker.engine_id == "after-outage", 2.0, "new id read")
