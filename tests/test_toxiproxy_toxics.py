@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import socketserver
@@ -257,3 +258,43 @@ def test_toxicity_draws_replay_with_the_seed(echo_port: int) -> None:
     assert 0 < sum(first) < len(first)  # some connections got the toxic, some did not
     assert _latency_pattern(7, echo_port) == first
     assert _latency_pattern(8, echo_port) != first
+
+
+def test_latency_jitter_spreads_within_its_bounds(proxy: Proxy) -> None:
+    proxy.add_toxic(type="latency", attributes={"latency": 100, "jitter": 50})
+    with connect(proxy) as sock:
+        samples = [round_trip(sock) for _ in range(8)]
+    assert min(samples) >= 0.05  # jitter never takes more than its amount off
+    assert statistics.median(samples) <= 0.17
+    assert max(samples) - min(samples) >= 0.02  # seeded, but not constant
+
+
+async def test_backpressure_bounds_what_the_proxy_holds() -> None:
+    """A slow toxic pushes back on the sender instead of buffering everything it sends."""
+    from harness.network.link import HIGH_WATER, READ_SIZE
+
+    async def sink(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            while await reader.read(65536):
+                pass
+        writer.close()
+
+    server = await asyncio.start_server(sink, "127.0.0.1", 0)
+    try:
+        async with EmbeddedToxiproxy() as tp:
+            spec = await tp.service.create(
+                {"name": "s", "upstream": f"127.0.0.1:{server.sockets[0].getsockname()[1]}"}
+            )
+            tp.service.add_toxic("s", {"type": "bandwidth", "stream": "upstream", "attributes": {"rate": 50}})
+            host, port = spec.listen.rsplit(":", 1)
+            _, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"\0" * 32_000_000)  # more than the kernel buffers of both sockets hold
+            await asyncio.sleep(0.4)
+            links = list(tp.service.runtimes["s"].links)
+            assert len(links) == 1
+            assert 0 < links[0].chains["upstream"].queued_bytes <= HIGH_WATER + READ_SIZE
+            assert writer.transport.get_write_buffer_size() > 16_000_000  # the rest waits at the sender
+            writer.transport.abort()
+    finally:
+        server.close()
+        await server.wait_closed()
