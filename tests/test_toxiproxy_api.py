@@ -444,14 +444,11 @@ def test_cli_serves_populates_and_stops_on_sigterm(tmp_path: Path, echo_port: in
                 proc.wait(TIMEOUT_S)
 
 
-def test_cli_rejects_a_non_loopback_host() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "harness.network.cli", "--host", "10.9.8.7", "--port", "0"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert result.returncode == 2 and "loopback" in result.stderr
+def test_cli_rejects_a_non_loopback_host(capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.network.cli import main
+
+    assert main(["--host", "10.9.8.7", "--port", "0"]) == 2
+    assert "loopback" in capsys.readouterr().err
 
 
 def test_http_upstream_change_and_delete_drop_open_connections(
