@@ -12,9 +12,9 @@ SCENARIOS = [
         topologies=("1p1d",),
         connectors=("mooncake",),
         transports=("http",),
-        router=RouterSettings(health_interval_s=0.2, health_timeout_s=0.5, request_timeout_s=5.0),
+        router=RouterSettings(health_interval_s=0.1, health_timeout_s=0.5, request_timeout_s=5.0),
         engines=EngineSettings(transfer_timeout_s=1.0, kv_abort_timeout_s=10.0),
-        workload=Workload(mode="closed", concurrency=2, duration_s=1.0, max_tokens=4, deadline_s=4.0),
+        workload=Workload(mode="closed", concurrency=2, duration_s=0.6, max_tokens=4, deadline_s=4.0),
         timeline=(
             Step("break", EngineFault("decode-0", "fail_requests", {"count": 10**5, "status": 500}), At(0.0)),
         ),

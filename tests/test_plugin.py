@@ -26,6 +26,14 @@ SCENARIOS = [_s("alpha", tags=("default",)), _s("beta", topologies=("2p1d",), co
 '''
 
 
+INI = "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+
+
+@pytest.fixture(autouse=True)
+def _quiet_ini(pytester: pytest.Pytester) -> None:
+    pytester.makeini(INI)
+
+
 @pytest.fixture
 def scen_dir(pytester: pytest.Pytester) -> Path:
     d = pytester.mkdir("scenarios")
@@ -81,7 +89,7 @@ def test_bare_option_collects_the_shipped_default_suite(pytester: pytest.Pyteste
     from harness.scenario import load_scenarios
 
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
-    pytester.makeini("[pytest]\ntestpaths = .\n")
+    pytester.makeini(INI + "testpaths = .\n")
     result = pytester.runpytest("--pdchaos", "--collect-only", "-q")
     ids = _ids(result)
     want = expand_matrix(default_suite(load_scenarios()))
