@@ -7,6 +7,7 @@ from dataclasses import replace
 from harness.scenario import (
     At,
     Crash,
+    Die,
     EngineSettings,
     Expect,
     Heal,
@@ -134,6 +135,51 @@ SCENARIOS = [
             Expect("probe_schedule", {"kinds": ["wedge"]}),
             Expect("availability", {"before": 0.95, "after": 0.9, "settle_s": 1.0, "kinds": ["wedge"]}),
             Expect("handoff", {"grace_s": 3.0}),
+        ),
+    ),
+    Scenario(
+        name="decode_process_frozen",
+        description="A decode process is frozen (SIGSTOP: its sockets accept, nothing answers) for 2.5 s, "
+        "then resumed. Probes of it time out without holding the health loop; requests caught on it end "
+        "with the router's request timeout; the other decode keeps serving.",
+        bugs=("zoo-12", "zoo-2"),
+        topologies=("1p2d",),
+        connectors=("mooncake", "nixl"),
+        router=replace(ROUTER, request_timeout_s=2.0),
+        engines=ENGINES,
+        workload=WORKLOAD,
+        timeline=(
+            Step("freeze", Wedge("decode-0", mode="sigstop"), At(1.5)),
+            Step("thaw", Heal("decode-0"), At(4.0)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("probe_schedule", {"kinds": ["wedge"]}),
+            Expect("availability", {"before": 0.95, "after": 0.9, "settle_s": 1.0, "kinds": ["wedge"]}),
+            Expect("handoff", {"grace_s": 3.0}),
+        ),
+    ),
+    Scenario(
+        name="decode_dies",
+        description="A decode's engine dies (health 503, then the process exits 1 s later) and is respawned "
+        "on the same address. The router stops routing to it on the first failed probe and takes it back "
+        "once it serves again.",
+        bugs=("zoo-6", "zoo-8"),
+        topologies=("1p1d", "1p2d"),
+        connectors=("mooncake",),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=_LONGER,
+        timeline=(
+            Step("die", Die("decode-0", exit_after_s=1.0), At(1.5)),
+            Step("respawn", Respawn("decode-0"), At(3.0)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["die"]}),
+            Expect("availability", {"before": 0.95, "after": 0.95, "settle_s": 1.0, "kinds": ["die"]}),
+            Expect("handoff", {"grace_s": 2.5}),
+            Expect("transfer_timeout"),
         ),
     ),
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.scenario import At, Expect, Restart, Scenario, Step
+from harness.scenario import At, Expect, Restart, Scenario, SlowStart, Step
 from scenarios._common import ALL_SHAPES, BASE_EXPECT, ENGINES, ROUTER, WORKLOAD
 
 _RESTART_EXPECT = (
@@ -94,5 +94,24 @@ SCENARIOS = [
         workload=WORKLOAD,
         timeline=(Step("restart", Restart("decode-0", down_s=1.5), At(1.5)),),
         expect=_RESTART_EXPECT,
+    ),
+    Scenario(
+        name="prefill_slow_start",
+        description="A Mooncake prefill restarts and keeps its ports closed for 1.5 s while it loads "
+            "(connection "
+        "refused), then serves with a new engine id: the router must wait it out and re-read the id.",
+        bugs=("#2491", "zoo-1", "zoo-6"),
+        topologies=("1p1d", "2p1d"),
+        connectors=("mooncake",),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=WORKLOAD,
+        timeline=(Step("slow_start", SlowStart("prefill-0", refuse_s=1.5), At(1.5)),),
+        expect=(
+            *BASE_EXPECT,
+            Expect("handoff", {"grace_s": 2.5}),
+            Expect("transfer_timeout"),
+            Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["slow_start"]}),
+        ),
     ),
 ]
