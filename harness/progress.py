@@ -269,6 +269,8 @@ def _isatty(stream: TextIO) -> bool:
 
 def _term_width() -> int:
     try:
-        return os.get_terminal_size(sys.stderr.fileno()).columns
+        cols = os.get_terminal_size(sys.stderr.fileno()).columns
     except (OSError, ValueError):
         return 120
+    # A pseudo-terminal with no size set reports 0 columns: do not cut the line to nothing.
+    return cols if cols >= 40 else 120
