@@ -182,4 +182,23 @@ SCENARIOS = [
             Expect("transfer_timeout"),
         ),
     ),
+    Scenario(
+        name="steady_round_robin",
+        description="No fault: round robin over two workers of a role must spread requests evenly (a policy "
+        "shared by both legs skews it to every other worker), with every request handed off correctly.",
+        bugs=("zoo-10",),
+        topologies=("1p2d", "2p1d"),
+        connectors=("mooncake", "nixl"),
+        transports=("http",),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=replace(WORKLOAD, duration_s=3.0),
+        expect=(
+            *CORE_EXPECT,
+            STRICT_LOCAL,
+            Expect("balance", {"max_skew": 0.3}),
+            Expect("handoff_strict"),
+            Expect("availability", {"before": 1.0}),
+        ),
+    ),
 ]
