@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.scenario import (
+    AddWorker,
     At,
     Crash,
     Die,
@@ -12,10 +13,12 @@ from harness.scenario import (
     Expect,
     Heal,
     PatchWorker,
+    RemoveWorker,
     Respawn,
     Scenario,
     Step,
     Wedge,
+    WorkerStatus,
 )
 from scenarios._common import ALL_SHAPES, BASE_EXPECT, CORE_EXPECT, ENGINES, ROUTER, STRICT_LOCAL, WORKLOAD
 
@@ -199,6 +202,34 @@ SCENARIOS = [
             Expect("balance", {"max_skew": 0.3}),
             Expect("handoff_strict"),
             Expect("availability", {"before": 1.0}),
+        ),
+    ),
+    Scenario(
+        name="worker_api_add_remove",
+        description="A second prefill is registered through the worker API mid-traffic (with its connector "
+            "and "
+        "bootstrap port), then the first one is removed once the new one is Ready. The added worker must "
+        "hand "
+        "off like a configured one, and the removal must drain without a client error.",
+        bugs=("zoo-7",),
+        topologies=("2p1d",),
+        connectors=("mooncake", "nixl"),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=WORKLOAD,
+        unregistered_engines=("prefill-1",),
+        timeline=(
+            Step("add", AddWorker("prefill-1"), At(1.0)),
+            Step("remove", RemoveWorker("prefill-0"), WorkerStatus("prefill-1", "ready"), deadline_s=4.0),
+        ),
+        expect=(
+            *CORE_EXPECT,
+            STRICT_LOCAL,
+            Expect("handoff_strict"),
+            Expect("transfer_timeout"),
+            Expect(
+                "availability", {"before": 0.95, "after": 0.95, "settle_s": 0.5, "kinds": ["remove_worker"]}
+            ),
         ),
     ),
 ]
