@@ -303,7 +303,7 @@ def test_command_router_template() -> None:
     with pytest.raises(RouterAdapterError, match="unknown placeholder"):
         CommandRouter("x --port {prot}")
     with pytest.raises(RouterAdapterError, match="unknown router"):
-        make_router_adapter("smg")
+        make_router_adapter("no-such-router")
     assert isinstance(make_router_adapter("cmd:echo {port}"), CommandRouter)
 
 
