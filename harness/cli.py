@@ -4,7 +4,7 @@ Exit codes (every subcommand): 0 pass, 1 fail, 2 unknown (includes an interrupte
 configuration error. A usage or configuration error prints one line `pdchaos: error: ...` and never a
 traceback; only a bug in pdchaos itself shows one.
 
-Interrupts: the first SIGINT or SIGTERM cancels the run, tears every process down, writes the partial
+Interrupts: the first SIGINT, SIGTERM or SIGHUP cancels the run, tears every process down, writes the partial
 report (its verdict is unknown) and exits 2. A second one while tearing down SIGKILLs every process group
 at once and exits 2 immediately. A SIGKILL cannot be caught: the children die with the harness through
 their parent-death signal (see harness.procs).
@@ -38,6 +38,8 @@ RUN_INFO = "run.json"
 # After an interrupt, how long the run may take to tear itself down before every group is SIGKILLed.
 TEARDOWN_TIMEOUT_S = 20.0
 DEFAULT_TAG = "default"
+# SIGHUP too: a closed terminal deserves the same clean teardown as Ctrl-C.
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _DESCRIPTION = """\
 pdchaos: chaos scenarios for prefill/decode disaggregated LLM serving.
@@ -270,7 +272,8 @@ def _run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
 
 
-def _write_run_info(plan: RunPlan, marker: str, argv: Sequence[str]) -> None:
+def _write_run_info(plan: RunPlan, marker: str, argv: Sequence[str], **end: Any) -> None:
+    """run.json: written at the start (who runs what, the marker), rewritten at the end with `end` fields."""
     info = {
         "pid": os.getpid(),
         "marker": marker,
@@ -282,6 +285,7 @@ def _write_run_info(plan: RunPlan, marker: str, argv: Sequence[str]) -> None:
             {"scenario": s.name, "topology": c.topology, "connector": c.connector, "transport": c.transport}
             for s, c in plan.cells
         ],
+        **end,
     }
     (plan.out / RUN_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
 
@@ -316,7 +320,7 @@ async def _run_async(plan: RunPlan, show_progress: bool) -> tuple[list[Any], boo
         suite.cancel()
         signalled.set()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in HANDLED_SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
     if progress is not None:
         progress.start()
@@ -340,7 +344,7 @@ async def _run_async(plan: RunPlan, show_progress: bool) -> tuple[list[Any], boo
             suite.cancel()
         if progress is not None:
             await progress.stop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in HANDLED_SIGNALS:
             loop.remove_signal_handler(sig)
     return results, bool(caught)
 
@@ -376,19 +380,23 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     # proves afterwards that nothing is left.
     marker = os.environ.setdefault(MARKER_ENV, f"pdchaos-{plan.out.name}-{uuid.uuid4().hex[:8]}")
     _write_run_info(plan, marker, argv)
+    started = time.time()
     print(f"pdchaos: {len(plan.cells)} cells from {len(plan.scenarios)} scenarios -> {plan.out}",
           file=sys.stderr, flush=True)
     show = not args.no_progress
     results, interrupted = asyncio.run(_run_async(plan, show))
     if interrupted:
         results = report_from_run_dir(plan.out)
-        for line in _summary_lines(results, plan.out):
-            print(line)
-        print("pdchaos: interrupted: partial report, verdict UNKNOWN", file=sys.stderr)
-        return EXIT_UNKNOWN
+        code = EXIT_UNKNOWN
+    else:
+        code = EXIT_BY_STATUS.get(summarize(list(results))["status"], EXIT_UNKNOWN)
     for line in _summary_lines(results, plan.out):
         print(line)
-    return EXIT_BY_STATUS.get(summarize(list(results))["status"], EXIT_UNKNOWN)
+    if interrupted:
+        print("pdchaos: interrupted: partial report, verdict UNKNOWN", file=sys.stderr)
+    _write_run_info(plan, marker, argv, started_at=started, ended_at=time.time(), interrupted=interrupted,
+                    exit_code=code)
+    return code
 
 
 def cmd_list(args: argparse.Namespace) -> int:

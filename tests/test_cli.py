@@ -159,6 +159,7 @@ def test_real_runs_exit_codes_and_reports(tmp_path: Path, capsys: pytest.Capture
     pass_dir = pass_runs[0]
     assert (pass_cwd / "runs" / "latest").resolve() == pass_dir.resolve()
     info = json.loads((pass_dir / "run.json").read_text())
+    assert info["exit_code"] == 0 and info["interrupted"] is False
     assert info["seed"] == 7 and info["cells"] == [
         {"scenario": "quick_pass", "topology": "1p1d", "connector": "mooncake", "transport": "http"}
     ]

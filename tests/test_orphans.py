@@ -164,6 +164,8 @@ def test_handled_signal_tears_down_and_writes_partial_report(
     hist = _records(run_dir, "history.jsonl")
     assert hist[-1]["type"] == "run_ended" and hist[-1]["reason"] == "interrupted"
     assert (run_dir / "junit.xml").is_file() and (run_dir / "report.html").is_file()
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["interrupted"] is True and info["exit_code"] == 2
 
 
 def test_sigkill_takes_the_children_along(runs: dict[str, Launched]) -> None:
