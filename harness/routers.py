@@ -321,4 +321,12 @@ def make_router_adapter(spec: str | RouterAdapter) -> RouterAdapter:
         return ReferenceRouter()
     if spec.startswith("cmd:"):
         return CommandRouter(spec[4:])
-    raise RouterAdapterError(f"unknown router {spec!r}: use 'reference' or 'cmd:<command template>'")
+    # A gateway (smg, smg==1.12.0, vllm-router): its adapter may install that release on first use.
+    from harness.gateways import gateway_name, make_gateway_adapter
+
+    if gateway_name(spec) is not None:
+        return make_gateway_adapter(spec)
+    raise RouterAdapterError(
+        f"unknown router {spec!r}: use 'reference', 'smg[==X.Y.Z]', 'vllm-router[==X.Y.Z]' "
+        "or 'cmd:<command template>'"
+    )

@@ -1,0 +1,293 @@
+"""Adapters for real PD gateways: smg (`smg launch`) and vllm-router.
+
+Each maps the scenario's `RouterSettings` and the topology onto the gateway's own flags (docs/GATEWAYS.md),
+knows its liveness check, reads its `/workers` into the CONTRACTS §2 shape the observers expect (`role`,
+`status`, `kv_engine_id`), and says which scenario cells it cannot run and why (`cannot_run`: reported as
+skipped, never as passed). Settings a gateway cannot express exactly are rounded to what it takes and
+listed by `adjustments` (e.g. smg's health interval is whole seconds, at least 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+import re
+import subprocess
+from collections.abc import Iterable
+from typing import Any
+
+import aiohttp
+
+from harness.routers import RouterAdapter, RouterAdapterError, RouterLaunch
+from harness.scenario import AddWorker, PatchWorker, RemoveWorker, RouterSettings, Scenario
+from harness.topology import Topology
+from pdchaos.ports import free_port
+
+SMG_POLICIES = frozenset({
+    "random", "round_robin", "cache_aware", "power_of_two", "least_load", "manual", "consistent_hashing",
+    "prefix_hash",
+})
+VLLM_ROUTER_POLICIES = frozenset({
+    "random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
+    "sticky_least_loaded",
+})
+_STATUS = {"ready": "ready", "notready": "not_ready", "not_ready": "not_ready", "failed": "failed",
+           "draining": "draining", "pending": "pending", "healthy": "ready", "unhealthy": "not_ready"}
+
+
+def whole_seconds(x: float, minimum: int = 1) -> int:
+    """Seconds for a flag that takes whole seconds: rounded up (never shorter than asked), >= `minimum`."""
+    return max(minimum, math.ceil(x - 1e-9))
+
+
+@functools.lru_cache(maxsize=32)
+def help_flags(argv: tuple[str, ...]) -> frozenset[str] | None:
+    """The `--flags` a binary's help text names; None when the help cannot be read."""
+    try:
+        p = subprocess.run(list(argv), capture_output=True, text=True, timeout=30.0, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    flags = frozenset(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", p.stdout + p.stderr))
+    return flags or None
+
+
+def normalize_status(w: dict[str, Any]) -> str:
+    raw = w.get("status")
+    if isinstance(raw, str) and raw:
+        key = raw.strip().lower().replace("-", "_").replace(" ", "_")
+        return _STATUS.get(key, _STATUS.get(key.replace("_", ""), key))
+    healthy = w.get("is_healthy")
+    if isinstance(healthy, bool):
+        return "ready" if healthy else "not_ready"
+    return "unknown"
+
+
+class GatewayAdapter(RouterAdapter):
+    """Shared part of the gateway adapters: flag filtering, liveness, worker reading, skip reasons."""
+
+    package = "gateway"
+    policies: frozenset[str] = frozenset()
+    transports: tuple[str, ...] = ("http", "grpc")
+    has_worker_ids = True
+    supports_inject_bug = False
+    has_events = False
+
+    def __init__(
+        self,
+        executable: str,
+        version: str | None = None,
+        api_key: str | None = None,
+        flags: frozenset[str] | None = None,
+        log_level: str = "debug",
+    ) -> None:
+        super().__init__(api_key)
+        self.executable = executable
+        self.version = version
+        self.flags = flags
+        self.log_level = log_level
+        self.name = self.package + (f"-{version}" if version else "")
+        self.dropped: list[str] = []
+
+    # -- what it can run
+
+    def cannot_run(self, scenario: Scenario, topology: str, connector: str, transport: str) -> str | None:
+        """Why this gateway cannot run that cell (None: it can)."""
+        del topology
+        if scenario.router.inject_bug:
+            return f"injects bug {scenario.router.inject_bug!r} into the reference router"
+        if transport not in self.transports:
+            return self.transport_reason(transport, connector)
+        r = scenario.router
+        for leg, pol in (("prefill", r.prefill_policy), ("decode", r.decode_policy)):
+            if pol not in self.policies:
+                return f"{self.package} has no {leg} policy {pol!r}"
+        if not self.has_worker_ids:
+            actions = [st.action for st in scenario.timeline]
+            if scenario.unregistered_engines or any(
+                isinstance(a, AddWorker | RemoveWorker | PatchWorker) for a in actions
+            ):
+                return f"{self.package} has no worker API to add, remove or update workers by id"
+        return None
+
+    def transport_reason(self, transport: str, connector: str) -> str:
+        del connector
+        return f"{self.package} does not serve {transport} workers"
+
+    def adjustments(self, settings: RouterSettings) -> list[str]:
+        """Settings this gateway takes only approximately (rounded, or with no flag at all)."""
+        out = []
+        for what, x in (("health interval", settings.health_interval_s),
+                        ("health timeout", settings.health_timeout_s),
+                        ("request timeout", settings.request_timeout_s)):
+            if whole_seconds(x) != x:
+                out.append(f"{what} {x:g} s -> {whole_seconds(x)} s (whole seconds, at least 1)")
+        if settings.identity_check_interval_s is not None:
+            out.append(f"identity check every {settings.identity_check_interval_s:g} s: no such flag")
+        if settings.max_concurrent_health_checks is not None:
+            out.append("max concurrent health checks: no such flag")
+        if settings.extra_args:
+            out.append(f"extra args {list(settings.extra_args)} are reference-router flags: not passed")
+        return out
+
+    # -- launching
+
+    def help_argv(self) -> tuple[str, ...]:
+        return (self.executable, "--help")
+
+    def known_flags(self) -> frozenset[str] | None:
+        if self.flags is None:
+            self.flags = help_flags(self.help_argv())
+        return self.flags
+
+    def _filter(self, pairs: Iterable[tuple[str, list[str]]]) -> list[str]:
+        """Flags this release knows (all when its help was unreadable); the rest are dropped and noted."""
+        known = self.known_flags()
+        out: list[str] = []
+        for flag, values in pairs:
+            if known is not None and flag not in known:
+                self.dropped.append(flag)
+                continue
+            out += [flag, *values]
+        return out
+
+    def worker_args(self, topo: Topology, registered: list[str]) -> list[str]:
+        argv: list[str] = []
+        for p in topo.prefills:
+            if p.name in registered:
+                boot = str(p.bootstrap_port) if topo.connector == "mooncake" else "none"
+                argv += ["--prefill", p.url(topo.transport), boot]
+        for d in topo.decodes:
+            if d.name in registered:
+                argv += ["--decode", d.url(topo.transport)]
+        return argv
+
+    def common_pairs(self, settings: RouterSettings) -> list[tuple[str, list[str]]]:
+        s = settings
+        pairs: list[tuple[str, list[str]]] = [
+            ("--health-check-interval-secs", [str(whole_seconds(s.health_interval_s))]),
+            ("--health-check-timeout-secs", [str(whole_seconds(s.health_timeout_s))]),
+            ("--health-failure-threshold", [str(s.failure_threshold)]),
+            ("--health-success-threshold", [str(s.success_threshold)]),
+            ("--prefill-policy", [s.prefill_policy]),
+            ("--decode-policy", [s.decode_policy]),
+            ("--request-timeout-secs", [str(whole_seconds(s.request_timeout_s))]),
+            ("--log-level", [self.log_level]),
+        ]
+        if self.api_key:
+            pairs.append(("--api-key", [self.api_key]))
+        return pairs
+
+    def base_argv(self, topo: Topology) -> list[str]:
+        known = self.known_flags()
+        if known is not None and "--prometheus-host" not in known:
+            # Without it the metrics listener binds every interface: not on this harness.
+            raise RouterAdapterError(f"{self.name} has no --prometheus-host flag (it would bind 0.0.0.0)")
+        return [
+            "--host", "127.0.0.1", "--port", str(topo.router_port),
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
+        ]
+
+    # -- readiness and reading
+
+    async def wait_ready(self, session: aiohttp.ClientSession, topo: Topology, timeout_s: float) -> None:
+        """`GET /liveness` answers 200: the gateway serves (its workers' readiness comes from `/workers`)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        last = "no answer"
+        while loop.time() < deadline:
+            try:
+                async with session.get(
+                    f"{topo.router_url}/liveness", timeout=aiohttp.ClientTimeout(total=1.0)
+                ) as resp:
+                    await resp.read()
+                    if resp.status == 200:
+                        return
+                    last = f"HTTP {resp.status}"
+            except (aiohttp.ClientError, TimeoutError) as e:
+                last = f"{type(e).__name__}: {e}"
+            await asyncio.sleep(0.1)
+        raise TimeoutError(f"router {self.name} did not answer /liveness within {timeout_s:g} s ({last})")
+
+    def normalize_worker(self, w: dict[str, Any]) -> dict[str, Any]:
+        out = dict(w)
+        out.setdefault("id", w.get("url"))
+        if "role" not in w:
+            wt = w.get("worker_type")
+            out["role"] = wt.lower() if isinstance(wt, str) else (str(wt) if wt is not None else "")
+        out["status"] = normalize_status(w)
+        out.setdefault("kv_engine_id", None)
+        return out
+
+    async def workers(self, session: aiohttp.ClientSession, topo: Topology) -> list[dict[str, Any]] | None:
+        items = await super().workers(session, topo)
+        if items is None:
+            return None
+        return [self.normalize_worker(w) for w in items]
+
+
+class SmgRouter(GatewayAdapter):
+    """smg (`pip install smg`): `smg launch --pd-disaggregation`; gRPC workers are its vLLM PD path."""
+
+    package = "smg"
+    policies = SMG_POLICIES
+
+    def help_argv(self) -> tuple[str, ...]:
+        return (self.executable, "launch", "--help")
+
+    def launch(
+        self, topo: Topology, settings: RouterSettings, registered: list[str], events_file: str
+    ) -> RouterLaunch:
+        del events_file
+        self.dropped = []
+        argv = [self.executable, "launch", *self.base_argv(topo), "--pd-disaggregation"]
+        argv += self.worker_args(topo, registered)
+        # A short in-flight grace: the harness stops it with SIGTERM and SIGKILLs after about a second.
+        argv += self._filter([*self.common_pairs(settings), ("--shutdown-grace-period-secs", ["1"])])
+        return RouterLaunch(argv=argv)
+
+    async def add_worker(
+        self, session: aiohttp.ClientSession, topo: Topology, engine: str
+    ) -> tuple[int, Any]:
+        spec = topo.engine(engine)
+        body: dict[str, Any] = {"url": spec.url(topo.transport), "worker_type": spec.role}
+        if spec.role == "prefill" and topo.connector == "mooncake":
+            body["bootstrap_port"] = spec.bootstrap_port
+        return await self._call(session, "POST", f"{topo.router_url}/workers", body)
+
+
+class VllmRouter(GatewayAdapter):
+    """vllm-router (`pip install vllm-router`): HTTP workers only; `/workers` has no engine or worker ids."""
+
+    package = "vllm-router"
+    policies = VLLM_ROUTER_POLICIES
+    transports = ("http",)
+    has_worker_ids = False
+
+    def transport_reason(self, transport: str, connector: str) -> str:
+        del connector
+        return (f"vllm-router's {transport} mode speaks another gRPC service (GetServerInfo is 'Method not "
+                "found' on VllmEngine) and fetches the tokenizer from the Hugging Face hub")
+
+    def launch(
+        self, topo: Topology, settings: RouterSettings, registered: list[str], events_file: str
+    ) -> RouterLaunch:
+        del events_file
+        if topo.transport not in self.transports:
+            raise RouterAdapterError(f"vllm-router cannot run {topo.transport} workers: "
+                                     + self.transport_reason(topo.transport, topo.connector))
+        self.dropped = []
+        argv = [self.executable, *self.base_argv(topo), "--vllm-pd-disaggregation"]
+        argv += self._filter([("--kv-connector", [topo.connector])])
+        argv += self.worker_args(topo, registered)
+        argv += self._filter(self.common_pairs(settings))
+        return RouterLaunch(argv=argv)
+
+    def normalize_worker(self, w: dict[str, Any]) -> dict[str, Any]:
+        out = super().normalize_worker(w)
+        # Its status is `is_healthy` only: a worker it never probed yet shows up as ready.
+        out["id"] = w.get("url")
+        return out
+
+
+ADAPTERS: dict[str, type[GatewayAdapter]] = {"smg": SmgRouter, "vllm-router": VllmRouter}

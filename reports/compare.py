@@ -1,0 +1,454 @@
+"""The comparison report: scenario cells x routers (and releases), verdicts and key numbers side by side.
+
+Input: a matrix folder (`harness.gateways.matrix`): `matrix.json` plus one run folder per router, each with
+its `report.json` and the cells' `history.jsonl`. Without a matrix.json every sub-folder holding a report.json
+counts as one router. Output: `compare.json` (schema `pdchaos.compare/1`), `compare.html` (self-contained)
+and `compare.md` (a markdown table for READMEs and notes).
+
+For each row whose routers disagree (status, or the verdict of any checker), the evidence is kept per router:
+the verdicts that did not pass with their own evidence, the handoff records that were not clean pulls, the
+router's worker status changes and events, and the error status counts.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pdchaos.jsonl import read_jsonl
+
+COMPARE_JSON = "compare.json"
+COMPARE_HTML = "compare.html"
+COMPARE_MD = "compare.md"
+SCHEMA = "pdchaos.compare/1"
+MATRIX_JSON = "matrix.json"
+EVIDENCE_ITEMS = 8
+STATUSES = ("pass", "fail", "unknown")
+
+
+@dataclass
+class Outcome:
+    """One router's outcome for one scenario cell. `status`: pass | fail | unknown | skipped | missing."""
+
+    status: str
+    reason: str = ""
+    checks: dict[str, str] = field(default_factory=dict)
+    numbers: dict[str, Any] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    cell_dir: str | None = None
+
+
+@dataclass
+class Row:
+    scenario: str
+    cell: str
+    outcomes: dict[str, Outcome]
+    differs: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.scenario} {self.cell}"
+
+
+@dataclass
+class RouterInfo:
+    label: str
+    spec: str = ""
+    version: str | None = None
+    dir: str = ""
+    executable: str | None = None
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    adjustments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Comparison:
+    routers: list[RouterInfo]
+    rows: list[Row]
+    generated_at: float = field(default_factory=time.time)
+
+    def summary(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for r in self.routers:
+            c = Counter(row.outcomes[r.label].status for row in self.rows if r.label in row.outcomes)
+            out[r.label] = {k: c.get(k, 0) for k in (*STATUSES, "skipped", "missing")}
+        return out
+
+    @property
+    def status(self) -> str:
+        """fail > unknown > pass over every cell that ran (skipped and missing cells do not count)."""
+        seen = {o.status for row in self.rows for o in row.outcomes.values()}
+        if "fail" in seen:
+            return "fail"
+        if "unknown" in seen or not seen & {"pass"}:
+            return "unknown"
+        return "pass"
+
+
+# ---------------------------------------------------------------- reading one cell
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def recovery_numbers(verdicts: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """Slowest heal-to-Ready and heal-to-first-handoff over the faults the recovery checker judged."""
+    ready: list[float] = []
+    handoff: list[float] = []
+    for v in verdicts:
+        if v.get("name") != "recovery":
+            continue
+        faults = (v.get("numbers") or {}).get("faults") or {}
+        for f in faults.values() if isinstance(faults, dict) else ():
+            if not isinstance(f, dict):
+                continue
+            r, h = _num(f.get("heal_to_ready_s")), _num(f.get("heal_to_handoff_s"))
+            if r is not None:
+                ready.append(r)
+            if h is not None:
+                handoff.append(h)
+    return {"recovery_s": max(ready) if ready else None,
+            "heal_to_handoff_s": max(handoff) if handoff else None}
+
+
+def history_numbers(records: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(numbers, evidence) from one history: request and error counts, handoff outcomes, router statuses."""
+    requests = errors = timeouts = 0
+    error_status: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
+    odd_handoffs: list[dict[str, Any]] = []
+    statuses: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    faults: list[dict[str, Any]] = []
+    for r in records:
+        t = r.get("type")
+        if t == "request_completed":
+            requests += 1
+            if not r.get("ok"):
+                errors += 1
+                error_status[str(r.get("status"))] += 1
+            if r.get("timed_out"):
+                timeouts += 1
+        elif t == "handoff":
+            kind = str(r.get("kind"))
+            if kind == "prefill":
+                continue
+            label = "local" if kind == "local" else str(r.get("outcome"))
+            outcomes[label] += 1
+            if label != "pulled" or r.get("kv_digest") != r.get("prompt_digest"):
+                odd_handoffs.append({k: r.get(k) for k in (
+                    "t", "engine", "kind", "outcome", "remote_engine_id", "kv_digest", "prompt_digest",
+                    "error", "duration_s") if r.get(k) is not None})
+        elif t == "router_status":
+            statuses.append({k: r.get(k) for k in ("t", "engine", "worker", "status", "kv_engine_id")})
+        elif t == "router_event" and r.get("event") in ("status_change", "engine_id", "mint_skipped"):
+            events.append({k: v for k, v in r.items() if k not in ("type", "ts")})
+        elif t == "fault_applied":
+            faults.append({k: r.get(k) for k in ("t", "fault", "kind", "target")})
+    numbers = {
+        "requests": requests,
+        "errors": errors,
+        "timeouts": timeouts,
+        "error_status": dict(sorted(error_status.items())),
+        "handoffs": dict(sorted(outcomes.items())),
+    }
+    evidence = {
+        "faults": faults,
+        "odd_handoffs": odd_handoffs[:EVIDENCE_ITEMS],
+        "odd_handoffs_total": len(odd_handoffs),
+        "router_statuses": statuses[: EVIDENCE_ITEMS * 2],
+        "router_events": events[: EVIDENCE_ITEMS * 2],
+    }
+    return numbers, evidence
+
+
+def outcome_from_result(res: Mapping[str, Any], run_dir: Path) -> Outcome:
+    verdicts = [v for v in res.get("verdicts") or [] if isinstance(v, dict)]
+    checks = {str(v.get("name")): str(v.get("status")) for v in verdicts}
+    numbers: dict[str, Any] = {**recovery_numbers(verdicts), "duration_s": res.get("duration_s")}
+    evidence: dict[str, Any] = {
+        "verdicts": [
+            {"name": v.get("name"), "status": v.get("status"), "reason": v.get("reason"),
+             "evidence": list(v.get("evidence") or [])[:EVIDENCE_ITEMS]}
+            for v in verdicts if v.get("status") != "pass"
+        ]
+    }
+    hist = res.get("history")
+    if isinstance(hist, str) and hist:
+        path = run_dir / hist
+        if path.is_file():
+            try:
+                n, ev = history_numbers(read_jsonl(path))
+            except (OSError, ValueError) as e:
+                n, ev = {}, {"history_error": str(e)}
+            numbers.update(n)
+            evidence.update(ev)
+    cell_dir = res.get("cell_dir")
+    return Outcome(
+        status=str(res.get("status") or "unknown"),
+        reason=str(res.get("reason") or ""),
+        checks=checks,
+        numbers=numbers,
+        evidence=evidence,
+        cell_dir=str(run_dir / cell_dir) if isinstance(cell_dir, str) else None,
+    )
+
+
+def cell_label(res: Mapping[str, Any]) -> str:
+    return "-".join(str(res.get(k)) for k in ("topology", "connector", "transport"))
+
+
+# ---------------------------------------------------------------- building
+
+
+def _routers_from_dir(root: Path) -> list[RouterInfo]:
+    matrix = root / MATRIX_JSON
+    if matrix.is_file():
+        doc = json.loads(matrix.read_text(encoding="utf-8"))
+        out = []
+        for r in doc.get("routers") or []:
+            out.append(RouterInfo(
+                label=str(r.get("label")), spec=str(r.get("spec") or ""), version=r.get("version"),
+                dir=str(r.get("dir") or r.get("label")), executable=r.get("executable"),
+                skipped=list(r.get("skipped") or []), adjustments=list(r.get("adjustments") or []),
+            ))
+        return out
+    found = sorted(p.parent for p in root.glob("*/report.json"))
+    if not found:
+        raise ValueError(f"{root}: no {MATRIX_JSON} and no */report.json")
+    return [RouterInfo(label=p.name, spec=p.name, dir=p.name) for p in found]
+
+
+def differs(outcomes: Mapping[str, Outcome]) -> bool:
+    """Routers that ran the cell disagree on the verdict or on any checker they both ran."""
+    ran = [o for o in outcomes.values() if o.status in STATUSES]
+    if len({o.status for o in ran}) > 1:
+        return True
+    for i, a in enumerate(ran):
+        for b in ran[i + 1:]:
+            for name in a.checks.keys() & b.checks.keys():
+                if a.checks[name] != b.checks[name]:
+                    return True
+    return False
+
+
+def build_comparison(routers: Sequence[RouterInfo], results: Mapping[str, Sequence[Mapping[str, Any]]],
+                     run_dirs: Mapping[str, Path]) -> Comparison:
+    """Rows in first-seen order (scenario, cell) over every router's results and skips."""
+    rows: dict[tuple[str, str], dict[str, Outcome]] = {}
+    for r in routers:
+        for res in results.get(r.label, ()):
+            key = (str(res.get("scenario")), cell_label(res))
+            rows.setdefault(key, {})[r.label] = outcome_from_result(res, run_dirs[r.label])
+        for sk in r.skipped:
+            key = (str(sk.get("scenario")), str(sk.get("cell")))
+            rows.setdefault(key, {})[r.label] = Outcome(status="skipped", reason=str(sk.get("reason") or ""))
+    out = []
+    for (scen, cell), outcomes in rows.items():
+        for r in routers:
+            outcomes.setdefault(r.label, Outcome(status="missing", reason="no result (run not finished?)"))
+        ordered = {r.label: outcomes[r.label] for r in routers}
+        out.append(Row(scen, cell, ordered, differs(ordered)))
+    return Comparison(list(routers), out)
+
+
+def load_comparison(root: str | os.PathLike[str]) -> Comparison:
+    base = Path(root)
+    routers = _routers_from_dir(base)
+    results: dict[str, list[dict[str, Any]]] = {}
+    dirs: dict[str, Path] = {}
+    for r in routers:
+        d = base / r.dir
+        dirs[r.label] = d
+        rep = d / "report.json"
+        if rep.is_file():
+            doc = json.loads(rep.read_text(encoding="utf-8"))
+            results[r.label] = [x for x in doc.get("results") or [] if isinstance(x, dict)]
+    return build_comparison(routers, results, dirs)
+
+
+# ---------------------------------------------------------------- writers
+
+
+def _fmt_s(x: Any) -> str:
+    return f"{x:.2f}s" if isinstance(x, int | float) and not isinstance(x, bool) else "-"
+
+
+def short_cell(o: Outcome) -> str:
+    """One table cell: `PASS rec 0.83s`, `FAIL reported_engine_id; err 29`, `skip`."""
+    if o.status == "skipped":
+        return "skip"
+    if o.status == "missing":
+        return "-"
+    parts = [o.status.upper()]
+    bad = [k for k, v in o.checks.items() if v != "pass" and k not in ("run_complete",)]
+    if bad:
+        parts.append(",".join(bad[:3]) + ("..." if len(bad) > 3 else ""))
+    rec = o.numbers.get("recovery_s")
+    if rec is not None:
+        parts.append(f"rec {_fmt_s(rec)}")
+    errs = o.numbers.get("errors")
+    if errs:
+        parts.append(f"err {errs}/{o.numbers.get('requests')}")
+    return " ".join(parts)
+
+
+def markdown_table(comp: Comparison) -> str:
+    labels = [r.label for r in comp.routers]
+    lines = ["| scenario | cell | " + " | ".join(labels) + " |",
+             "|---|---|" + "---|" * len(labels)]
+    for row in comp.rows:
+        mark = " (*)" if row.differs else ""
+        cells = [short_cell(row.outcomes[lab]).replace("|", "/") for lab in labels]
+        lines.append(f"| {row.scenario}{mark} | {row.cell} | " + " | ".join(cells) + " |")
+    summ = comp.summary()
+    lines.append("| **total** | | " + " | ".join(
+        f"{summ[lab]['pass']} pass, {summ[lab]['fail']} fail, {summ[lab]['unknown']} unknown, "
+        f"{summ[lab]['skipped']} skipped" for lab in labels) + " |")
+    lines.append("")
+    lines.append("(*) routers disagree; `rec` = slowest fault heal to worker Ready; `err` = failed "
+                 "requests / requests; `skip` = the router cannot run that cell (reason in compare.html / "
+                 "compare.json).")
+    return "\n".join(lines)
+
+
+def comparison_json(comp: Comparison) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "generated_at": comp.generated_at,
+        "status": comp.status,
+        "routers": [asdict(r) for r in comp.routers],
+        "summary": comp.summary(),
+        "rows": [
+            {"scenario": r.scenario, "cell": r.cell, "differs": r.differs,
+             "outcomes": {k: asdict(o) for k, o in r.outcomes.items()}}
+            for r in comp.rows
+        ],
+    }
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1em}
+td,th{border:1px solid #ccc;padding:3px 7px;font-size:13px;text-align:left;vertical-align:top}
+th{background:#f0f0f0}
+.pass{background:#dff0d8}.fail{background:#f2dede}.unknown{background:#fcf8e3}
+.skipped,.missing{background:#eee;color:#777}
+.differs{font-weight:bold}
+section{border-top:2px solid #ddd;margin-top:1.5em;padding-top:.5em}
+pre{background:#f7f7f7;padding:6px;overflow-x:auto;font-size:12px;max-height:30em}
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def _anchor(row: Row) -> str:
+    return "d-" + "".join(c if c.isalnum() else "_" for c in row.key)
+
+
+def _rel(path: str | None, base: Path) -> str | None:
+    if not path:
+        return None
+    try:
+        return os.path.relpath(path, base)
+    except ValueError:
+        return path
+
+
+def comparison_html(comp: Comparison, base: Path) -> str:
+    labels = [r.label for r in comp.routers]
+    summ = comp.summary()
+    h: list[str] = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>pdchaos router comparison</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>pdchaos: routers compared</h1>",
+        f"<p>Generated {_e(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(comp.generated_at)))}; "
+        f"overall <b>{_e(comp.status.upper())}</b>. Bold rows: the routers disagree (details below).</p>",
+        "<h2>Routers</h2><table><tr><th>router</th><th>spec</th><th>binary</th><th>pass</th><th>fail</th>"
+        "<th>unknown</th><th>skipped</th><th>settings taken approximately</th></tr>",
+    ]
+    for r in comp.routers:
+        s = summ[r.label]
+        rep = _rel(str(base / r.dir / "report.html"), base)
+        h.append(
+            f"<tr><td><a href='{_e(rep)}'>{_e(r.label)}</a></td><td><code>{_e(r.spec)}</code></td>"
+            f"<td><code>{_e(r.executable)}</code></td><td>{s['pass']}</td><td>{s['fail']}</td>"
+            f"<td>{s['unknown']}</td><td>{s['skipped']}</td>"
+            f"<td>{'<br>'.join(_e(a) for a in r.adjustments) or '-'}</td></tr>"
+        )
+    h.append("</table><h2>Verdicts</h2><table><tr><th>scenario</th><th>cell</th>"
+             + "".join(f"<th>{_e(lab)}</th>" for lab in labels) + "</tr>")
+    for row in comp.rows:
+        name = (f"<a href='#{_anchor(row)}'>{_e(row.scenario)}</a>" if row.differs else _e(row.scenario))
+        h.append(f"<tr class='{'differs' if row.differs else ''}'><td>{name}</td><td>{_e(row.cell)}</td>")
+        for lab in labels:
+            o = row.outcomes[lab]
+            title = o.reason
+            link = _rel(o.cell_dir, base)
+            text = _e(short_cell(o))
+            if link:
+                text = f"<a href='{_e(link)}/'>{text}</a>"
+            h.append(f"<td class='{_e(o.status)}' title='{_e(title)}'>{text}</td>")
+        h.append("</tr>")
+    h.append("</table>")
+    h.append("<h2>Key numbers</h2><table><tr><th>scenario</th><th>cell</th><th>router</th><th>verdict</th>"
+             "<th>recovery (heal to Ready)</th><th>heal to first handoff</th><th>requests</th><th>errors</th>"
+             "<th>error statuses</th><th>client timeouts</th><th>decode handoff outcomes</th></tr>")
+    for row in comp.rows:
+        for lab in labels:
+            o = row.outcomes[lab]
+            if o.status not in STATUSES:
+                continue
+            n = o.numbers
+            h.append(
+                f"<tr><td>{_e(row.scenario)}</td><td>{_e(row.cell)}</td><td>{_e(lab)}</td>"
+                f"<td class='{_e(o.status)}'>{_e(o.status)}</td><td>{_fmt_s(n.get('recovery_s'))}</td>"
+                f"<td>{_fmt_s(n.get('heal_to_handoff_s'))}</td><td>{_e(n.get('requests', '-'))}</td>"
+                f"<td>{_e(n.get('errors', '-'))}</td><td>{_e(json.dumps(n.get('error_status', {})))}</td>"
+                f"<td>{_e(n.get('timeouts', '-'))}</td><td>{_e(json.dumps(n.get('handoffs', {})))}</td></tr>"
+            )
+    h.append("</table>")
+    diffs = [r for r in comp.rows if r.differs]
+    h.append(f"<section><h2>Differences ({len(diffs)})</h2>")
+    for row in diffs:
+        h.append(f"<h3 id='{_anchor(row)}'>{_e(row.scenario)} <small>{_e(row.cell)}</small></h3>")
+        h.append("<table><tr><th>router</th><th>verdict</th><th>evidence</th></tr>")
+        for lab in labels:
+            o = row.outcomes[lab]
+            body = {"reason": o.reason, "checks": o.checks, "numbers": o.numbers, **o.evidence}
+            h.append(f"<tr><td>{_e(lab)}</td><td class='{_e(o.status)}'>{_e(o.status)}</td>"
+                     f"<td><pre>{_e(json.dumps(body, indent=1, default=str))}</pre></td></tr>")
+        h.append("</table>")
+    h.append("</section>")
+    skipped = [(r.label, s) for r in comp.routers for s in r.skipped]
+    if skipped:
+        h.append("<section><h2>Skipped (not run: not a pass)</h2><table><tr><th>router</th><th>scenario</th>"
+                 "<th>cell</th><th>why</th></tr>")
+        for lab, s in skipped:
+            h.append(f"<tr><td>{_e(lab)}</td><td>{_e(s.get('scenario'))}</td><td>{_e(s.get('cell'))}</td>"
+                     f"<td>{_e(s.get('reason'))}</td></tr>")
+        h.append("</table></section>")
+    h.append("<section><h2>Markdown</h2><pre>" + _e(markdown_table(comp)) + "</pre></section>")
+    h.append("</body></html>")
+    return "\n".join(h)
+
+
+def write_comparison(root: str | os.PathLike[str]) -> Comparison:
+    """Read a matrix folder and write compare.json, compare.html and compare.md into it."""
+    base = Path(root)
+    comp = load_comparison(base)
+    (base / COMPARE_JSON).write_text(json.dumps(comparison_json(comp), indent=2, default=str) + "\n",
+                                     encoding="utf-8")
+    (base / COMPARE_HTML).write_text(comparison_html(comp, base), encoding="utf-8")
+    (base / COMPARE_MD).write_text(markdown_table(comp) + "\n", encoding="utf-8")
+    return comp
