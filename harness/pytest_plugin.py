@@ -74,6 +74,13 @@ def pytest_configure(config: pytest.Config) -> None:
         "pd_cluster(topology='1p1d', connector='mooncake', transport='http', router=None, engines=None, "
         "ready_timeout_s=20): configure the pd_cluster fixture",
     )
+    if config.getoption("--pdchaos"):
+        from harness.routers import RouterAdapterError, make_router_adapter
+
+        try:
+            make_router_adapter(config.getoption("--pdchaos-router"))
+        except RouterAdapterError as e:
+            raise pytest.UsageError(f"--pdchaos-router: {e}") from None
     if config.getoption("--pdchaos") and config.args_source != pytest.Config.ArgsSource.ARGS:
         # `pytest --pdchaos` with no paths: the suite alone, not the project's tests as well.
         config.args = [str(_SCENARIO_DIR)]
@@ -112,10 +119,16 @@ class ScenarioFile(pytest.File):
         from harness.topology import parse_topology
 
         cfg = self.config
+        from harness.checkers import validate_expect
+
         try:
             scenarios = scenarios_in_file(self.path)
         except ScenarioError as e:
             raise self.CollectError(str(e)) from None
+        for s in scenarios:
+            bad = [p for x in s.expect for p in validate_expect(x.checker, x.params)]
+            if bad:
+                raise self.CollectError(f"{self.path}: scenario {s.name!r}: " + "; ".join(bad))
         explicit = self.session.isinitpath(self.path)
         if not explicit and not cfg.getoption("--pdchaos-all"):
             scenarios = [s for s in scenarios if _in_default_suite(s, self.path.parent, cfg)]
@@ -135,6 +148,8 @@ class ScenarioFile(pytest.File):
             item.cell = cell
             for tag in scenario.tags:
                 if tag.isidentifier():
+                    # Tags become markers (`-m default`); registered so --strict-markers accepts them.
+                    cfg.addinivalue_line("markers", f"{tag}: pdchaos scenario tag")
                     item.add_marker(tag)
             yield item
 

@@ -64,6 +64,10 @@ def test_folder_collects_default_scenarios_per_cell(pytester: pytest.Pytester, s
         "scenarios/mine.py::alpha[1p2d-mooncake-grpc]",
         "scenarios/mine.py::beta[2p1d-nixl-grpc]",
     ]
+    # Scenario tags are registered markers: -m selects by tag, even under --strict-markers.
+    result = pytester.runpytest("--pdchaos", "--pdchaos-all", "--collect-only", "-q", "scenarios",
+                                "--strict-markers", "-m", "not default")
+    assert [i.split("[")[0] for i in _ids(result)] == ["scenarios/mine.py::beta"] * 2
 
 
 def test_explicit_file_collects_all_and_filters_apply(pytester: pytest.Pytester, scen_dir: Path) -> None:
@@ -81,6 +85,19 @@ def test_bad_scenario_file_is_a_collection_error(pytester: pytest.Pytester, scen
     result = pytester.runpytest("--pdchaos", "--collect-only", "-q", "scenarios")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["*SCENARIOS must be a list of Scenario, got str*"])
+    (scen_dir / "broken.py").write_text(
+        "from harness.scenario import Expect, Scenario\n"
+        "SCENARIOS = [Scenario(name='x', description='x', expect=(Expect('no_such_checker'),))]\n"
+    )
+    result = pytester.runpytest("--pdchaos", "--collect-only", "-q", "scenarios")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*scenario 'x': unknown checker 'no_such_checker'*"])
+
+
+def test_bad_router_option_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--pdchaos", "--pdchaos-router", "nginx", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--pdchaos-router: unknown router 'nginx'*"])
 
 
 def test_bare_option_collects_the_shipped_default_suite(pytester: pytest.Pytester) -> None:
@@ -98,28 +115,43 @@ def test_bare_option_collects_the_shipped_default_suite(pytester: pytest.Pyteste
     assert {i.split("::")[1].split("[")[0] for i in ids} == {s.name for s, _ in want}
 
 
+UNKNOWN_SCENARIO = """
+from dataclasses import replace
+from cli_scenario_pass import SCENARIOS as P
+from harness.scenario import Heal, Step, WorkerStatus
+
+# A step whose condition never holds is missed: the harness cannot tell, the verdict is unknown.
+never = Step("never", Heal("decode-0"), WorkerStatus("decode-0", "draining"), deadline_s=0.3)
+SCENARIOS = [replace(P[0], name="quick_unknown", timeline=(never,))]
+"""
+
+
 def test_verdicts_become_outcomes_with_junit(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    """Real runs: the passing scenario passes, the failing one fails with the checker's reason; the junit
-    file carries the verdicts and the run folder gets the pdchaos reports."""
+    """Real runs: the passing scenario passes, the failing one fails with the checker's reason, the unknown
+    one is skipped (as asked); the junit file carries the verdicts and the run folder gets the reports."""
     for name in ("cli_scenario_pass.py", "cli_scenario_fail.py"):
         shutil.copy(TESTS / name, pytester.path / name)
+    pytester.makepyfile(unknown_scenario=UNKNOWN_SCENARIO)
+    pytester.syspathinsert()
     out = tmp_path / "pdchaos-out"
     result = pytester.runpytest("--pdchaos", "cli_scenario_pass.py", "cli_scenario_fail.py",
+                                "unknown_scenario.py", "--pdchaos-unknown=skip", "-rs",
                                 "--junitxml=junit.xml", f"--pdchaos-out={out}")
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=1, failed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*UNKNOWN: quick_unknown 1p1d-mooncake-http*"])
     result.stdout.fnmatch_lines([
         "*FAIL: quick_fail 1p1d-mooncake-http*",
         "*fail     availability: break during: 0.000 < 0.9*",
-        "pdchaos: 2 cells: 1 pass, 1 fail, 0 unknown; reports in*",
+        "pdchaos: 3 cells: 1 pass, 1 fail, 1 unknown; reports in*",
     ])
     cases = {c.get("name"): c for c in ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")}
-    assert set(cases) == {"quick_pass[1p1d-mooncake-http]", "quick_fail[1p1d-mooncake-http]"}
+    assert set(cases) == {f"quick_{v}[1p1d-mooncake-http]" for v in ("pass", "fail", "unknown")}
     props = {c: {p.get("name"): p.get("value") for p in case.iter("property")} for c, case in cases.items()}
     assert props["quick_pass[1p1d-mooncake-http]"]["pdchaos_status"] == "pass"
     assert props["quick_fail[1p1d-mooncake-http]"]["pdchaos_status"] == "fail"
     assert cases["quick_fail[1p1d-mooncake-http]"].find("failure") is not None
     report = json.loads((out / "report.json").read_text())
-    assert sorted(r["status"] for r in report["results"]) == ["fail", "pass"]
+    assert sorted(r["status"] for r in report["results"]) == ["fail", "pass", "unknown"]
 
 
 # ---------------------------------------------------------------- pd_cluster
