@@ -50,7 +50,7 @@ class RouterSpec:
 
 def gateway_name(spec: str) -> str | None:
     """The gateway a spec names (`smg==1.2.0` -> `smg`), or None for anything else."""
-    base = spec.strip().split("==", 1)[0].strip().lower()
+    base = re.split(r"[=<>!~@\s]", spec.strip(), maxsplit=1)[0].lower()
     base = ALIASES.get(base, base)
     return base if base in GATEWAYS else None
 
