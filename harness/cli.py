@@ -233,7 +233,6 @@ class RunPlan:
     router: str
     out: Path
     seed: int
-    default_out: bool
 
 
 def plan_run(args: argparse.Namespace) -> RunPlan:
@@ -261,11 +260,10 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
                                     ("transport", args.transport)) if v
         )
         raise UsageError(f"no selected scenario applies to {wanted or 'any cell'}")
-    default_out = args.out is None
     out = args.out if args.out is not None else Path("runs") / _run_id()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"run folder {out} already exists and is not empty")
-    return RunPlan(scenarios, cells, args.router, out, args.seed, default_out)
+    return RunPlan(scenarios, cells, args.router, out, args.seed)
 
 
 def _run_id() -> str:
