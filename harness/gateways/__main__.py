@@ -1,6 +1,7 @@
 """`python -m harness.gateways`: run scenarios against several routers and write the comparison report.
 
-    python -m harness.gateways --router smg==latest                       default suite, newest smg
+    python -m harness.gateways                                            default suite: reference, newest smg
+    python -m harness.gateways --router smg==latest                       newest smg only
     python -m harness.gateways --router smg==1.13.0 --router smg==1.12.0 --router vllm-router
     python -m harness.gateways --compare-only runs/compare-X              re-render compare.* of a matrix
 
@@ -30,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scenario names or files (none: the default suite)")
     p.add_argument("--router", action="append", metavar="SPEC",
                    help="repeatable: reference, smg, smg==X.Y.Z, smg==latest, vllm-router[==X.Y.Z], "
-                   "cmd:<template> (default: smg==latest)")
+                   "cmd:<template> (default: reference and smg==latest)")
     p.add_argument("--topology", action="append", metavar="T", help="repeatable or comma separated")
     p.add_argument("--connector", choices=("mooncake", "nixl"))
     p.add_argument("--transport", choices=("http", "grpc"))
@@ -57,16 +58,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BY_STATUS.get(comp.status, 2)
     from harness.cli import UsageError, _check_expectations, _load, _split_topologies, default_suite
     from harness.gateways.matrix import run_matrix
+    from harness.gateways.spec import parse_router_spec
 
-    routers = args.router or ["smg==latest"]
+    routers = args.router or ["reference", "smg==latest"]
     try:
+        for spec in routers:
+            parse_router_spec(spec)
         topologies = _split_topologies(args.topology)
         loaded = _load(args.scenarios)
         scenarios = loaded if args.scenarios else default_suite(loaded)
         if not scenarios:
             raise UsageError("no scenarios to run")
         _check_expectations(scenarios)
-    except UsageError as e:
+    except (UsageError, RouterAdapterError) as e:
         print(f"pdchaos: error: {e}", file=sys.stderr)
         return 3
     out = args.out or Path("runs") / ("compare-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime())

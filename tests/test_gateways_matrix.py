@@ -1,0 +1,84 @@
+"""The router matrix end to end with the reference router (a real run, fake engines) next to a gateway that
+cannot run the cell (skipped, with its reason, never a pass), and `python -m harness.gateways` usage."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.gateways.__main__ import main
+from harness.gateways.adapters import SmgRouter, VllmRouter
+from harness.gateways.matrix import plan_router, run_matrix, unique_labels
+from harness.runner import expand_matrix
+from harness.scenario import EngineSettings, Expect, RouterSettings, Scenario, Workload
+
+QUICK = Scenario(
+    name="quick_grpc",
+    description="1p1d over gRPC, 0.6 s of load, no fault.",
+    topologies=("1p1d",),
+    connectors=("mooncake",),
+    transports=("grpc",),
+    router=RouterSettings(health_interval_s=0.1, health_timeout_s=0.5, request_timeout_s=5.0),
+    engines=EngineSettings(transfer_timeout_s=1.0, kv_abort_timeout_s=10.0),
+    workload=Workload(mode="closed", concurrency=2, duration_s=0.6, max_tokens=4, deadline_s=4.0),
+    expect=(Expect("nothing_lost"), Expect("output")),
+)
+
+
+def test_plan_skips_and_adjustments() -> None:
+    pairs = expand_matrix([QUICK], None, None, ["grpc"])
+    vr = plan_router(VllmRouter("/nonexistent/vllm-router", version="0.1.17", flags=frozenset()), pairs)
+    assert vr.run == [] and len(vr.skipped) == 1
+    assert vr.skipped[0]["cell"] == "1p1d-mooncake-grpc" and "gRPC" in vr.skipped[0]["reason"]
+    smg = plan_router(SmgRouter("/nonexistent/smg", version="1.13.0", flags=frozenset()), pairs)
+    assert len(smg.run) == 1 and smg.skipped == []
+    assert "health interval 0.1 s -> 1 s (whole seconds, at least 1)" in smg.adjustments
+    ref = plan_router("reference", pairs)
+    assert (ref.label, len(ref.run), ref.adjustments) == ("reference", 1, [])
+    twins = [plan_router(SmgRouter("a", version="1.0.0", flags=frozenset()), pairs) for _ in range(3)]
+    unique_labels(twins)
+    assert [p.label for p in twins] == ["smg-1.0.0", "smg-1.0.0.2", "smg-1.0.0.3"]
+
+
+async def test_matrix_reference_and_skipping_gateway(tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    vr = VllmRouter("/nonexistent/vllm-router", version="0.1.17", flags=frozenset())
+    results = await run_matrix([QUICK], ["reference", vr], out, progress=False)
+    assert [r.status for r in results["reference"]] == ["pass"]
+    assert results["vllm-router-0.1.17"] == []
+    matrix = json.loads((out / "matrix.json").read_text())
+    assert [r["label"] for r in matrix["routers"]] == ["reference", "vllm-router-0.1.17"]
+    comp = json.loads((out / "compare.json").read_text())
+    (row,) = comp["rows"]
+    assert row["outcomes"]["reference"]["status"] == "pass"
+    assert row["outcomes"]["reference"]["numbers"]["requests"] > 0
+    assert row["outcomes"]["reference"]["numbers"]["handoffs"].get("pulled", 0) > 0
+    assert row["outcomes"]["vllm-router-0.1.17"]["status"] == "skipped"
+    assert comp["summary"]["vllm-router-0.1.17"]["skipped"] == 1
+    assert (out / "reference" / "report.json").is_file() and (out / "compare.html").is_file()
+    assert "| quick_grpc | 1p1d-mooncake-grpc | PASS | skip |" in (out / "compare.md").read_text()
+
+
+def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--router", "nginx", "--out", str(tmp_path / "a")]) == 3
+    assert "unknown router 'nginx'" in capsys.readouterr().err
+    assert main(["no_such_scenario", "--out", str(tmp_path / "b")]) == 3
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("x")
+    assert main(["--router", "reference", "--out", str(full)]) == 3
+    assert "not empty" in capsys.readouterr().err
+    assert main(["--compare-only", str(tmp_path / "nothing")]) == 3
+
+
+def test_cli_compare_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "r" / "reference"
+    run.mkdir(parents=True)
+    res = {"scenario": "s", "topology": "1p1d", "connector": "nixl", "transport": "http", "status": "fail",
+           "reason": "r", "verdicts": [{"name": "handoff", "status": "fail"}]}
+    (run / "report.json").write_text(json.dumps({"results": [res]}))
+    assert main(["--compare-only", str(tmp_path / "r")]) == 1
+    assert "| s | 1p1d-nixl-http | FAIL handoff |" in capsys.readouterr().out
+    assert (tmp_path / "r" / "compare.html").is_file()
