@@ -73,20 +73,26 @@ class Dispatcher:
         policy = {Role.PREFILL: self.prefill_policy, Role.DECODE: self.decode_policy}.get(
             role, self.regular_policy
         )
-        worker = policy.select(self.registry.ready(role), self.clock())
+        candidates = self.registry.ready(role)
+        if role is Role.PREFILL:
+            # A prefill whose engine-id re-read is still running may be about to learn a new id (it came back
+            # from NotReady/Failed, or its id is unconfirmed): prefer one whose id is settled.
+            settled = [w for w in candidates if not _id_read_pending(w)]
+            candidates = settled or candidates
+        worker = policy.select(candidates, self.clock())
         if worker is None:
             msg = f"no Ready {role.value} worker"
             raise RouterError(503, "no_available_workers", msg, "service_unavailable")
         return worker
 
-    async def _await_first_id(self, worker: Worker) -> None:
-        """A worker is promoted before the id read that follows its promoting probe ends. A request in that
-        window would find no id to mint; wait for the read (bounded by its own deadline) instead."""
-        if worker.engine_id or worker.connector not in (None, Connector.MOONCAKE):
+    async def _await_id_read(self, worker: Worker) -> None:
+        """A worker turns Ready at the probe that promotes it, before the engine-id re-read that follows ends.
+        A request in that window would mint the id from before the outage (the dead engine's: a transfer
+        timeout) or none at all; wait for the read instead. Bounded by the read's own deadline."""
+        if not _id_read_pending(worker):
             return
         deadline = self.clock() + self.cfg.probe_timeout_s
-        while (worker.runtime.probe_stage is ProbeStage.REREAD and not worker.engine_id
-               and self.clock() < deadline):
+        while _id_read_pending(worker) and self.clock() < deadline:
             await asyncio.sleep(0.005)
 
     def _hold(self, worker: Worker) -> None:
@@ -109,7 +115,7 @@ class Dispatcher:
                 self._release(worker)
         prefill = self._pick(Role.PREFILL)
         decode = self._pick(Role.DECODE)
-        await self._await_first_id(prefill)
+        await self._await_id_read(prefill)
         plan = plan_handoff(prefill)
         record: dict[str, Any] = {
             "request_id": request_id, "prefill": prefill.id, "decode": decode.id,
@@ -306,6 +312,12 @@ class Dispatcher:
             await resp.write(SSE_DONE)
         await resp.write_eof()
         return resp
+
+
+def _id_read_pending(worker: Worker) -> bool:
+    """An engine-id re-read is running for a worker whose id the router mints (Mooncake, or not known yet)."""
+    return (worker.runtime.probe_stage is ProbeStage.REREAD
+            and worker.connector in (None, Connector.MOONCAKE))
 
 
 def _sse_response() -> web.StreamResponse:

@@ -57,6 +57,7 @@ class StubState:
     hang_generate: bool = False
     hang_server_info: bool = False
     fail_server_info: bool = False
+    server_info_delay_s: float = 0.0
     generate_status: int = 200
     output_text: str = ""
     started_at: float = field(default_factory=time.monotonic)
@@ -149,6 +150,7 @@ class HttpStubEngine:
 
     async def _query(self, request: web.Request) -> web.Response:
         self.state.server_info_calls += 1
+        await asyncio.sleep(self.state.server_info_delay_s)
         if self.state.hang_server_info:
             await asyncio.sleep(_FOREVER)
         if self.state.fail_server_info:
@@ -201,6 +203,7 @@ class _Servicer(vllm_engine_pb2_grpc.VllmEngineServicer):  # type: ignore[misc]
 
     async def GetServerInfo(self, request: Any, context: Any) -> Any:
         self.state.server_info_calls += 1
+        await asyncio.sleep(self.state.server_info_delay_s)
         if self.state.hang_server_info:
             await asyncio.sleep(_FOREVER)
         if self.state.fail_server_info:

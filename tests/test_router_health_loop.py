@@ -262,3 +262,36 @@ async def test_grpc_engine_back_after_an_outage_rejoins_promptly(stubs: list[Any
         await p.start()  # same port
         await wait_for(lambda: worker.status is Status.READY, 2.5, "rejoined")
         await wait_for(lambda: worker.engine_id == "after-outage", 2.0, "new id read")
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+async def test_request_right_after_promotion_waits_for_the_reread(stubs: list[Any], transport: str) -> None:
+    """The worker turns Ready at the probe; the id read after it is slow. A request in that window must not
+    mint the id from before the restart."""
+    if transport == "http":
+        p = await HttpStubEngine(StubState("p", "prefill", "mooncake"), bootstrap=True).start()
+        d = await HttpStubEngine(StubState("d", "decode", "mooncake")).start()
+        stubs.extend([p, d])
+        boot = p.bootstrap_port
+    else:
+        p = await grpc_stub(stubs, "p")
+        d = await grpc_stub(stubs, "d", role="decode")
+        boot = 18001
+    cfg = router_cfg(prefill=(WorkerArg(p.url, boot),), decode=(d.url,), probe_timeout_s=1.5)
+    async with InProcessRouter(cfg) as router:
+        await router.wait_ready()
+        worker = router.server.registry.all()[0]
+        await wait_for(lambda: worker.engine_id == p.state.engine_id, 3.0, "first id")
+        p.state.healthy = False
+        await wait_for(lambda: worker.status is Status.NOT_READY, 3.0, "down")
+        p.state.restart("fresh-id")
+        p.state.server_info_delay_s = 0.5
+        p.state.healthy = True
+        await wait_for(lambda: worker.status is Status.READY, 3.0, "promoted", step_s=0.002)
+        assert worker.engine_id != "fresh-id"  # the read is still running
+        async with router.session.post(router.base + "/v1/completions",
+                                       json={"prompt": "x", "max_tokens": 2}) as resp:
+            assert resp.status == 200, await resp.text()
+        last = d.state.received[-1]
+        kv = last["kv_transfer_params"] if transport == "grpc" else last["body"]["kv_transfer_params"]
+        assert kv["remote_engine_id"] == "fresh-id"
