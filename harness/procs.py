@@ -106,6 +106,7 @@ class ManagedProcess:
     argv: list[str]
     log_path: Path
     ready_info: dict[str, Any] | None = None
+    marker: str | None = None
     _proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
 
     @property
@@ -121,12 +122,24 @@ class ManagedProcess:
         return self.returncode is None
 
     def signal(self, sig: int) -> bool:
-        """Send sig to the child's whole process group. False when the group is gone."""
-        try:
-            os.killpg(self.pid, sig)
-            return True
-        except (ProcessLookupError, PermissionError):
-            return False
+        """Send sig to the child's whole process group. False when nothing of the group is left.
+
+        While the leader is not reaped its pid (= the group id) cannot be reused, so the group is signalled
+        directly. Once it is reaped the id may belong to someone else (pid_max can be as low as 32768):
+        then only processes still in that group *and* carrying the run's marker are signalled.
+        """
+        if self._proc is None or self._proc.returncode is None or self.marker is None:
+            try:
+                os.killpg(self.pid, sig)
+                return True
+            except (ProcessLookupError, PermissionError):
+                return False
+        hit = False
+        for pid in _group_members(self.pgid, self.marker):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+                hit = True
+        return hit
 
     async def wait(self, timeout_s: float) -> int | None:
         """The exit code (negative: killed by that signal), or None if still running after timeout_s."""
@@ -214,7 +227,9 @@ class ProcessSupervisor:
                 start_new_session=True,
                 preexec_fn=_make_preexec(os.getpid()),
             )
-        managed = ManagedProcess(name=name, pid=proc.pid, argv=list(argv), log_path=log_path, _proc=proc)
+        managed = ManagedProcess(
+            name=name, pid=proc.pid, argv=list(argv), log_path=log_path, marker=self.marker, _proc=proc
+        )
         self._procs.append(managed)
         self._pids.write(
             {"name": name, "pid": proc.pid, "pgid": proc.pid, "argv": list(argv), "ts": time.time()}
@@ -379,8 +394,18 @@ def pid_alive(pid: int) -> bool:
     return state != b"Z"
 
 
-def group_alive(pgid: int) -> bool:
-    """True when some non-zombie process is in process group pgid."""
+def _group_members(pgid: int, marker: str) -> list[int]:
+    """Live pids in process group pgid whose environment carries marker."""
+    needle = f"{MARKER_ENV}={marker}".encode()
+    out = []
+    for pid in _pids_in_group(pgid):
+        if needle in _read_proc_file(pid, "environ"):
+            out.append(pid)
+    return out
+
+
+def _pids_in_group(pgid: int) -> list[int]:
+    found: list[int] = []
     with contextlib.suppress(OSError):
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -391,5 +416,10 @@ def group_alive(pgid: int) -> bool:
             fields = stat[stat.rfind(b")") + 2 :].split()
             # After the name: state ppid pgrp ...
             if len(fields) >= 3 and fields[0] != b"Z" and int(fields[2]) == pgid:
-                return True
-    return False
+                found.append(int(entry.name))
+    return found
+
+
+def group_alive(pgid: int) -> bool:
+    """True when some non-zombie process is in process group pgid."""
+    return bool(_pids_in_group(pgid))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -278,3 +279,35 @@ async def test_stop_wakes_a_stopped_child_for_its_sigterm(tmp_path: Path) -> Non
         proc.signal(signal.SIGSTOP)
         # Exit code 7 is the child's own SIGTERM handler; a child left stopped would be SIGKILLed (-9).
         assert await sup.stop(proc, grace_s=10.0) == 7
+
+
+async def test_after_the_leader_is_reaped_only_marked_group_members_are_signalled(tmp_path: Path) -> None:
+    """Once the leader is reaped its pid may be reused: the supervisor then signals only processes of the
+    old group that carry the run marker. An unmarked member (stand-in for a stranger) is left alone."""
+    async with ProcessSupervisor(tmp_path) as sup:
+        proc = await sup.spawn(
+            "leader",
+            _py(f"""
+                import json, os, subprocess, time
+                env = {{k: v for k, v in os.environ.items() if k != "PDCHAOS_RUN_MARKER"}}
+                sleep = [{PY!r}, "-c", "import time; time.sleep(60)"]
+                marked = subprocess.Popen(sleep)
+                stranger = subprocess.Popen(sleep, env=env)
+                print("READY", json.dumps({{"marked": marked.pid, "stranger": stranger.pid}}), flush=True)
+                time.sleep(60)
+            """),
+            ready_prefix="READY",
+        )
+        assert proc.ready_info is not None
+        marked, stranger = int(proc.ready_info["marked"]), int(proc.ready_info["stranger"])
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+            assert await proc.wait(5) == -signal.SIGKILL
+            assert proc.signal(signal.SIGKILL) is True
+            assert await _gone(marked)
+            assert pid_alive(stranger)
+            assert proc.signal(signal.SIGKILL) is False  # nothing marked left
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stranger, signal.SIGKILL)
+    assert await _gone(stranger)
