@@ -16,7 +16,17 @@ from typing import Any
 import pytest
 
 from harness.runner import Cell, expand_matrix, run_scenario, run_suite
-from harness.scenario import Scenario, load_scenarios
+from harness.scenario import (
+    At,
+    Expect,
+    RemoveWorker,
+    Restart,
+    Scenario,
+    Step,
+    WorkerStatus,
+    Workload,
+    load_scenarios,
+)
 from pdchaos.ports import port_is_open
 
 slow = pytest.mark.skipif(os.environ.get("PDCHAOS_SLOW") != "1", reason="slow matrix: set PDCHAOS_SLOW=1")
@@ -91,6 +101,30 @@ async def test_broken_router_command_gives_unknown_with_reason_and_no_leftovers(
     for _name, info in layout.items():
         port = int(info["url"].rsplit(":", 1)[1])
         assert not port_is_open(port), f"engine port {port} still open after the run"
+
+
+async def test_unverified_action_and_missed_step_make_the_run_unknown(tmp_path: Path) -> None:
+    s = Scenario(
+        name="harness_failure_paths",
+        description="prefill-1 is never registered: removing it fails, and a step waiting for it is missed",
+        topologies=("2p1d",),
+        router=load_scenarios(["prefill_restart_mooncake"])[0].router,
+        workload=Workload(duration_s=1.5, concurrency=1),
+        unregistered_engines=("prefill-1",),
+        timeline=(
+            Step("remove", RemoveWorker("prefill-1"), At(0.3)),
+            Step("never", Restart("prefill-0"), WorkerStatus("prefill-1", "ready"), deadline_s=1.0),
+        ),
+        expect=(Expect("nothing_lost"),),
+    )
+    res = await run_scenario(s, "2p1d", "mooncake", "http", "reference", tmp_path, seed=2)
+    by_name = {v.name: v for v in res.verdicts}
+    assert res.status == "unknown", _explain(res)
+    assert by_name["faults"].status == "unknown" and "remove" in by_name["faults"].reason
+    assert by_name["timeline"].status == "unknown" and "never" in by_name["timeline"].reason
+    assert by_name["nothing_lost"].status == "pass"
+    text = (tmp_path / "history.jsonl").read_text()
+    assert '"fault":"remove"' in text and '"ok":false' in text and "step never missed" in text
 
 
 async def test_scenario_that_does_not_apply_is_unknown(tmp_path: Path) -> None:
