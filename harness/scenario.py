@@ -308,6 +308,8 @@ class Scenario:
     # Seconds allowed for every worker to be Ready before the timeline starts.
     ready_timeout_s: float = 15.0
     tags: tuple[str, ...] = ()
+    # Router bugs (`--inject-bug` names) this scenario must fail under: the proof that it guards them.
+    catches: tuple[str, ...] = ()
 
     def applies_to(self, topology: str, connector: str, transport: str | None = None) -> bool:
         ok = topology in self.topologies and connector in self.connectors
@@ -394,6 +396,9 @@ def validate(scenario: Scenario) -> None:
     for tr in scenario.transports:
         if tr not in ("http", "grpc"):
             problems.append(f"bad transport {tr!r}")
+    for bug in scenario.catches:
+        if bug not in INJECTABLE_BUGS:
+            problems.append(f"catches unknown bug {bug!r} (known: {', '.join(INJECTABLE_BUGS)})")
     if scenario.router.inject_bug is not None and scenario.router.inject_bug not in INJECTABLE_BUGS:
         problems.append(f"unknown inject_bug {scenario.router.inject_bug!r}")
     w = scenario.workload

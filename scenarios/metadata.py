@@ -32,6 +32,7 @@ SCENARIOS = [
         "and "
         "the worker is never probed again.",
         bugs=("zoo-2",),
+        catches=("metadata_no_deadline",),
         topologies=ALL_SHAPES,
         connectors=("mooncake",),
         transports=("grpc",),
@@ -58,6 +59,7 @@ SCENARIOS = [
         "unable "
         "to mint and every decode recomputes silently.",
         bugs=("zoo-3",),
+        catches=("partial_read_clears_id",),
         topologies=ALL_SHAPES,
         connectors=("mooncake",),
         transports=("grpc",),
@@ -85,6 +87,7 @@ SCENARIOS = [
         "retrying on later probes and pick up the new id once the read succeeds; one failed read must not "
         "leave the dead id in force for life.",
         bugs=("zoo-4",),
+        catches=("stale_engine_id",),
         topologies=ALL_SHAPES,
         connectors=("mooncake",),
         transports=("grpc",),

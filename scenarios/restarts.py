@@ -27,6 +27,7 @@ SCENARIOS = [
         "probe fails). The router must re-read the id: minting the dead id makes every decode wait out the "
         "KV transfer timeout (vLLM #2491's 480 s hang, scaled to 2 s).",
         bugs=("#2491", "zoo-1"),
+        catches=("stale_engine_id",),
         topologies=ALL_SHAPES,
         connectors=("mooncake",),
         router=ROUTER,
@@ -54,6 +55,7 @@ SCENARIOS = [
         description="The prefill process is killed and started again on the same ports (a new process, a new "
         "engine id, a new side-channel port), as an orchestrator restart would do.",
         bugs=("#2491", "zoo-1"),
+        catches=("stale_engine_id",),
         topologies=("1p1d", "2p1d"),
         connectors=("mooncake",),
         router=ROUTER,
@@ -70,6 +72,7 @@ SCENARIOS = [
         "allowed "
         "for one identity interval plus a transfer timeout, never after.",
         bugs=("zoo-13",),
+        catches=("stale_engine_id",),
         topologies=ALL_SHAPES,
         connectors=("mooncake",),
         router=replace(ROUTER, health_interval_s=1.0, identity_check_interval_s=1.0),
@@ -103,6 +106,7 @@ SCENARIOS = [
             "(connection "
         "refused), then serves with a new engine id: the router must wait it out and re-read the id.",
         bugs=("#2491", "zoo-1", "zoo-6"),
+        catches=("stale_engine_id",),
         topologies=("1p1d", "2p1d"),
         connectors=("mooncake",),
         router=ROUTER,

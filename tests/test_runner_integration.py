@@ -154,3 +154,21 @@ async def test_run_suite_writes_reports_and_latest_link(tmp_path: Path) -> None:
 async def test_full_matrix(scenario: Scenario, cell: Cell, tmp_path: Path) -> None:
     res = await run_scenario(scenario, cell.topology, cell.connector, cell.transport, "reference", tmp_path)
     assert res.status == "pass", _explain(res)
+
+
+@slow
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("scenario", "cell", "bug"),
+    [
+        pytest.param(s, c, bug, id=f"{s.name}-{c.label}-{bug}")
+        for s, c in expand_matrix(load_scenarios())
+        for bug in s.catches
+    ],
+)
+async def test_full_matrix_catches_injected_bugs(
+    scenario: Scenario, cell: Cell, bug: str, tmp_path: Path
+) -> None:
+    bad = scenario.with_router(inject_bug=bug)
+    res = await run_scenario(bad, cell.topology, cell.connector, cell.transport, "reference", tmp_path)
+    assert res.status == "fail", _explain(res)

@@ -129,6 +129,7 @@ def test_valid_scenario_passes() -> None:
             "duplicate",
         ),
         ({"router": RouterSettings(inject_bug="nonsense")}, "unknown inject_bug"),
+        ({"catches": ("stale_engine_id", "typo_bug")}, "catches unknown bug 'typo_bug'"),
         ({"workload": Workload(duration_s=0)}, "must be positive"),
         ({"workload": Workload(stream_fraction=2)}, "within [0, 1]"),
         ({"workload": Workload(mode="open", rate_rps=0)}, "rate_rps"),
@@ -272,6 +273,9 @@ def test_shipped_scenarios_load_and_validate() -> None:
         assert s.bugs, f"{s.name} guards no bug"
         assert all(isinstance(x, Expect) for x in s.expect)
         assert expectation_problems(s) == [], s.name
+    # Each injectable router bug is caught by at least one shipped scenario.
+    caught = {b for s in found for b in s.catches}
+    assert caught == {"stale_engine_id", "metadata_no_deadline", "partial_read_clears_id"}
 
 
 # ---------------------------------------------------------------- router launch lines and load planning
