@@ -185,6 +185,8 @@ async def run_scenario(
         reason=overall.reason if overall.status != "pass" else "",
         run_reason=state.reason,
         duration_s=round(time.time() - started_wall, 3),
+        started_at=started_wall,
+        ended_at=time.time(),
         history_path=out / "history.jsonl",
         out_dir=out,
         cell_dir=out,
