@@ -254,6 +254,9 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         [args.connector] if args.connector else None,
         [args.transport] if args.transport else None,
     )
+    from harness.gateways.matrix import drop_skipped  # cells a gateway cannot run: said, not run
+
+    cells = drop_skipped(args.router, cells)
     if not cells:
         wanted = ", ".join(
             f"{k} {v}" for k, v in (("topology", topologies), ("connector", args.connector),

@@ -10,7 +10,7 @@ import pytest
 
 from harness.gateways.__main__ import main
 from harness.gateways.adapters import SmgRouter, VllmRouter
-from harness.gateways.matrix import plan_router, run_matrix, unique_labels
+from harness.gateways.matrix import drop_skipped, plan_router, run_matrix, unique_labels
 from harness.runner import expand_matrix
 from harness.scenario import EngineSettings, Expect, RouterSettings, Scenario, Workload
 
@@ -82,3 +82,30 @@ def test_cli_compare_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert main(["--compare-only", str(tmp_path / "r")]) == 1
     assert "| s | 1p1d-nixl-http | FAIL handoff |" in capsys.readouterr().out
     assert (tmp_path / "r" / "compare.html").is_file()
+
+
+def test_drop_skipped_says_why(capsys: pytest.CaptureFixture[str]) -> None:
+    pairs = expand_matrix([QUICK], None, None, None)
+    vr = VllmRouter("/nonexistent/vllm-router", version="0.1.17", flags=frozenset())
+    assert drop_skipped(vr, pairs) == []
+    assert "skipping quick_grpc 1p1d-mooncake-grpc on vllm-router-0.1.17: vllm-router's grpc mode" in (
+        capsys.readouterr().err
+    )
+    assert drop_skipped("reference", pairs) == pairs
+
+
+def test_pdchaos_run_plan_leaves_out_what_the_gateway_cannot_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`pdchaos run --router vllm-router` plans only its HTTP cells (a fake binary named by the env var)."""
+    from harness.cli import build_parser, plan_run
+
+    exe = tmp_path / "vllm-router"
+    exe.write_text("#!/bin/sh\necho '--prometheus-host --vllm-pd-disaggregation'\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PDCHAOS_VLLM_ROUTER", str(exe))
+    args = build_parser().parse_args(["run", "sole_prefill_down", "--topology", "1p1d", "--connector", "nixl",
+                                      "--router", "vllm-router", "--out", str(tmp_path / "o")])
+    plan = plan_run(args)
+    assert [c.transport for _, c in plan.cells] == ["http"]
+    assert "skipping sole_prefill_down 1p1d-nixl-grpc on vllm-router" in capsys.readouterr().err

@@ -154,3 +154,18 @@ async def run_matrix(
         write_matrix(out, plans, started, extra)
     write_comparison(out)
     return results
+
+
+def drop_skipped(
+    router: str | RouterAdapter, cells: Sequence[tuple[Scenario, Cell]]
+) -> list[tuple[Scenario, Cell]]:
+    """The cells this router can run; each one left out is said on stderr with its reason (`pdchaos run`)."""
+    adapter = make_router_adapter(router)
+    kept = []
+    for s, cell in cells:
+        why = skip_reason(adapter, s, cell)
+        if why is None:
+            kept.append((s, cell))
+        else:
+            print(f"pdchaos: skipping {s.name} {cell.label} on {adapter.name}: {why}", file=sys.stderr)
+    return kept
