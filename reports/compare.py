@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,6 +32,17 @@ SCHEMA = "pdchaos.compare/1"
 MATRIX_JSON = "matrix.json"
 EVIDENCE_ITEMS = 8
 STATUSES = ("pass", "fail", "unknown")
+ROUTER_LOG = "logs/router.log"
+# Router log lines worth showing next to a difference: status changes, engine ids, failed probes and legs.
+_LOG_LINE = re.compile(
+    r"status transition|engine id|engine_id|probe failed|no available workers|kv load|transfer|"
+    r"not ?ready|failed|error|timed? ?out",
+    re.IGNORECASE,
+)
+_KEY_LINE = re.compile(r"status transition|engine id|probe failed|worker_url", re.IGNORECASE)
+_IDS = re.compile(r"(cmpl|chatcmpl|req|xfer)-[A-Za-z0-9_-]+|\b\d{2}:\d{2}:\d{2}(\.\d+)?\b|"
+                  r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
@@ -170,6 +182,31 @@ def history_numbers(records: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any
     return numbers, evidence
 
 
+def router_log_lines(path: Path, limit: int = EVIDENCE_ITEMS * 2) -> tuple[list[str], int]:
+    """(notable non-debug lines of a router log: worker status and engine id lines first, then other
+    failures once each whatever their request id; how many notable lines there were in all)."""
+    key: list[str] = []
+    other: dict[str, str] = {}
+    total = 0
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            for raw in f:
+                line = _ANSI.sub("", raw).strip()
+                if not line or " DEBUG " in line or " TRACE " in line or not _LOG_LINE.search(line):
+                    continue
+                total += 1
+                if _KEY_LINE.search(line):
+                    if len(key) < limit:
+                        key.append(line[:300])
+                    continue
+                shape = _IDS.sub("<id>", line.split(" ", 2)[-1])
+                if shape not in other and len(other) < limit:
+                    other[shape] = line[:300]
+    except OSError:
+        return [], 0
+    return key + list(other.values())[: max(0, limit - len(key))], total
+
+
 def outcome_from_result(res: Mapping[str, Any], run_dir: Path) -> Outcome:
     verdicts = [v for v in res.get("verdicts") or [] if isinstance(v, dict)]
     checks = {str(v.get("name")): str(v.get("status")) for v in verdicts}
@@ -192,6 +229,11 @@ def outcome_from_result(res: Mapping[str, Any], run_dir: Path) -> Outcome:
             numbers.update(n)
             evidence.update(ev)
     cell_dir = res.get("cell_dir")
+    if isinstance(cell_dir, str) and cell_dir:
+        lines, total = router_log_lines(run_dir / cell_dir / ROUTER_LOG)
+        if total:
+            evidence["router_log"] = lines
+            evidence["router_log_total"] = total
     return Outcome(
         status=str(res.get("status") or "unknown"),
         reason=str(res.get("reason") or ""),

@@ -334,3 +334,30 @@ def test_short_cell_and_helpers() -> None:
     ) == {"recovery_s": None, "heal_to_handoff_s": None}
     n, ev = history_numbers([])
     assert n["requests"] == 0 and n["handoffs"] == {} and ev["odd_handoffs"] == []
+
+
+def test_router_log_evidence(tmp_path: Path) -> None:
+    root = _matrix(tmp_path)
+    log = root / "smg-1.13.0" / "restart__1p1d-mooncake-grpc" / "logs" / "router.log"
+    log.parent.mkdir(parents=True)
+    lines = [
+        "2026-11-30 03:25:59 DEBUG smg::worker: Sending health check request",
+        "2026-11-30 03:25:59 ERROR http_request{request_id=\"cmpl-AAA\"}: pipeline attempt failed",
+        "2026-11-30 03:25:59 ERROR http_request{request_id=\"cmpl-BBB\"}: pipeline attempt failed",
+        "2026-11-30 03:25:59  INFO smg::server: listening",
+        "2026-11-30 03:26:00 \x1b[32m INFO\x1b[0m smg::worker::manager: Worker status transition "
+        "worker_url=grpc://127.0.0.1:1 old=Ready new=NotReady",
+        "2026-11-30 03:26:01  INFO smg::worker::manager: Recovered PD worker reports a new KV engine id "
+        "previous=a",
+    ]
+    log.write_text("\n".join(lines) + "\n")
+    comp = load_comparison(root)
+    row = next(r for r in comp.rows if r.cell == "1p1d-mooncake-grpc")
+    ev = row.outcomes["smg-1.13.0"].evidence
+    assert ev["router_log_total"] == 4  # debug and uninteresting lines left out
+    # Status and engine id lines first; the same failure for two requests once.
+    assert ev["router_log"][0].endswith("old=Ready new=NotReady")
+    assert "\x1b" not in ev["router_log"][0]
+    assert "new KV engine id" in ev["router_log"][1]
+    assert len(ev["router_log"]) == 3
+    assert "router_log" not in row.outcomes["reference"].evidence
