@@ -275,3 +275,14 @@ async def test_liveness_timeout_says_what_it_saw(served: tuple[Topology, dict[st
     async with aiohttp.ClientSession() as session:
         with pytest.raises(TimeoutError, match="HTTP 503"):
             await a.wait_ready(session, topo, 0.5)
+
+
+def test_adjustments_name_flags_the_release_lacks() -> None:
+    lacks = {"--decode-policy", "--shutdown-grace-period-secs"}
+    old = SmgRouter("smg", version="1.0.0", flags=SMG_FLAGS - lacks)
+    adj = old.adjustments(SETTINGS)
+    assert "--decode-policy: not in this release, left out" in adj
+    assert "--shutdown-grace-period-secs: not in this release, left out" in adj
+    assert not any("--prefill-policy" in a for a in adj)
+    vr = VllmRouter("vllm-router", flags=SMG_FLAGS)
+    assert "--kv-connector: not in this release, left out" in vr.adjustments(SETTINGS)

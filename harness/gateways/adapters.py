@@ -128,7 +128,14 @@ class GatewayAdapter(RouterAdapter):
             out.append("max concurrent health checks: no such flag")
         if settings.extra_args:
             out.append(f"extra args {list(settings.extra_args)} are reference-router flags: not passed")
+        known = self.known_flags()
+        if known is not None:
+            out += [f"{f}: not in this release, left out" for f in self.optional_flags() if f not in known]
         return out
+
+    def optional_flags(self) -> list[str]:
+        """Flags the launch passes only when the release's help names them."""
+        return [f for f, _ in self.common_pairs(RouterSettings())]
 
     # -- launching
 
@@ -235,6 +242,9 @@ class SmgRouter(GatewayAdapter):
     def help_argv(self) -> tuple[str, ...]:
         return (self.executable, "launch", "--help")
 
+    def optional_flags(self) -> list[str]:
+        return [*super().optional_flags(), "--shutdown-grace-period-secs"]
+
     def launch(
         self, topo: Topology, settings: RouterSettings, registered: list[str], events_file: str
     ) -> RouterLaunch:
@@ -263,6 +273,9 @@ class VllmRouter(GatewayAdapter):
     policies = VLLM_ROUTER_POLICIES
     transports = ("http",)
     has_worker_ids = False
+
+    def optional_flags(self) -> list[str]:
+        return ["--kv-connector", *super().optional_flags()]
 
     def transport_reason(self, transport: str, connector: str) -> str:
         del connector
