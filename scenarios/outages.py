@@ -187,15 +187,16 @@ SCENARIOS = [
     ),
     Scenario(
         name="steady_round_robin",
-        description="No fault: round robin over two workers of a role must spread requests evenly (a policy "
-        "shared by both legs skews it to every other worker), with every request handed off correctly.",
+        description="No fault, open-loop load (40 requests/s): round robin over two workers of a role must "
+        "spread requests evenly (a policy shared by both legs skews it to every other worker), with every "
+        "request handed off correctly.",
         bugs=("zoo-10",),
         topologies=("1p2d", "2p1d"),
         connectors=("mooncake", "nixl"),
         transports=("http",),
         router=ROUTER,
         engines=ENGINES,
-        workload=replace(WORKLOAD, duration_s=3.0),
+        workload=replace(WORKLOAD, mode="open", rate_rps=40.0, duration_s=3.0),
         expect=(
             *CORE_EXPECT,
             STRICT_LOCAL,
