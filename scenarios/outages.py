@@ -9,6 +9,7 @@ from harness.scenario import (
     At,
     Crash,
     Die,
+    EngineFault,
     EngineSettings,
     Expect,
     Heal,
@@ -231,6 +232,29 @@ SCENARIOS = [
             Expect(
                 "availability", {"before": 0.95, "after": 0.95, "settle_s": 0.5, "kinds": ["remove_worker"]}
             ),
+        ),
+    ),
+    Scenario(
+        name="prefill_fails_requests",
+        description="The prefill answers its next 5 requests with HTTP 500. Legs are sequential: each "
+        "failure "
+        "must reach the client at once as a clear error, not after the decode waited out its KV transfer "
+        "timeout for KV that was never computed.",
+        bugs=("zoo-9",),
+        topologies=("1p1d", "1p2d"),
+        connectors=("mooncake", "nixl"),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=WORKLOAD,
+        timeline=(
+            Step("fail_5", EngineFault("prefill-0", "fail_requests", {"count": 5, "status": 500}), At(1.5)),
+            Step("heal", Heal("prefill-0", "fail_requests"), At(2.5)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("transfer_timeout"),
+            Expect("handoff", {"grace_s": 1.0}),
+            Expect("availability", {"before": 0.95, "after": 0.95, "settle_s": 0.5}),
         ),
     ),
 ]
