@@ -237,9 +237,8 @@ SCENARIOS = [
     Scenario(
         name="prefill_fails_requests",
         description="The prefill answers its next 5 requests with HTTP 500. Legs are sequential: each "
-        "failure "
-        "must reach the client at once as a clear error, not after the decode waited out its KV transfer "
-        "timeout for KV that was never computed.",
+        "failure must reach the client at once as a clear error, not after the decode waited out its KV "
+        "transfer timeout for KV that was never computed.",
         bugs=("zoo-9",),
         topologies=("1p1d", "1p2d"),
         connectors=("mooncake", "nixl"),
