@@ -27,10 +27,8 @@ SCENARIOS = [
         name="metadata_wedged",
         tags=("default",),
         description="GetServerInfo/GetModelInfo hang while health answers. The re-read after the worker "
-            "comes "
-        "back must be bounded by the probe timeout: a read with no deadline holds the probe slot for good "
-        "and "
-        "the worker is never probed again.",
+        "comes back must be bounded by the probe timeout: a read with no deadline holds the probe slot for "
+        "good and the worker is never probed again.",
         bugs=("zoo-2",),
         catches=("metadata_no_deadline",),
         topologies=ALL_SHAPES,
@@ -54,10 +52,8 @@ SCENARIOS = [
         name="partial_metadata_read",
         tags=("default",),
         description="GetServerInfo fails while GetModelInfo answers (a partial read) when the router "
-            "re-reads "
-        "the id. The engine did not restart, so the known id stays right: clearing it leaves the router "
-        "unable "
-        "to mint and every decode recomputes silently.",
+        "re-reads the id. The engine did not restart, so the known id stays right: clearing it leaves the "
+        "router unable to mint and every decode recomputes silently.",
         bugs=("zoo-3",),
         catches=("partial_read_clears_id",),
         topologies=ALL_SHAPES,
@@ -82,10 +78,9 @@ SCENARIOS = [
     Scenario(
         name="reread_fails_at_promotion",
         description="The prefill restarts between probes (identity checks off), then its health stalls so "
-            "the "
-        "router re-reads at promotion, and that read fails (GetServerInfo unavailable). The router must keep "
-        "retrying on later probes and pick up the new id once the read succeeds; one failed read must not "
-        "leave the dead id in force for life.",
+        "the router re-reads at promotion, and that read fails (GetServerInfo unavailable). The router must "
+        "keep retrying on later probes and pick up the new id once the read succeeds; one failed read must "
+        "not leave the dead id in force for life.",
         bugs=("zoo-4",),
         catches=("stale_engine_id",),
         topologies=ALL_SHAPES,
@@ -110,8 +105,7 @@ SCENARIOS = [
         name="engine_without_id",
         tags=("default",),
         description="The prefill stops reporting a kv_engine_id (complete reads, empty id). The router keeps "
-            "the "
-        "id it knows and treats such a read as final: it must not re-read on every probe.",
+        "the id it knows and treats such a read as final: it must not re-read on every probe.",
         bugs=("zoo-5",),
         topologies=("1p1d",),
         connectors=("mooncake",),

@@ -38,8 +38,8 @@ SCENARIOS = [
     Scenario(
         name="worker_registered_while_loading",
         description="The router is started with a decode that is still loading (connections refused for 4 "
-            "s): "
-        "it goes Pending, then Failed after 10 probes, and must still become Ready once the engine serves.",
+        "s): it goes Pending, then Failed after 10 probes, and must still become Ready once the engine "
+        "serves.",
         bugs=("zoo-6",),
         topologies=ALL_SHAPES,
         connectors=("mooncake",),
@@ -75,8 +75,7 @@ SCENARIOS = [
         name="sole_prefill_down",
         tags=("default",),
         description="The only prefill crashes: requests get a prompt 503 (not 404/500, not a hang) while it "
-            "is "
-        "down; it is respawned on the same address 2 s later (marked Failed by then) and must rejoin.",
+        "is down; it is respawned on the same address 2 s later (marked Failed by then) and must rejoin.",
         bugs=("zoo-8", "zoo-6"),
         topologies=("1p1d", "1p2d"),
         connectors=("mooncake", "nixl"),
@@ -144,8 +143,8 @@ SCENARIOS = [
     Scenario(
         name="decode_process_frozen",
         description="A decode process is frozen (SIGSTOP: its sockets accept, nothing answers) for 2.5 s, "
-        "then resumed. Probes of it time out without holding the health loop; requests caught on it end "
-        "with the router's request timeout; the other decode keeps serving.",
+        "then resumed. Probes of it time out without holding the health loop; requests caught on it end with "
+        "the router's request timeout; the other decode keeps serving.",
         bugs=("zoo-12", "zoo-2"),
         topologies=("1p2d",),
         connectors=("mooncake", "nixl"),
@@ -209,10 +208,8 @@ SCENARIOS = [
     Scenario(
         name="worker_api_add_remove",
         description="A second prefill is registered through the worker API mid-traffic (with its connector "
-            "and "
-        "bootstrap port), then the first one is removed once the new one is Ready. The added worker must "
-        "hand "
-        "off like a configured one, and the removal must drain without a client error.",
+        "and bootstrap port), then the first one is removed once the new one is Ready. The added worker must "
+        "hand off like a configured one, and the removal must drain without a client error.",
         bugs=("zoo-7",),
         topologies=("2p1d",),
         connectors=("mooncake", "nixl"),

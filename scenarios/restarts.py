@@ -67,10 +67,8 @@ SCENARIOS = [
     Scenario(
         name="prefill_restart_between_probes",
         description="A Mooncake prefill restarts in a few milliseconds, between two health probes (1 s "
-            "apart): "
-        "no probe fails, so only an identity check (engine id / uptime) can notice. Stale handoffs are "
-        "allowed "
-        "for one identity interval plus a transfer timeout, never after.",
+        "apart): no probe fails, so only an identity check (engine id / uptime) can notice. Stale handoffs "
+        "are allowed for one identity interval plus a transfer timeout, never after.",
         bugs=("zoo-13",),
         catches=("stale_engine_id",),
         topologies=ALL_SHAPES,
@@ -103,8 +101,8 @@ SCENARIOS = [
     Scenario(
         name="prefill_slow_start",
         description="A Mooncake prefill restarts and keeps its ports closed for 1.5 s while it loads "
-            "(connection "
-        "refused), then serves with a new engine id: the router must wait it out and re-read the id.",
+        "(connection refused), then serves with a new engine id: the router must wait it out and re-read the "
+        "id.",
         bugs=("#2491", "zoo-1", "zoo-6"),
         catches=("stale_engine_id",),
         topologies=("1p1d", "2p1d"),
