@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
 import signal
 import sys
@@ -564,13 +563,3 @@ async def _async(value: bool) -> bool:
 
 async def _neg(aw: Awaitable[bool]) -> bool:
     return not await aw
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

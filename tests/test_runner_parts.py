@@ -16,10 +16,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from fake_engines.control_client import EngineControlClient
 from harness.faults import process_state
 from harness.history import HistoryRecorder
 from harness.load import LoadGenerator, RequestPlan, expected_text
-from harness.observe import RouterWatcher
+from harness.observe import RouterWatcher, poll_handoffs
 from harness.routers import ReferenceRouter
 from harness.runner import update_latest
 from harness.scenario import Workload, World
@@ -233,3 +234,31 @@ def test_update_latest_points_at_newest_run(tmp_path: Path) -> None:
     update_latest(b)
     assert (tmp_path / "latest").resolve() == b.resolve()
     assert os.readlink(tmp_path / "latest") == "run-b"  # relative: the runs folder can move
+
+
+async def test_poll_handoffs_follows_the_cursor() -> None:
+    records = [
+        {"ts": 1.0, "engine": "decode-0", "kind": "decode", "tag": f"[pdchaos:t:{i}]"} for i in range(3)
+    ]
+
+    async def get_records(request: web.Request) -> web.Response:
+        since = int(request.query.get("since", "0"))
+        return web.json_response({"records": records[since:], "next": len(records)})
+
+    app = web.Application()
+    app.router.add_get("/control/records", get_records)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    hist = HistoryRecorder(None)
+    try:
+        client = EngineControlClient(f"http://127.0.0.1:{port}", None, 1.0)
+        assert await poll_handoffs(client, hist, 0) == 3
+        assert await poll_handoffs(client, hist, 3) == 3
+    finally:
+        await runner.cleanup()
+    dead = EngineControlClient(f"http://127.0.0.1:{free_port()}", None, 0.5)
+    assert await poll_handoffs(dead, hist, 2) == 2  # unreachable: cursor kept, nothing recorded
+    tags = [r["tag"] for r in hist.records if r["type"] == "handoff"]
+    assert tags == [f"[pdchaos:t:{i}]" for i in range(3)]
