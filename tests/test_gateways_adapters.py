@@ -286,3 +286,11 @@ def test_adjustments_name_flags_the_release_lacks() -> None:
     assert not any("--prefill-policy" in a for a in adj)
     vr = VllmRouter("vllm-router", flags=SMG_FLAGS)
     assert "--kv-connector: not in this release, left out" in vr.adjustments(SETTINGS)
+
+
+def test_extra_args_go_last_verbatim() -> None:
+    topo = allocate("1p1d", "mooncake", "grpc")
+    extra = ["--disable-circuit-breaker", "--cb-failure-threshold", "3"]
+    a = SmgRouter("smg", flags=SMG_FLAGS, extra_args=extra)
+    argv = a.launch(topo, SETTINGS, ["prefill-0", "decode-0"], "/dev/null").argv
+    assert argv[-3:] == ["--disable-circuit-breaker", "--cb-failure-threshold", "3"]

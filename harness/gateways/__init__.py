@@ -8,6 +8,7 @@ runs scenarios against several routers and writes the comparison report (see `ma
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from harness.gateways.adapters import ADAPTERS, GatewayAdapter, SmgRouter, VllmRouter
@@ -35,7 +36,9 @@ def installed_version(executable: str, package: str) -> str | None:
     return None
 
 
-def make_gateway_adapter(spec: str | RouterSpec, cache: ReleaseCache | None = None) -> GatewayAdapter:
+def make_gateway_adapter(
+    spec: str | RouterSpec, cache: ReleaseCache | None = None, extra_args: Sequence[str] = ()
+) -> GatewayAdapter:
     rs = spec if isinstance(spec, RouterSpec) else parse_router_spec(spec)
     if rs.gateway is None:
         raise ValueError(f"{rs.raw!r} is not a gateway spec")
@@ -46,4 +49,4 @@ def make_gateway_adapter(spec: str | RouterSpec, cache: ReleaseCache | None = No
         resolved = c.resolve(rs)
         _RESOLVED[key] = resolved
     version = resolved.version or installed_version(resolved.executable, rs.gateway.package)
-    return ADAPTERS[rs.gateway.adapter](resolved.executable, version=version)
+    return ADAPTERS[rs.gateway.adapter](resolved.executable, version=version, extra_args=extra_args)

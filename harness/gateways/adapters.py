@@ -14,7 +14,7 @@ import functools
 import math
 import re
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import aiohttp
@@ -80,9 +80,12 @@ class GatewayAdapter(RouterAdapter):
         api_key: str | None = None,
         flags: frozenset[str] | None = None,
         log_level: str = "debug",
+        extra_args: Sequence[str] = (),
     ) -> None:
         super().__init__(api_key)
         self.executable = executable
+        # Passed last, verbatim: a gateway's own tuning (e.g. --disable-circuit-breaker) for an experiment.
+        self.extra_args = list(extra_args)
         self.version = version
         self.flags = flags
         self.log_level = log_level
@@ -254,7 +257,7 @@ class SmgRouter(GatewayAdapter):
         argv += self.worker_args(topo, registered)
         # A short in-flight grace: the harness stops it with SIGTERM and SIGKILLs after about a second.
         argv += self._filter([*self.common_pairs(settings), ("--shutdown-grace-period-secs", ["1"])])
-        return RouterLaunch(argv=argv)
+        return RouterLaunch(argv=argv + self.extra_args)
 
     async def add_worker(
         self, session: aiohttp.ClientSession, topo: Topology, engine: str
@@ -294,7 +297,7 @@ class VllmRouter(GatewayAdapter):
         argv += self._filter([("--kv-connector", [topo.connector])])
         argv += self.worker_args(topo, registered)
         argv += self._filter(self.common_pairs(settings))
-        return RouterLaunch(argv=argv)
+        return RouterLaunch(argv=argv + self.extra_args)
 
     def normalize_worker(self, w: dict[str, Any]) -> dict[str, Any]:
         out = super().normalize_worker(w)
