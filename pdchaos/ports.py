@@ -2,26 +2,73 @@
 
 from __future__ import annotations
 
+import os
+import random
 import socket
 
 LOOPBACK = "127.0.0.1"
 
+# Ports handed to servers that bind them later are drawn below the kernel's ephemeral range: a port taken
+# from that range (bind to port 0) can be grabbed by any outgoing connection before the server binds it.
+_POOL_LOW, _POOL_HIGH = 15000, 32000
+_rng = random.Random(os.getpid() ^ int.from_bytes(os.urandom(4), "little"))
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as fh:
+            lo, hi = (int(x) for x in fh.read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _pool() -> tuple[int, int]:
+    lo, hi = _POOL_LOW, _POOL_HIGH
+    eph_lo, eph_hi = _ephemeral_range()
+    if lo <= eph_hi and eph_lo <= hi:  # overlapping ephemeral range: stay under it
+        hi = min(hi, eph_lo - 1)
+    return lo, hi
+
+
+def _try_bind(port: int) -> socket.socket | None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind((LOOPBACK, port))
+    except OSError:
+        s.close()
+        return None
+    return s
+
+
+def _reserve(n: int) -> list[socket.socket]:
+    lo, hi = _pool()
+    socks: list[socket.socket] = []
+    tried: set[int] = set()
+    while len(socks) < n and len(tried) < (hi - lo + 1):
+        port = _rng.randint(lo, hi)
+        if port in tried:
+            continue
+        tried.add(port)
+        s = _try_bind(port)
+        if s is not None:
+            socks.append(s)
+    while len(socks) < n:  # pool exhausted: fall back to the kernel's choice
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind((LOOPBACK, 0))
+        socks.append(s)
+    return socks
+
 
 def free_port() -> int:
     """A TCP port that was free on 127.0.0.1 a moment ago (the caller binds it soon after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
 
 
 def free_ports(n: int) -> list[int]:
     """n distinct free ports, all held open until all are chosen so none repeats."""
-    socks = []
+    socks = _reserve(n)
     try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((LOOPBACK, 0))
-            socks.append(s)
         return [int(s.getsockname()[1]) for s in socks]
     finally:
         for s in socks:
