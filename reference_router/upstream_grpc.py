@@ -39,7 +39,18 @@ class GrpcWorker:
     async def close(self) -> None:
         await self._channel.close(grace=None)
 
+    async def _fresh_if_failing(self) -> None:
+        """A channel in TRANSIENT_FAILURE fails every call until its reconnect backoff ends, so a probe of an
+        engine that is back would still fail. The probe gets a new channel instead: it connects at once."""
+        if self._channel.get_state(try_to_connect=False) is not grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            return
+        old = self._channel
+        self._channel = grpc.aio.insecure_channel(self.target, options=_CHANNEL_OPTIONS)
+        self.stub = vllm_engine_pb2_grpc.VllmEngineStub(self._channel)
+        await old.close(grace=None)
+
     async def health(self, timeout_s: float) -> bool:
+        await self._fresh_if_failing()
         resp = await self.stub.HealthCheck(vllm_engine_pb2.HealthCheckRequest(), timeout=timeout_s)
         return bool(resp.healthy)
 

@@ -260,7 +260,8 @@ async def test_grpc_engine_back_after_an_outage_rejoins_promptly(stubs: list[Any
         await asyncio.sleep(2.0)  # long enough for gRPC's default backoff to grow past several seconds
         p.state.restart("after-outage")
         await p.start()  # same port
-        await wait_for(lambda: worker.status is Status.READY, 2.5, "rejoined")
+        # Within about one probe interval (0.2 s), not after the channel's reconnect backoff.
+        await wait_for(lambda: worker.status is Status.READY, 0.8, "rejoined")
         await wait_for(lambda: worker.engine_id == "after-outage", 2.0, "new id read")
 
 
