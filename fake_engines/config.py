@@ -60,6 +60,8 @@ class EngineConfig:
     control_token: str | None = None
     bootstrap_port: int = 0
     nixl_port: int = 0
+    # Side-channel port told to decodes instead of the bound one (a proxy in front of it); 0 = the bound one.
+    advertise_side_channel_port: int = 0
     engine_id: str | None = None
     dp_size: int = 1
     model: str = "pdchaos-fake"
@@ -115,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="NIXL handshake port, fixed across restarts (default: a free port)",
+    )
+    p.add_argument(
+        "--advertise-side-channel-port",
+        type=int,
+        default=0,
+        help="prefill: port decodes are told for the KV side channel (bootstrap /query worker_addr, NIXL "
+        "remote_port) instead of the bound one, e.g. a proxy in front of it (default: 0 = the bound one)",
     )
     p.add_argument("--engine-id", default=None, help="pin the engine id (default: uuid4 per start)")
     p.add_argument("--dp-size", type=int, default=1, help="data parallel size (default: 1)")
@@ -187,6 +196,7 @@ def config_from_args(argv: list[str] | None = None) -> EngineConfig:
         control_token=token,
         bootstrap_port=bootstrap,
         nixl_port=a.nixl_port,
+        advertise_side_channel_port=a.advertise_side_channel_port,
         engine_id=a.engine_id,
         dp_size=a.dp_size,
         model=a.model,

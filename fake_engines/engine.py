@@ -166,7 +166,10 @@ class Engine:
         raise WireError(f"unexpected message {type(msg).__name__}")
 
     def bootstrap_answer(self) -> dict[str, Any]:
-        return build_query_answer(self.reported_engine_id() or "", self.config.host, self.side_channel_ports)
+        ports = list(self.side_channel_ports)
+        if self.config.advertise_side_channel_port and ports:
+            ports[0] = self.config.advertise_side_channel_port  # rank 0 through the proxy in front of it
+        return build_query_answer(self.reported_engine_id() or "", self.config.host, ports)
 
     # -- generation -----------------------------------------------------------------------------------------
     def parse_kv_params(self, raw: Any) -> dict[str, Any] | None:
@@ -308,7 +311,11 @@ class Engine:
     def _prefill_params(self, key: str, block_ids: list[int]) -> dict[str, Any]:
         if self.config.connector == "nixl":
             return nixl_prefill_params(
-                self.reported_engine_id(), self.config.host, self.nixl_port, block_ids, key
+                self.reported_engine_id(),
+                self.config.host,
+                self.config.advertise_side_channel_port or self.nixl_port,
+                block_ids,
+                key,
             )
         return {
             "do_remote_prefill": True,

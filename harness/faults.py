@@ -83,6 +83,9 @@ def engine_argv(
         argv += ["--ttft-ms", f"{settings['ttft_ms']:g}"]
     if settings.get("itl_ms"):
         argv += ["--itl-ms", f"{settings['itl_ms']:g}"]
+    if settings.get("advertise_side_channel_port"):
+        # A proxied side channel (harness.netlinks): decodes are told the proxy's port.
+        argv += ["--advertise-side-channel-port", str(settings["advertise_side_channel_port"])]
     if token:
         argv += ["--control-token", token]
     if seed is not None:
@@ -232,6 +235,8 @@ class FaultInjector:
         self.active: list[ActiveFault] = []
         self.stopped: set[str] = set()  # engines under SIGSTOP
         self.failures: list[str] = []  # actions that could not be applied or verified
+        # Network actions (harness.netlinks) go to the scenario's proxied links when it has any.
+        self.network: Any = None
 
     # -- bookkeeping
 
@@ -277,7 +282,9 @@ class FaultInjector:
             self.failures.append(f"{fault_id}: {msg}")
 
     async def _dispatch(self, fid: str, a: Action) -> None:
-        if isinstance(a, Restart):
+        if self.network is not None and self.network.handles(a):
+            await self.network.apply(fid, a, self)
+        elif isinstance(a, Restart):
             await (self._restart_control(fid, a) if a.mode == "control" else self._restart_process(fid, a))
         elif isinstance(a, SlowStart):
             await self._slow_start(fid, a)

@@ -29,6 +29,7 @@ from harness.checkers import run_checks, validate_expect
 from harness.faults import EngineFleet, FaultInjector
 from harness.history import HistoryRecorder
 from harness.load import LoadGenerator
+from harness.netfaults import NetworkLinks
 from harness.observe import RouterEventsWatcher, RouterWatcher, collect_handoffs
 from harness.procs import ManagedProcess, ProcessSupervisor, log_tail
 from harness.routers import RouterAdapter, make_router_adapter
@@ -219,9 +220,12 @@ async def _execute(
 ) -> None:
     world = World()
     token = uuid.uuid4().hex
-    async with ProcessSupervisor(out / "logs") as sup, aiohttp.ClientSession() as session:
-        fleet = EngineFleet(topo, s.engines, sup, out, history, token=token, seed=None)
+    # Proxies on the links the timeline's network actions name (none: inert, no Toxiproxy started).
+    net_links = NetworkLinks.for_scenario(s, topo, history, seed)
+    async with ProcessSupervisor(out / "logs") as sup, aiohttp.ClientSession() as session, net_links as net:
+        fleet = EngineFleet(topo, net.engine_settings(s.engines), sup, out, history, token=token, seed=None)
         injector = FaultInjector(fleet, history, adapter, session)
+        injector.network = net
         stop = asyncio.Event()
         observers: list[asyncio.Task[None]] = []
         loading: list[asyncio.Task[Any]] = []
@@ -232,16 +236,18 @@ async def _execute(
             # Engines that take time to load start in the background: the router meets them while they load.
             loading = [asyncio.create_task(fleet.start(n)) for n in now_names if loads[n] > 0]
             await asyncio.gather(*(fleet.start(n) for n in now_names if loads[n] <= 0))
+            await net.install(fleet)
+            rtopo = net.router_topology  # the router meets proxied links through the proxies
             registered = [n for n in topo.names() if n not in set(s.unregistered_engines)]
-            launch = adapter.launch(topo, s.router, registered, str(out / "router-events.jsonl"))
+            launch = adapter.launch(rtopo, s.router, registered, str(out / "router-events.jsonl"))
             history.note("router launch", argv=launch.argv)
             router_proc = await sup.spawn(
                 "router", launch.argv, env=launch.env or None, ready_prefix=launch.ready_prefix,
                 ready_timeout_s=ROUTER_READY_TIMEOUT_S,
             )
             await _wait_router(adapter, session, topo, router_proc)
-            watcher = RouterWatcher(adapter, session, topo, history, world)
-            events = RouterEventsWatcher(adapter, session, topo, history)
+            watcher = RouterWatcher(adapter, session, rtopo, history, world)
+            events = RouterEventsWatcher(adapter, session, rtopo, history)
             observers = [asyncio.create_task(watcher.run(stop)), asyncio.create_task(events.run(stop))]
             if loading:
                 await asyncio.gather(*loading)

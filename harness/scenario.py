@@ -427,6 +427,11 @@ def validate(scenario: Scenario) -> None:
         for name in (*scenario.deferred_engines, *scenario.unregistered_engines):
             if name not in engines:
                 problems.append(f"engine {name!r} not in {sh.name}")
+    # Actions defined outside this module (harness.netlinks) check themselves against the scenario.
+    for step in scenario.timeline:
+        own = getattr(step.action, "problems", None)
+        if callable(own):
+            problems += [f"step {step.name!r}: {p}" for p in own(scenario)]
     if problems:
         uniq = list(dict.fromkeys(problems))
         raise ScenarioError(f"scenario {scenario.name!r}: " + "; ".join(uniq))

@@ -1,0 +1,135 @@
+"""Network faults through Toxiproxy: links cut, wedged, reset and slowed between the router, the engines and
+the decode -> prefill KV side channel (`harness.netlinks`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from harness.netlinks import HealLink, LinkFlap, LinkLatency, LinkReset, Partition
+from harness.scenario import At, EngineSettings, Expect, Scenario, Step
+from scenarios._common import CORE_EXPECT, ENGINES, ROUTER, STRICT_LOCAL, WORKLOAD
+
+# Short runs: a few seconds of load around each fault.
+_LOAD = replace(WORKLOAD, duration_s=6.0)
+_SLOW_LINK_MS = 400
+
+SCENARIOS = [
+    Scenario(
+        name="prefill_link_partitioned",
+        tags=("default",),
+        description="The router loses its link to one of two prefills (proxy down: connections refused) for "
+        "2 s. Traffic moves to the other prefill: client errors only until the router's next probe sees the "
+        "link down (the reference router does not retry a refused leg elsewhere); once the link is back the "
+        "worker rejoins within the recovery bound and takes handoffs again.",
+        bugs=("zoo-6", "zoo-8"),
+        topologies=("2p1d",),
+        connectors=("mooncake", "nixl"),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=_LOAD,
+        timeline=(
+            Step("cut", Partition("prefill-1", "serve", "down"), At(1.5)),
+            Step("mend", HealLink("prefill-1", "serve"), At(3.5)),
+        ),
+        expect=(
+            *CORE_EXPECT,
+            STRICT_LOCAL,
+            Expect("availability", {"before": 0.95, "during": 0.8, "after": 0.95, "settle_s": 1.0}),
+            Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["link_down"]}),
+            Expect("handoff", {"grace_s": 1.0}),
+            Expect("transfer_timeout"),
+        ),
+    ),
+    Scenario(
+        name="decode_link_wedged",
+        tags=("default",),
+        description="The link to one of two decodes is wedged (timeout toxic: connections accepted, nothing "
+        "gets through) for 3 s. Requests caught on it end at the router's request deadline with a clear "
+        "error (never a hang), the probe times out, and the router keeps serving through the other decode.",
+        bugs=("zoo-12",),
+        topologies=("1p2d",),
+        connectors=("mooncake", "nixl"),
+        router=replace(ROUTER, request_timeout_s=2.0),
+        engines=ENGINES,
+        workload=replace(_LOAD, deadline_s=5.0),
+        timeline=(
+            Step("wedge", Partition("decode-1", "serve", "timeout"), At(1.5)),
+            Step("unwedge", HealLink("decode-1"), At(4.5)),
+        ),
+        expect=(
+            *CORE_EXPECT,
+            STRICT_LOCAL,
+            Expect("availability", {"before": 0.95, "after": 0.95, "settle_s": 1.0}),
+            Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["link_timeout"]}),
+        ),
+    ),
+    Scenario(
+        name="side_channel_reset_during_pull",
+        tags=("default",),
+        description="Every KV pull from the prefill is reset (TCP RST) while its answer is on the way back, "
+        "for 1.5 s. The NIXL decode fails each such load at once (policy `fail`), the client gets a clear "
+        "error (never a hang, never a wait for the transfer timeout), and handoffs resume after the heal.",
+        bugs=("#2491",),
+        topologies=("1p1d",),
+        connectors=("nixl",),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=_LOAD,
+        timeline=(
+            Step("reset", LinkReset("prefill-0", "side_channel"), At(1.5)),
+            Step("mend", HealLink("prefill-0", "side_channel"), At(3.0)),
+        ),
+        expect=(
+            *CORE_EXPECT,
+            STRICT_LOCAL,
+            Expect("handoff", {"grace_s": 0.5, "allow_failed": True}),
+            Expect("availability", {"before": 0.95, "after": 0.95, "settle_s": 0.5}),
+            Expect("transfer_timeout"),
+        ),
+    ),
+    Scenario(
+        name="slow_side_channel",
+        tags=("default",),
+        description=f"The KV side channel gets {_SLOW_LINK_MS} ms of latency for 3 s. Handoffs still succeed "
+        "(no error, no recompute, no transfer timeout): the delay shows in time to first token only. Guards "
+        "a handoff path that takes a slow pull for a dead one (#2491's transfer-timeout path).",
+        bugs=("#2491",),
+        topologies=("1p1d",),
+        connectors=("mooncake", "nixl"),
+        router=ROUTER,
+        engines=EngineSettings(transfer_timeout_s=2.0, kv_abort_timeout_s=30.0, handshake_timeout_s=1.0),
+        workload=_LOAD,
+        timeline=(
+            Step("slow", LinkLatency("prefill-0", "side_channel", latency_ms=_SLOW_LINK_MS), At(1.5)),
+            Step("mend", HealLink("prefill-0", "side_channel"), At(4.5)),
+        ),
+        expect=(
+            *CORE_EXPECT,
+            STRICT_LOCAL,
+            Expect("handoff_strict", {"excuse_kinds": []}),
+            Expect("availability", {"before": 0.95, "during": 1.0, "after": 0.95, "settle_s": 0.5}),
+            Expect("transfer_timeout"),
+        ),
+    ),
+    Scenario(
+        name="prefill_link_flapping",
+        tags=("slow",),
+        description="The router's link to one of two prefills flaps (0.6 s down, 0.6 s up, 4 times). The "
+        "router follows it (client errors only in each cut's detection window, as in "
+        "prefill_link_partitioned) and ends with the worker Ready and taking handoffs.",
+        bugs=("zoo-6",),
+        topologies=("2p1d",),
+        connectors=("mooncake",),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=replace(_LOAD, duration_s=8.0),
+        timeline=(Step("flap", LinkFlap("prefill-1", "serve", down_s=0.6, up_s=0.6, cycles=4), At(1.5)),),
+        expect=(
+            *CORE_EXPECT,
+            STRICT_LOCAL,
+            Expect("availability", {"before": 0.95, "during": 0.7, "after": 0.95, "settle_s": 1.0}),
+            Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["link_flap"]}),
+            Expect("transfer_timeout"),
+        ),
+    ),
+]
