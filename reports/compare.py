@@ -472,13 +472,13 @@ def comparison_html(comp: Comparison, base: Path) -> str:
                      f"<td><pre>{_e(json.dumps(body, indent=1, default=str))}</pre></td></tr>")
         h.append("</table>")
     h.append("</section>")
-    skipped = [(r.label, s) for r in comp.routers for s in r.skipped]
+    skipped = [(r.label, sk) for r in comp.routers for sk in r.skipped]
     if skipped:
         h.append("<section><h2>Skipped (not run: not a pass)</h2><table><tr><th>router</th><th>scenario</th>"
                  "<th>cell</th><th>why</th></tr>")
-        for lab, s in skipped:
-            h.append(f"<tr><td>{_e(lab)}</td><td>{_e(s.get('scenario'))}</td><td>{_e(s.get('cell'))}</td>"
-                     f"<td>{_e(s.get('reason'))}</td></tr>")
+        for lab, sk in skipped:
+            h.append(f"<tr><td>{_e(lab)}</td><td>{_e(sk.get('scenario'))}</td><td>{_e(sk.get('cell'))}</td>"
+                     f"<td>{_e(sk.get('reason'))}</td></tr>")
         h.append("</table></section>")
     h.append("<section><h2>Markdown</h2><pre>" + _e(markdown_table(comp)) + "</pre></section>")
     h.append("</body></html>")

@@ -47,7 +47,7 @@ def _recovery(heal_to_ready: float, status: str = "pass") -> dict[str, Any]:
 
 
 def _history(
-    path: Path, ok: int, failed: int, outcomes: dict[str, int], statuses: list[tuple[str, str]]
+    path: Path, ok: int, failed: int, outcomes: dict[str, int], statuses: list[tuple[str, str | None]]
 ) -> None:
     recs: list[dict[str, Any]] = [{"t": 0.0, "type": "run_started", "scenario": "s"}]
     recs.append(
