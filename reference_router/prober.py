@@ -20,6 +20,7 @@ import grpc
 from .core import MetadataRead, ReadOutcome, Transport, Worker
 from .errors import UpstreamError
 from .transports import Transports
+from .upstream_grpc import we_are_cancelled
 from .upstream_http import get_json, get_status
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,10 @@ class Prober:
         except Exception:  # whatever else breaks, a probe is a yes/no answer and the loop goes on
             log.warning("probe of %s raised", worker.id, exc_info=True)
             return False
+        except asyncio.CancelledError:
+            if we_are_cancelled():
+                raise
+            return False  # the call, not this probe, was cancelled (its channel closed)
 
     async def read_metadata(self, worker: Worker, timeout_s: float | None) -> MetadataRead:
         """One bounded metadata read, as the core's MetadataRead (never raises for worker trouble)."""
@@ -61,6 +66,10 @@ class Prober:
             read = MetadataRead(ReadOutcome.ERROR)
         except Exception:  # an unexpected failure is still just a failed read, retried next probe
             log.warning("metadata read of %s raised", worker.id, exc_info=True)
+            read = MetadataRead(ReadOutcome.ERROR)
+        except asyncio.CancelledError:
+            if we_are_cancelled():
+                raise
             read = MetadataRead(ReadOutcome.ERROR)
         return MetadataRead(
             read.outcome, read.engine_id, read.connector, read.kv_role, read.dp_size, read.uptime_s,

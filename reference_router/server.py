@@ -35,6 +35,7 @@ from .metrics import Metrics
 from .openai_format import CHAT, COMPLETIONS, validate_body
 from .prober import Prober
 from .transports import Transports
+from .upstream_grpc import we_are_cancelled
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,12 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status, "http_error")
         return RouterError(exc.status, code, exc.reason).response()
-    except (asyncio.CancelledError, ConnectionResetError):
+    except asyncio.CancelledError:
+        if we_are_cancelled():
+            raise
+        # Something under the handler was cancelled, not the handler: still an answer, never a dropped socket.
+        return RouterError(502, "upstream_error", "an upstream call was cancelled").response()
+    except ConnectionResetError:
         raise
     except Exception as exc:
         log.exception("unhandled error on %s", request.path)

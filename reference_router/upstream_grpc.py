@@ -23,6 +23,7 @@ _CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
+_OLD_CHANNEL_GRACE_S = 120.0
 _SAMPLING_FLOATS = ("top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty")
 
 
@@ -35,8 +36,11 @@ class GrpcWorker:
         self.stub = vllm_engine_pb2_grpc.VllmEngineStub(self._channel)
         self._codec: TextCodec | None = None
         self._codec_lock = asyncio.Lock()
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
+        for task in list(self._closing):
+            task.cancel()
         await self._channel.close(grace=None)
 
     async def _fresh_if_failing(self) -> None:
@@ -47,7 +51,10 @@ class GrpcWorker:
         old = self._channel
         self._channel = grpc.aio.insecure_channel(self.target, options=_CHANNEL_OPTIONS)
         self.stub = vllm_engine_pb2_grpc.VllmEngineStub(self._channel)
-        await old.close(grace=None)
+        # Closing cancels the old channel's calls: give any still running their own deadlines to end first.
+        task = asyncio.get_running_loop().create_task(old.close(grace=_OLD_CHANNEL_GRACE_S))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def health(self, timeout_s: float) -> bool:
         await self._fresh_if_failing()
@@ -71,6 +78,10 @@ class GrpcWorker:
                         ) from exc
                     except TokenizerError as exc:
                         raise UpstreamError(f"{self.target}: {exc}", 503, "tokenizer_unavailable") from exc
+                    except asyncio.CancelledError:
+                        if we_are_cancelled():
+                            raise
+                        raise UpstreamError(f"{self.target}: tokenizer call cancelled", 502) from None
         return self._codec
 
     def forget_codec(self) -> None:
@@ -86,6 +97,11 @@ class GrpcWorker:
                 yield msg
         except grpc.aio.AioRpcError as exc:
             raise grpc_error(self.target, exc) from exc
+        except asyncio.CancelledError:
+            if we_are_cancelled():
+                raise
+            # The call itself was cancelled (its channel closed under it): a failed leg, not a cancelled task.
+            raise UpstreamError(f"{self.target}: call cancelled", 502) from None
         finally:
             call.cancel()
 
@@ -107,6 +123,11 @@ class GrpcWorker:
         if complete.finish_reason == "error":
             raise UpstreamError(f"{self.target} finished with error", 502)
         return complete
+
+
+def we_are_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def grpc_error(target: str, exc: grpc.aio.AioRpcError) -> UpstreamError:
