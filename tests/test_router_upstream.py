@@ -69,5 +69,6 @@ def test_bootstrap_query_parsing() -> None:
     assert (two.engine_id, two.dp_size) == ("abc", 2)
     none = parse_bootstrap_query({"0": {"engine_id": ""}})
     assert (none.outcome, none.engine_id) == (ReadOutcome.COMPLETE, None)
-    for bad in ({}, [], "x", {"0": 5}):
+    bads: list[object] = [{}, [], "x", {"0": 5}]
+    for bad in bads:
         assert parse_bootstrap_query(bad).outcome is ReadOutcome.ERROR
