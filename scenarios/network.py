@@ -42,7 +42,6 @@ SCENARIOS = [
     ),
     Scenario(
         name="decode_link_wedged",
-        tags=("default",),
         description="The link to one of two decodes is wedged (timeout toxic: connections accepted, nothing "
         "gets through) for 3 s. Requests caught on it end at the router's request deadline with a clear "
         "error (never a hang), the probe times out, and the router keeps serving through the other decode.",
@@ -89,7 +88,6 @@ SCENARIOS = [
     ),
     Scenario(
         name="slow_side_channel",
-        tags=("default",),
         description=f"The KV side channel gets {_SLOW_LINK_MS} ms of latency for 3 s. Handoffs still succeed "
         "(no error, no recompute, no transfer timeout): the delay shows in time to first token only. Guards "
         "a handoff path that takes a slow pull for a dead one (#2491's transfer-timeout path).",
