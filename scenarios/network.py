@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.netlinks import HealLink, LinkFlap, LinkLatency, LinkReset, Partition
+from harness.netlinks import HealLink, LinkBandwidth, LinkFlap, LinkLatency, LinkReset, Partition
 from harness.scenario import At, EngineSettings, Expect, Scenario, Step
 from scenarios._common import CORE_EXPECT, ENGINES, ROUTER, STRICT_LOCAL, WORKLOAD
 
 # Short runs: a few seconds of load around each fault.
 _LOAD = replace(WORKLOAD, duration_s=6.0)
 _SLOW_LINK_MS = 400
+_KV_RATE_KB_S = 8
 
 SCENARIOS = [
     Scenario(
@@ -100,6 +101,29 @@ SCENARIOS = [
         timeline=(
             Step("slow", LinkLatency("prefill-0", "side_channel", latency_ms=_SLOW_LINK_MS), At(1.5)),
             Step("mend", HealLink("prefill-0", "side_channel"), At(4.5)),
+        ),
+        expect=(
+            *CORE_EXPECT,
+            STRICT_LOCAL,
+            Expect("handoff_strict", {"excuse_kinds": []}),
+            Expect("availability", {"before": 0.95, "during": 1.0, "after": 0.95, "settle_s": 0.5}),
+            Expect("transfer_timeout"),
+        ),
+    ),
+    Scenario(
+        name="side_channel_bandwidth_cap",
+        description=f"The KV side channel is capped at {_KV_RATE_KB_S} KB/s for 3 s (a pull of the fakes' 64 "
+        "bytes per prompt token then takes up to ~1 s). Handoffs slow down but all succeed: a bandwidth "
+        "cap well inside the transfer timeout must not turn into timeouts, failures or recomputes.",
+        bugs=("#2491",),
+        topologies=("1p1d",),
+        connectors=("mooncake", "nixl"),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=_LOAD,
+        timeline=(
+            Step("cap", LinkBandwidth("prefill-0", "side_channel", rate_kb_s=_KV_RATE_KB_S), At(1.5)),
+            Step("uncap", HealLink("prefill-0", "side_channel"), At(4.5)),
         ),
         expect=(
             *CORE_EXPECT,

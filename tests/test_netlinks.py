@@ -173,7 +173,7 @@ def test_upstream_ports_and_names() -> None:
 
 def test_shipped_network_scenarios_load() -> None:
     names = {"prefill_link_partitioned", "decode_link_wedged", "side_channel_reset_during_pull",
-             "slow_side_channel", "prefill_link_flapping"}
+             "slow_side_channel", "side_channel_bandwidth_cap", "prefill_link_flapping"}
     found = {s.name: s for s in load_scenarios(sorted(names))}
     assert set(found) == names
     for s in found.values():

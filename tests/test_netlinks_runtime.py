@@ -22,7 +22,7 @@ from toxiproxy import Toxiproxy
 from harness.faults import FaultInjector
 from harness.history import HistoryRecorder
 from harness.netfaults import NetworkError, NetworkLinks, probe
-from harness.netlinks import HealLink, LinkFlap, LinkLatency, LinkRef, LinkReset, Partition
+from harness.netlinks import HealLink, LinkBandwidth, LinkFlap, LinkLatency, LinkRef, LinkReset, Partition
 from harness.scenario import At, EngineSettings, Restart, Scenario, Step
 from harness.topology import Topology, build_topology
 from pdchaos.ports import free_ports
@@ -184,6 +184,27 @@ async def test_side_channel_latency_and_reset(stand: Stand) -> None:
     kinds = [(r["fault"], r["kind"]) for r in _records(stand.history, "fault_applied")]
     assert kinds == [("slow", "link_latency"), ("reset", "link_reset")]
     assert all(r["ok"] for r in _records(stand.history, "fault_verified"))
+
+
+async def test_side_channel_bandwidth_cap(stand: Stand) -> None:
+    cap = LinkBandwidth("prefill-0", "side_channel", rate_kb_s=10)
+    async with NetworkLinks.for_scenario(_scenario(Step("cap", cap, At(1))), stand.topo,
+                                         stand.history) as net:
+        await net.install(_Fleet(stand.side_port))
+        inj = _injector(net, stand.topo, stand.history)
+        await inj.apply("cap", cap)
+        ev = _records(stand.history, "fault_verified")[0]
+        assert ev["ok"] is True and ev["evidence"]["toxics"] == ["pdchaos-cap"]
+        reader, writer = await asyncio.open_connection("127.0.0.1", net.listen[LinkRef("prefill-0",
+                                                                                         "side_channel")])
+        t0 = time.monotonic()
+        writer.write(b"x" * 4000)
+        got = await asyncio.wait_for(reader.readexactly(4000), 5.0)
+        assert got == b"x" * 4000
+        assert time.monotonic() - t0 >= 0.25  # 4000 bytes back at 10 KB/s: at least ~0.4 s
+        writer.close()
+    params = _records(stand.history, "fault_applied")[0]["params"]
+    assert params["toxics"][0]["attributes"] == {"rate": 10} and params["link"] == "side_channel"
 
 
 async def test_flap_toggles_and_heals_itself(stand: Stand) -> None:
