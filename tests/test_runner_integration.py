@@ -71,7 +71,7 @@ async def test_prefill_restart_mooncake_passes_and_catches_stale_engine_id(tmp_p
 
 async def test_metadata_wedged_passes_and_catches_metadata_no_deadline(tmp_path: Path) -> None:
     # gRPC chat and streaming are left out: see the report on the router's gRPC rendering (output checker).
-    s = _scenario("metadata_wedged", chat_fraction=0.0, stream_fraction=0.0)
+    s = _scenario("metadata_wedged", chat_fraction=0.0, stream_fraction=0.0, duration_s=5.2)
     good, bad = await _pair(s, "metadata_no_deadline", Cell("1p1d", "mooncake", "grpc"), tmp_path)
     assert good.status == "pass", _explain(good)
     assert bad.status == "fail", _explain(bad)
@@ -80,7 +80,7 @@ async def test_metadata_wedged_passes_and_catches_metadata_no_deadline(tmp_path:
 
 
 async def test_partial_read_passes_and_catches_partial_read_clears_id(tmp_path: Path) -> None:
-    s = _scenario("partial_metadata_read", chat_fraction=0.0, stream_fraction=0.0)
+    s = _scenario("partial_metadata_read", chat_fraction=0.0, stream_fraction=0.0, duration_s=4.8)
     good, bad = await _pair(s, "partial_read_clears_id", Cell("1p1d", "mooncake", "grpc"), tmp_path)
     assert good.status == "pass", _explain(good)
     assert bad.status == "fail", _explain(bad)
@@ -137,7 +137,7 @@ async def test_scenario_that_does_not_apply_is_unknown(tmp_path: Path) -> None:
 
 
 async def test_run_suite_writes_reports_and_latest_link(tmp_path: Path) -> None:
-    s = replace(_scenario("property_update_keeps_handoff", duration_s=3.0), topologies=("1p1d",),
+    s = replace(_scenario("property_update_keeps_handoff", duration_s=2.8), topologies=("1p1d",),
                 connectors=("mooncake",), transports=("http",))
     run_dir = tmp_path / "runs" / "r1"
     results = await run_suite([s], None, run_dir)
