@@ -130,6 +130,26 @@ async def test_unverified_action_and_missed_step_make_the_run_unknown(tmp_path: 
     assert '"fault":"remove"' in text and '"ok":false' in text and "step never missed" in text
 
 
+async def test_cancelled_run_tears_down_and_records_interrupted(tmp_path: Path) -> None:
+    s = _scenario("decode_restart")
+    task = asyncio.create_task(run_scenario(s, "1p1d", "mooncake", "http", "reference", tmp_path, seed=1))
+    hist = tmp_path / "history.jsonl"
+    for _ in range(200):  # until the load is running
+        await asyncio.sleep(0.05)
+        if hist.exists() and '"type":"request_invoked"' in hist.read_text():
+            break
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    import json
+
+    records = [json.loads(ln) for ln in hist.read_text().splitlines()]
+    assert records[-1]["type"] == "run_ended" and records[-1]["reason"] == "interrupted"
+    layout = records[0]["settings"]["engines_layout"]
+    for info in layout.values():
+        assert not port_is_open(int(info["url"].rsplit(":", 1)[1]))
+
+
 async def test_scenario_that_does_not_apply_is_unknown(tmp_path: Path) -> None:
     s = _scenario("one_of_two_prefills_down")
     res = await run_scenario(s, "1p1d", "mooncake", "http", "reference", tmp_path)
