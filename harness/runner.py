@@ -130,6 +130,7 @@ async def run_scenario(
     """Run one cell; always returns a ScenarioResult (verdict `unknown` with a reason when the run broke)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - local folder, once per run
+    _clear_previous_run(out)
     rid = run_id or uuid.uuid4().hex[:8]
     history = HistoryRecorder(out / "history.jsonl")
     state = _RunState()
@@ -194,6 +195,14 @@ async def run_scenario(
         log_dir=out / "logs",
         notes=state.notes,
     )
+
+
+def _clear_previous_run(out: Path) -> None:
+    """A cell folder reused by a new run: engines append to their records files and the router to its events
+    file, so an old run's records would be judged again. Remove them (logs get fresh names anyway)."""
+    for stale in [*sorted((out / "engines").glob("*.records.jsonl")), out / "router-events.jsonl"]:
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
 
 
 def _finish(history: HistoryRecorder, state: _RunState, out: Path) -> None:

@@ -120,4 +120,32 @@ SCENARIOS = [
             Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["slow_start"]}),
         ),
     ),
+    Scenario(
+        name="prefill_restart_under_load",
+        description="Six clients keep the router busy while the Mooncake prefill restarts three times. "
+        "Requests caught by a restart may fail, but each must get an HTTP answer (a clear error) before its "
+        "deadline: a dropped connection is a lost request.",
+        bugs=("#2491", "zoo-1"),
+        catches=("stale_engine_id",),
+        topologies=("1p2d", "2p1d"),
+        connectors=("mooncake",),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=replace(WORKLOAD, concurrency=6, duration_s=7.0),
+        timeline=(
+            Step("restart_1", Restart("prefill-0", down_s=0.6), At(1.0)),
+            Step("restart_2", Restart("prefill-0", down_s=0.6), At(3.0)),
+            Step("restart_3", Restart("prefill-0", down_s=0.6), At(5.0)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("handoff", {"grace_s": 2.5}),
+            Expect("transfer_timeout"),
+            Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["restart"]}),
+            # Judged after the last restart only: an earlier one's "after" window ends with the next restart's
+            # in-flight victims.
+            Expect("availability", {"before": 0.0, "after": 0.95, "settle_s": 1.0, "faults": ["restart_3"]}),
+            Expect("reported_engine_id", {"max_lag_s": 3.0}),
+        ),
+    ),
 ]

@@ -8,6 +8,7 @@ The full matrix (every shipped scenario in every cell) is `slow`: set PDCHAOS_SL
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -98,8 +99,6 @@ async def test_broken_router_command_gives_unknown_with_reason_and_no_leftovers(
     # Every engine the run started is gone (the supervisor tore them down).
     states = [ln for ln in text.splitlines() if '"type":"engine_state"' in ln]
     assert states, "engines were started before the router"
-    import json
-
     layout = json.loads(text.splitlines()[0])["settings"]["engines_layout"]
     for _name, info in layout.items():
         port = int(info["url"].rsplit(":", 1)[1])
@@ -128,6 +127,15 @@ async def test_unverified_action_and_missed_step_make_the_run_unknown(tmp_path: 
     assert by_name["nothing_lost"].status == "pass"
     text = (tmp_path / "history.jsonl").read_text()
     assert '"fault":"remove"' in text and '"ok":false' in text and "step never missed" in text
+    # The same folder again: the first run's engine records must not be judged with the second run.
+    def handoff_tags() -> set[str]:
+        lines = (tmp_path / "history.jsonl").read_text().splitlines()
+        return {json.loads(ln)["tag"] for ln in lines if '"type":"handoff"' in ln}
+
+    first = handoff_tags()
+    await run_scenario(s, "2p1d", "mooncake", "http", "reference", tmp_path, seed=2)
+    again = handoff_tags()
+    assert first and again and not first & again
 
 
 async def test_cancelled_run_tears_down_and_records_interrupted(tmp_path: Path) -> None:
@@ -141,8 +149,6 @@ async def test_cancelled_run_tears_down_and_records_interrupted(tmp_path: Path) 
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    import json
-
     records = [json.loads(ln) for ln in hist.read_text().splitlines()]
     assert records[-1]["type"] == "run_ended" and records[-1]["reason"] == "interrupted"
     layout = records[0]["settings"]["engines_layout"]
