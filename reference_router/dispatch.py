@@ -3,7 +3,9 @@
 Sequential by design: a prefill failure is answered at once, never after the decode's deadline (bug #9). Every
 upstream call runs under the request timeout, so a wedged worker costs its own requests only (bug #12). No
 Ready worker for a leg is a prompt 503 `no_available_workers` (bug #8). The KV params come from the core
-(`plan_handoff`, `sanitize_prefill_body`, `decode_body`).
+(`plan_handoff`, `sanitize_prefill_body`, `decode_body`). A prefill leg that never reached its worker
+(connection refused) runs again on another Ready prefill within the request's deadline, and that worker is
+probed at once (`core.retry`); the decode leg is never retried.
 """
 
 from __future__ import annotations
@@ -21,14 +23,18 @@ from aiohttp import web
 from .config import RouterConfig
 from .core import (
     Connector,
+    Delivery,
     HandoffPlan,
     ProbeStage,
     Role,
     Transport,
     Worker,
     WorkerRegistry,
+    avoid_suspects,
+    decide_retry,
     decode_body,
     make_policy,
+    mark_suspect,
     plan_handoff,
     sanitize_prefill_body,
 )
@@ -79,6 +85,8 @@ class Dispatcher:
             # from NotReady/Failed, or its id is unconfirmed): prefer one whose id is settled.
             settled = [w for w in candidates if not _id_read_pending(w)]
             candidates = settled or candidates
+        # A worker a request could not reach moments ago is probed at once; until then, prefer the others.
+        candidates = avoid_suspects(candidates)
         worker = policy.select(candidates, self.clock())
         if worker is None:
             msg = f"no Ready {role.value} worker"
@@ -113,29 +121,34 @@ class Dispatcher:
                 return await self._final_leg(request, worker, endpoint, dict(body), None, request_id)
             finally:
                 self._release(worker)
+        deadline = self.clock() + self.cfg.request_timeout_s
         prefill = self._pick(Role.PREFILL)
         decode = self._pick(Role.DECODE)
-        await self._await_id_read(prefill)
-        plan = plan_handoff(prefill)
-        record: dict[str, Any] = {
-            "request_id": request_id, "prefill": prefill.id, "decode": decode.id,
-            "prefill_url": prefill.spec.url, "decode_url": decode.spec.url,
-            "connector": plan.connector.value if plan.connector else None,
-            "transfer_id": plan.transfer_id, "remote_engine_id": plan.remote_engine_id,
-        }
-        if plan.mint_skipped:
-            self._mint_skipped(plan.mint_skipped, request_id, prefill)
         # Both workers count the request until it ends: a Mooncake decode pulls from the prefill after the
         # prefill leg answered, so a draining prefill must outlive it.
         self._hold(prefill)
         self._hold(decode)
         try:
-            prompt = await self._prompt(endpoint, body, prefill, decode)
-            try:
-                returned = await self._prefill_leg(prefill, endpoint, body, plan, prompt, request_id)
-            except UpstreamError as exc:
-                self._dispatched(record, exc.status, "prefill_failed", str(exc))
-                raise exc.to_router_error("prefill") from exc
+            # The decode's tokenizer: the decode needs it anyway, and a prefill the router cannot reach must
+            # not fail the request before its leg can be retried elsewhere.
+            prompt = await self._prompt(endpoint, body, decode, prefill)
+            retried_from: list[str] = []
+            while True:
+                record, plan = await self._plan(prefill, decode, request_id, retried_from)
+                try:
+                    returned = await self._prefill_leg(
+                        prefill, endpoint, body, plan, prompt, request_id, deadline - self.clock()
+                    )
+                    break
+                except UpstreamError as exc:
+                    nxt = self._retry_prefill(prefill, exc, retried_from, deadline)
+                    if nxt is None:
+                        self._dispatched(record, exc.status, "prefill_failed", str(exc))
+                        raise exc.to_router_error("prefill") from exc
+                    retried_from.append(prefill.id)
+                    self._release(prefill)
+                    prefill = nxt
+                    self._hold(prefill)
             decode_params = plan.decode_params(returned)
             if plan.connector is Connector.NIXL and decode_params is None:
                 problem = HandoffPlan.nixl_relay_problem(returned)
@@ -147,6 +160,46 @@ class Dispatcher:
         finally:
             self._release(prefill)
             self._release(decode)
+
+    async def _plan(
+        self, prefill: Worker, decode: Worker, request_id: str, retried_from: list[str]
+    ) -> tuple[dict[str, Any], HandoffPlan]:
+        """The handoff for this prefill, and the dispatch record that tells it (with the prefills tried
+        before it for this request, when any)."""
+        await self._await_id_read(prefill)
+        plan = plan_handoff(prefill)
+        record: dict[str, Any] = {
+            "request_id": request_id, "prefill": prefill.id, "decode": decode.id,
+            "prefill_url": prefill.spec.url, "decode_url": decode.spec.url,
+            "connector": plan.connector.value if plan.connector else None,
+            "transfer_id": plan.transfer_id, "remote_engine_id": plan.remote_engine_id,
+        }
+        if retried_from:
+            record["retried_from"] = list(retried_from)
+        if plan.mint_skipped:
+            self._mint_skipped(plan.mint_skipped, request_id, prefill)
+        return record, plan
+
+    def _retry_prefill(
+        self, failed: Worker, exc: UpstreamError, retried_from: list[str], deadline: float
+    ) -> Worker | None:
+        """The prefill to run the failed leg on next, or None when the failure is final (core.retry)."""
+        now = self.clock()
+        if exc.delivery is Delivery.NOT_SENT and mark_suspect(failed, now):
+            self.events.emit("worker_suspect", worker=failed.id, url=failed.spec.url, error=str(exc))
+        decision = decide_retry(
+            exc.delivery, [*retried_from, failed.id], self.registry.ready(Role.PREFILL), now, deadline
+        )
+        if not decision.retry:
+            if exc.delivery is Delivery.NOT_SENT:
+                self.metrics.inc("pdchaos_router_leg_retries_total", leg="prefill", outcome=decision.reason)
+            return None
+        nxt = self.prefill_policy.select(avoid_suspects(list(decision.candidates)), now)
+        if nxt is None:  # a policy always picks from a non-empty list; kept for the type checker
+            return None
+        self.metrics.inc("pdchaos_router_leg_retries_total", leg="prefill", outcome="retried")
+        log.warning("prefill leg to %s never reached it (%s): retrying on %s", failed.id, exc, nxt.id)
+        return nxt
 
     def _mint_skipped(self, reason: str, request_id: str, prefill: Worker) -> None:
         self.metrics.inc("pdchaos_router_mint_skipped_total", reason=reason)
@@ -178,11 +231,12 @@ class Dispatcher:
 
     async def _prefill_leg(
         self, worker: Worker, endpoint: str, body: dict[str, Any], plan: HandoffPlan,
-        prompt: tuple[str, list[int]] | None, request_id: str,
+        prompt: tuple[str, list[int]] | None, request_id: str, timeout: float,
     ) -> dict[str, Any] | None:
-        """Run the prefill leg; returns the kv_transfer_params its answer carried (None when none)."""
+        """Run the prefill leg within `timeout` (what is left of the request's deadline); returns the
+        kv_transfer_params its answer carried (None when none)."""
         leg_body = sanitize_prefill_body(body, plan.prefill_params)
-        timeout = self.cfg.request_timeout_s
+        timeout = max(timeout, 0.001)
         if worker.spec.transport is Transport.GRPC:
             assert prompt is not None
             req = build_generate_request(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from .core import Delivery
+
 
 class RouterError(Exception):
     """An error that maps to one client-facing HTTP answer."""
@@ -26,12 +28,16 @@ class UpstreamError(Exception):
     """A leg failed: the worker answered an error, refused, or overran its deadline."""
 
     def __init__(
-        self, message: str, status: int = 502, code: str = "upstream_error", body: object = None
+        self, message: str, status: int = 502, code: str = "upstream_error", body: object = None,
+        delivery: Delivery = Delivery.MAYBE_SENT,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.body = body
+        # Only a failure that proves the worker never saw the request may be retried elsewhere (core.retry);
+        # when in doubt it counts as sent.
+        self.delivery = delivery
 
     def to_router_error(self, leg: str) -> RouterError:
         return RouterError(self.status, self.code, f"{leg} leg failed: {self}")

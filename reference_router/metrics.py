@@ -10,6 +10,9 @@ LabelKey = tuple[tuple[str, str], ...]
 _HELP: dict[str, tuple[str, str]] = {
     "pdchaos_router_requests_total": ("counter", "Client requests answered, by endpoint and HTTP status."),
     "pdchaos_router_dispatches_total": ("counter", "PD dispatches, by connector and outcome."),
+    "pdchaos_router_leg_retries_total": (
+        "counter", "Legs that never reached their worker, by leg and outcome (retried, or why not)."
+    ),
     "pdchaos_router_mint_skipped_total": ("counter", "Mooncake handoffs not minted, by reason."),
     "pdchaos_router_probes_total": ("counter", "Health probes, by outcome."),
     "pdchaos_router_metadata_reads_total": ("counter", "Worker metadata reads, by outcome."),

@@ -12,6 +12,7 @@ import grpc
 
 from pdchaos.proto import vllm_engine_pb2, vllm_engine_pb2_grpc
 
+from .core import Delivery
 from .errors import UpstreamError
 from .tokenizer import TextCodec, TokenizerError, fetch_codec
 
@@ -24,6 +25,8 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 _OLD_CHANNEL_GRACE_S = 120.0
+# grpc core's wording for a call that failed because no connection could be made (refused, unreachable).
+_CONNECT_FAILED = "failed to connect to all addresses"
 _SAMPLING_FLOATS = ("top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty")
 
 
@@ -135,8 +138,13 @@ def grpc_error(target: str, exc: grpc.aio.AioRpcError) -> UpstreamError:
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return UpstreamError(f"{target} overran its deadline", 504, "upstream_timeout")
     if code == grpc.StatusCode.INVALID_ARGUMENT:
-        return UpstreamError(f"{target}: {exc.details()}", 400, "invalid_request")
-    return UpstreamError(f"{target}: {code.name}: {exc.details()}", 502)
+        return UpstreamError(f"{target}: {exc.details()}", 400, "invalid_request", delivery=Delivery.ANSWERED)
+    details = exc.details() or ""
+    # UNAVAILABLE also ends calls whose connection broke mid-flight; only a channel that could not connect
+    # proves the engine never saw the call.
+    delivery = Delivery.NOT_SENT if code == grpc.StatusCode.UNAVAILABLE and _CONNECT_FAILED in details \
+        else Delivery.MAYBE_SENT
+    return UpstreamError(f"{target}: {code.name}: {details}", 502, delivery=delivery)
 
 
 def build_generate_request(

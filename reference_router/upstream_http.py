@@ -8,6 +8,7 @@ from typing import Any
 
 import aiohttp
 
+from .core import Delivery
 from .errors import UpstreamError
 
 
@@ -32,11 +33,14 @@ async def post_json(
                 payload = {"raw": raw[:200].decode("utf-8", "replace")}
             if resp.status >= 400:
                 raise UpstreamError(
-                    f"{url} answered {resp.status}", status=_relay_status(resp.status), body=payload
+                    f"{url} answered {resp.status}", status=_relay_status(resp.status), body=payload,
+                    delivery=Delivery.ANSWERED,
                 )
             if not isinstance(payload, dict):
                 raise UpstreamError(f"{url} answered non-object JSON")
             return payload
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+        raise _not_sent(url, exc) from exc
     except TimeoutError as exc:
         raise UpstreamError(f"{url} timed out after {timeout_s:g}s", 504, "upstream_timeout") from exc
     except aiohttp.ClientError as exc:
@@ -73,6 +77,8 @@ async def open_stream(
 ) -> HttpStream:
     try:
         resp = await session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s))
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+        raise _not_sent(url, exc) from exc
     except TimeoutError as exc:
         raise UpstreamError(f"{url} timed out after {timeout_s:g}s", 504, "upstream_timeout") from exc
     except aiohttp.ClientError as exc:
@@ -85,7 +91,8 @@ async def open_stream(
             payload = None
         finally:
             resp.release()
-        raise UpstreamError(f"{url} answered {resp.status}", status=_relay_status(resp.status), body=payload)
+        raise UpstreamError(f"{url} answered {resp.status}", status=_relay_status(resp.status), body=payload,
+                            delivery=Delivery.ANSWERED)
     return HttpStream(resp, url, timeout_s)
 
 
@@ -100,6 +107,11 @@ async def get_json(session: aiohttp.ClientSession, url: str, timeout_s: float | 
         if resp.status >= 400:
             raise UpstreamError(f"{url} answered {resp.status}", status=resp.status)
         return await resp.json(content_type=None)
+
+
+def _not_sent(url: str, exc: aiohttp.ClientError) -> UpstreamError:
+    """No connection was made (refused, unreachable, connect timeout): the worker never saw the request."""
+    return UpstreamError(f"{url}: {exc.__class__.__name__}: {exc}", status=502, delivery=Delivery.NOT_SENT)
 
 
 def _relay_status(status: int) -> int:

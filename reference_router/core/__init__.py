@@ -3,7 +3,8 @@
 Modules: workers (model, validation, API record), config (HealthConfig), health (status state machine),
 engine_id (re-read gate and read outcomes), probes (probe lifecycle), identity (restart detection without a
 failed probe), planner (what to probe now), connectors (KV handoff params, prefill sanitising), policies
-(worker selection), registry (worker table), bugs (test-only zoo switches).
+(worker selection), retry (which failed legs run again elsewhere), registry (worker table), bugs
+(test-only zoo switches).
 
 One health tick in the shell: plan = plan_probes(workers, now, cfg); expire_probe() each of plan.expired;
 for each of plan.probe: token = begin_probe(), probe under cfg.probe_timeout_s, finish_probe(token, ok); when
@@ -74,6 +75,16 @@ from .probes import (
     set_draining,
 )
 from .registry import DuplicateWorkerError, WorkerRegistry
+from .retry import (
+    NO_RETRY_DEADLINE,
+    NO_RETRY_DELIVERED,
+    NO_RETRY_NO_OTHER_WORKER,
+    Delivery,
+    RetryDecision,
+    avoid_suspects,
+    decide_retry,
+    mark_suspect,
+)
 from .workers import (
     MOONCAKE_DEFAULT_BOOTSTRAP_PORT,
     Connector,
@@ -101,11 +112,15 @@ __all__ = [
     "MINT_NO_ENGINE_ID",
     "MOONCAKE_DEFAULT_BOOTSTRAP_PORT",
     "NIXL_NO_PARAMS",
+    "NO_RETRY_DEADLINE",
+    "NO_RETRY_DELIVERED",
+    "NO_RETRY_NO_OTHER_WORKER",
     "PARTIAL_READ_CLEARS_ID",
     "POLICY_NAMES",
     "STALE_ENGINE_ID",
     "Connector",
     "Counters",
+    "Delivery",
     "DuplicateWorkerError",
     "EngineIdDecision",
     "Expired",
@@ -121,6 +136,7 @@ __all__ = [
     "ProbeStage",
     "RandomPolicy",
     "ReadOutcome",
+    "RetryDecision",
     "Role",
     "RoundRobin",
     "SelectionPolicy",
@@ -134,10 +150,12 @@ __all__ = [
     "apply_identity",
     "apply_metadata_read",
     "apply_property_update",
+    "avoid_suspects",
     "begin_identity_check",
     "begin_probe",
     "connector_has_id",
     "decide_engine_id",
+    "decide_retry",
     "decode_body",
     "expire_probe",
     "finish_probe",
@@ -149,6 +167,7 @@ __all__ = [
     "identity_phase",
     "make_policy",
     "make_worker_spec",
+    "mark_suspect",
     "mint_transfer_id",
     "next_identity_check_at",
     "next_status",

@@ -26,11 +26,14 @@ class ProbePlan:
 
 
 def probe_due(worker: Worker, now: float, cfg: HealthConfig) -> bool:
-    """Not Draining, no probe in flight, and never probed or probed at least interval_s ago."""
+    """Not Draining, no probe in flight, and never probed, probed at least interval_s ago, or suspect (a
+    request leg could not reach it since: retry.mark_suspect)."""
     rt = worker.runtime
     if rt.status is Status.DRAINING or rt.probe_in_flight_since is not None:
         return False
-    return rt.last_probe_at is None or now - rt.last_probe_at >= cfg.interval_s
+    if rt.last_probe_at is None or rt.suspect_since is not None:
+        return True
+    return now - rt.last_probe_at >= cfg.interval_s
 
 
 def plan_probes(

@@ -80,6 +80,11 @@ def finish_probe(worker: Worker, token: int, ok: bool, now: float, cfg: HealthCo
     if not _current(worker, token, ProbeStage.PROBE):
         return None
     rt = worker.runtime
+    # A probe started after a request leg failed to reach the worker answers that suspicion; one started
+    # before it may have passed just ahead of the fault, so the worker stays due for another at once.
+    if rt.suspect_since is not None and rt.probe_in_flight_since is not None \
+            and rt.probe_in_flight_since >= rt.suspect_since:
+        rt.suspect_since = None
     rt.last_probe_at = now
     before = rt.status
     if before is Status.DRAINING:

@@ -243,6 +243,7 @@ class WorkerRuntime:
     probe_in_flight_since: float | None = None
     probe_stage: ProbeStage | None = None
     last_probe_at: float | None = None
+    suspect_since: float | None = None  # a request leg failed without reaching it: probe now (core.retry)
     ready_since: float | None = None
     identity_in_flight_since: float | None = None
     last_identity_check_at: float | None = None
