@@ -229,6 +229,8 @@ class FaultInjector:
     ) -> None:
         self.fleet = fleet
         self.topo = fleet.topo
+        # How the router knows the engines (proxied links give other ports): worker API actions use this.
+        self.router_topo: Topology = fleet.topo
         self.history = history
         self.router = router
         self.session = session
@@ -499,7 +501,7 @@ class FaultInjector:
     async def _patch(self, fid: str, a: PatchWorker) -> None:
         name = a.target
         before = await self._worker(name)
-        status, body = await self.router.patch_worker(self.session, self.topo, name, a.body)
+        status, body = await self.router.patch_worker(self.session, self.router_topo, name, a.body)
         self._applied(fid, "patch_worker", name, dict(a.body), {"status": status})
         after = await self._worker(name)
         kept = {
@@ -512,21 +514,21 @@ class FaultInjector:
         self._healed(fid, "patch_worker", name)
 
     async def _add_worker(self, fid: str, a: AddWorker) -> None:
-        status, body = await self.router.add_worker(self.session, self.topo, a.target)
+        status, body = await self.router.add_worker(self.session, self.router_topo, a.target)
         self._applied(fid, "add_worker", a.target, {}, {"status": status})
         w = await self._worker(a.target)
         self._verified(fid, 200 <= status < 300 and w is not None, {"status": status, "worker": w or body})
         self._healed(fid, "add_worker", a.target)
 
     async def _remove_worker(self, fid: str, a: RemoveWorker) -> None:
-        status, body = await self.router.remove_worker(self.session, self.topo, a.target)
+        status, body = await self.router.remove_worker(self.session, self.router_topo, a.target)
         self._applied(fid, "remove_worker", a.target, {}, {"status": status})
         self._verified(fid, 200 <= status < 300, {"status": status, "answer": body})
         self._healed(fid, "remove_worker", a.target)
 
     async def _worker(self, name: str) -> dict[str, Any] | None:
-        for w in await self.router.workers(self.session, self.topo) or []:
-            if self.topo.name_of_url(str(w.get("url", ""))) == name:
+        for w in await self.router.workers(self.session, self.router_topo) or []:
+            if self.router_topo.name_of_url(str(w.get("url", ""))) == name:
                 return w
         return None
 

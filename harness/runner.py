@@ -247,6 +247,7 @@ async def _execute(
             await asyncio.gather(*(fleet.start(n) for n in now_names if loads[n] <= 0))
             await net.install(fleet)
             rtopo = net.router_topology  # the router meets proxied links through the proxies
+            injector.router_topo = rtopo
             registered = [n for n in topo.names() if n not in set(s.unregistered_engines)]
             launch = adapter.launch(rtopo, s.router, registered, str(out / "router-events.jsonl"))
             history.note("router launch", argv=launch.argv)
