@@ -129,9 +129,7 @@ class Dispatcher:
         self._hold(prefill)
         self._hold(decode)
         try:
-            # The decode's tokenizer: the decode needs it anyway, and a prefill the router cannot reach must
-            # not fail the request before its leg can be retried elsewhere.
-            prompt = await self._prompt(endpoint, body, decode, prefill)
+            prompt = await self._prompt(endpoint, body, prefill, decode)
             retried_from: list[str] = []
             while True:
                 record, plan = await self._plan(prefill, decode, request_id, retried_from)
@@ -217,16 +215,20 @@ class Dispatcher:
     async def _prompt(
         self, endpoint: str, body: dict[str, Any], *workers: Worker
     ) -> tuple[str, list[int]] | None:
-        """Tokenize once (with the first gRPC worker's tokenizer) so both legs see the same ids."""
-        for w in workers:
-            if w.spec.transport is Transport.GRPC:
-                try:
-                    codec = await self.t.grpc(w).codec(self.cfg.request_timeout_s)
-                except TimeoutError as exc:
-                    raise RouterError(504, "upstream_timeout", f"tokenizer of {w.id} timed out") from exc
-                except UpstreamError as exc:
-                    raise exc.to_router_error("tokenizer") from exc
-                return prompt_of(endpoint, body, codec)
+        """Tokenize once (with the first gRPC worker's tokenizer that can be had) so both legs see the same
+        ids. A worker whose tokenizer cannot be fetched falls back to the next one: that worker's own leg then
+        fails (or is retried) as a leg, with its dispatch record."""
+        grpc_workers = [w for w in workers if w.spec.transport is Transport.GRPC]
+        for i, w in enumerate(grpc_workers):
+            try:
+                codec = await self.t.grpc(w).codec(self.cfg.request_timeout_s)
+            except TimeoutError as exc:
+                raise RouterError(504, "upstream_timeout", f"tokenizer of {w.id} timed out") from exc
+            except UpstreamError as exc:
+                if i + 1 < len(grpc_workers):
+                    continue
+                raise exc.to_router_error("tokenizer") from exc
+            return prompt_of(endpoint, body, codec)
         return None
 
     async def _prefill_leg(

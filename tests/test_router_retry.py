@@ -160,10 +160,11 @@ async def test_refused_grpc_leg_is_not_sent_and_an_aborted_one_is_not() -> None:
 
 
 class TwoPrefills:
-    def __init__(self, router: InProcessRouter, prefills: list[Any], decode: Any) -> None:
+    def __init__(self, router: InProcessRouter, prefills: list[Any], decodes: list[Any]) -> None:
         self.router = router
         self.prefills = prefills
-        self.decode = decode
+        self.decodes = decodes
+        self.decode = decodes[0]
 
     def worker(self, stub: Any) -> Worker:
         url = stub.url
@@ -179,7 +180,7 @@ class TwoPrefills:
 async def make_router() -> AsyncIterator[Any]:
     made: list[tuple[InProcessRouter, list[Any]]] = []
 
-    async def _make(transport: str, connector: str, n_prefill: int = 2) -> TwoPrefills:
+    async def _make(transport: str, connector: str, n_prefill: int = 2, n_decode: int = 1) -> TwoPrefills:
         stubs: list[Any] = []
         try:
             prefills = []
@@ -189,14 +190,17 @@ async def make_router() -> AsyncIterator[Any]:
                     state, bootstrap=connector == "mooncake")
                 prefills.append(await stub.start())
                 stubs.append(prefills[-1])
-            state = StubState("d0", "decode", connector)
-            decode = await (GrpcStubEngine(state) if transport == "grpc" else HttpStubEngine(state)).start()
-            stubs.append(decode)
+            decodes = []
+            for i in range(n_decode):
+                state = StubState(f"d{i}", "decode", connector)
+                decodes.append(
+                    await (GrpcStubEngine(state) if transport == "grpc" else HttpStubEngine(state)).start())
+                stubs.append(decodes[-1])
             args = tuple(
                 WorkerArg(p.url, p.bootstrap_port if transport == "http" else GRPC_BOOT) for p in prefills
             )
-            cfg = RouterConfig(pd=True, prefill=args, decode=(decode.url,), connector=connector,
-                               request_timeout_s=5.0, **SLOW_PROBES)
+            cfg = RouterConfig(pd=True, prefill=args, decode=tuple(d.url for d in decodes),
+                               connector=connector, request_timeout_s=5.0, **SLOW_PROBES)
             router = InProcessRouter(cfg)
             await router.__aenter__()
             made.append((router, stubs))
@@ -205,7 +209,7 @@ async def make_router() -> AsyncIterator[Any]:
                 await s.stop()
             raise
         await router.wait_ready()
-        return TwoPrefills(router, prefills, decode)
+        return TwoPrefills(router, prefills, decodes)
 
     try:
         yield _make
@@ -307,3 +311,17 @@ async def test_error_after_the_request_was_sent_is_not_retried(make_router: Any,
     metrics = env.router.server.metrics
     assert metrics.value("pdchaos_router_leg_retries_total", leg="prefill", outcome="retried") == 0
     assert env.worker(bad).runtime.suspect_since is None
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+async def test_decode_leg_is_never_retried(make_router: Any, transport: str) -> None:
+    # The decode may already be pulling KV when its leg fails; even a refused decode leg is answered as is.
+    env = await make_router(transport, "nixl", n_prefill=1, n_decode=2)
+    live, dead = env.decodes
+    await dead.stop()
+    statuses = sorted([(await env.post({"prompt": f"q{i}", "max_tokens": 2}))[0] for i in range(2)])
+    assert statuses == [200, 502]
+    assert len(live.state.received) == 1 and len(env.prefills[0].state.received) == 2
+    events = env.router.server.events.of_type("dispatch")
+    assert sorted(e["outcome"] for e in events) == ["decode_failed", "ok"]
+    assert not any("retried_from" in e for e in events)
