@@ -13,15 +13,25 @@ from scenarios._common import CORE_EXPECT, ENGINES, ROUTER, STRICT_LOCAL, WORKLO
 _LOAD = replace(WORKLOAD, duration_s=6.0)
 _SLOW_LINK_MS = 400
 _KV_RATE_KB_S = 8
+# A cut link costs only the prefill legs on the wire at the instant of the cut: they may have reached the
+# engine (the fake prefill's records show it computing some), so a correct router never runs them twice. That
+# is at most the workload's concurrency (3) of the ~65 requests of a 2 s cut; measured 0-2 in 12 cells. A
+# router that does not retry a refused leg on the other prefill also loses every request sent before its next
+# probe (~0.9).
+_CUT_AVAILABILITY = 0.95
+# Four cuts, each costing the legs on the wire at that instant, in ~140 requests (measured 1-3).
+_FLAP_AVAILABILITY = 0.94
 
 SCENARIOS = [
     Scenario(
         name="prefill_link_partitioned",
         tags=("default",),
         description="The router loses its link to one of two prefills (proxy down: connections refused) for "
-        "2 s. Traffic moves to the other prefill: client errors only until the router's next probe sees the "
-        "link down (the reference router does not retry a refused leg elsewhere); once the link is back the "
-        "worker rejoins within the recovery bound and takes handoffs again.",
+        "2 s. Traffic moves to the other prefill with no client error: a leg refused before the router's "
+        "probes see the link down is retried on the other prefill. Only a prefill leg on the wire at the cut "
+        "itself may fail (it may have reached the engine, so it is never run twice: 0-2 of the ~65 requests "
+        "of the window). Once the link is back the worker rejoins within the recovery bound and "
+        "takes handoffs again.",
         bugs=("zoo-6", "zoo-8"),
         topologies=("2p1d",),
         connectors=("mooncake", "nixl"),
@@ -35,7 +45,8 @@ SCENARIOS = [
         expect=(
             *CORE_EXPECT,
             STRICT_LOCAL,
-            Expect("availability", {"before": 0.95, "during": 0.8, "after": 0.95, "settle_s": 1.0}),
+            Expect("availability", {"before": 0.95, "during": _CUT_AVAILABILITY, "after": 0.95,
+                                    "settle_s": 1.0}),
             Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["link_down"]}),
             Expect("handoff", {"grace_s": 1.0}),
             Expect("transfer_timeout"),
@@ -137,8 +148,8 @@ SCENARIOS = [
         name="prefill_link_flapping",
         tags=("slow",),
         description="The router's link to one of two prefills flaps (0.6 s down, 0.6 s up, 4 times). The "
-        "router follows it (client errors only in each cut's detection window, as in "
-        "prefill_link_partitioned) and ends with the worker Ready and taking handoffs.",
+        "router follows it (refused legs retried on the other prefill; only legs on the wire at a cut may "
+        "fail, as in prefill_link_partitioned) and ends with the worker Ready and taking handoffs.",
         bugs=("zoo-6",),
         topologies=("2p1d",),
         connectors=("mooncake",),
@@ -149,7 +160,8 @@ SCENARIOS = [
         expect=(
             *CORE_EXPECT,
             STRICT_LOCAL,
-            Expect("availability", {"before": 0.95, "during": 0.7, "after": 0.95, "settle_s": 1.0}),
+            Expect("availability", {"before": 0.95, "during": _FLAP_AVAILABILITY, "after": 0.95,
+                                    "settle_s": 1.0}),
             Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["link_flap"]}),
             Expect("transfer_timeout"),
         ),

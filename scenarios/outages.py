@@ -52,7 +52,9 @@ SCENARIOS = [
     Scenario(
         name="one_of_two_prefills_down",
         description="One of two prefills crashes and is respawned 2 s later. The other prefill carries the "
-        "load: after the router notices, no client sees an error.",
+        "load with no client error: a leg refused before the router's probes see the crash is retried on the "
+        "other prefill. Only legs the dead engine had already received fail (never run twice: 0-2 of the "
+        "~90 requests of the window).",
         bugs=("zoo-6",),
         topologies=("2p1d",),
         connectors=("mooncake", "nixl"),
@@ -65,7 +67,8 @@ SCENARIOS = [
         ),
         expect=(
             *BASE_EXPECT,
-            Expect("availability", {"during": 0.8, "after": 0.95, "settle_s": 1.0, "kinds": ["crash"]}),
+            # At most the workload's concurrency (3) of ~90 requests: the legs on the engine when it died.
+            Expect("availability", {"during": 0.95, "after": 0.95, "settle_s": 1.0, "kinds": ["crash"]}),
             Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["crash"]}),
             Expect("handoff", {"grace_s": 2.5}),
             Expect("transfer_timeout"),
