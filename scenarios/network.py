@@ -15,7 +15,7 @@ _SLOW_LINK_MS = 400
 _KV_RATE_KB_S = 8
 # A cut link costs only the prefill legs on the wire at the instant of the cut: they may have reached the
 # engine (the fake prefill's records show it computing some), so a correct router never runs them twice. That
-# is at most the workload's concurrency (3) of the ~65 requests of a 2 s cut; measured 0-2 in 12 cells. A
+# is at most the workload's concurrency (3) of the ~65 requests of a 2 s cut; measured 0-2 in 20 cells. A
 # router that does not retry a refused leg on the other prefill also loses every request sent before its next
 # probe (~0.9).
 _CUT_AVAILABILITY = 0.95
