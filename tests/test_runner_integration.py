@@ -57,10 +57,7 @@ def _status(result: Any, checker: str) -> str:
 
 
 async def test_prefill_restart_mooncake_passes_and_catches_stale_engine_id(tmp_path: Path) -> None:
-    # success_threshold 2: the id re-read then ends before the promoting probe. With 1 the reference router
-    # promotes the worker first and a request in that window is minted the dead id (a finding the shipped
-    # scenario keeps reporting; see the router's dispatch `_await_first_id`).
-    s = _scenario("prefill_restart_mooncake", duration_s=5.0).with_router(success_threshold=2)
+    s = _scenario("prefill_restart_mooncake", duration_s=5.0)
     good, bad = await _pair(s, "stale_engine_id", Cell("1p1d", "mooncake", "http"), tmp_path)
     assert good.status == "pass", _explain(good)
     assert bad.status == "fail", _explain(bad)
