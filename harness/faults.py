@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import signal
 import sys
 import time
@@ -48,9 +47,8 @@ ENGINE_READY_PREFIX = "PDCHAOS_ENGINE_READY"
 
 
 def _engine_executable() -> list[str]:
-    exe = shutil.which("pdchaos-engine")
-    if exe:
-        return [exe]
+    # The harness's own interpreter, not whatever `pdchaos-engine` PATH finds: the child must run this
+    # checkout's code in this environment (a venv need not be activated).
     return [sys.executable, "-m", "fake_engines"]
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-import shutil
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -179,9 +178,8 @@ class RouterAdapter:
 
 
 def _router_executable() -> list[str]:
-    exe = shutil.which("pdchaos-router")
-    if exe:
-        return [exe]
+    # The harness's own interpreter, not whatever `pdchaos-router` PATH finds: the child must run this
+    # checkout's code in this environment (a venv need not be activated).
     return [sys.executable, "-m", "reference_router"]
 
 
