@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-import socketserver
 import statistics
 import subprocess
 import sys
@@ -23,40 +22,10 @@ from contextlib import contextmanager
 
 import requests
 
+from harness.network.testing import echo_handler, serve_tcp, sink_handler
+
 CHUNK = 64 * 1024
 IO_TIMEOUT_S = 10.0
-
-
-class _Sink(socketserver.BaseRequestHandler):
-    """Reads to end of stream, then answers how many bytes it got."""
-
-    def handle(self) -> None:
-        self.request.settimeout(IO_TIMEOUT_S)
-        total = 0
-        while data := self.request.recv(1 << 20):
-            total += len(data)
-        self.request.sendall(str(total).encode())
-
-
-class _Echo(socketserver.BaseRequestHandler):
-    def handle(self) -> None:
-        self.request.settimeout(IO_TIMEOUT_S)
-        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        while data := self.request.recv(65536):
-            self.request.sendall(data)
-
-
-@contextmanager
-def serve(handler: type[socketserver.BaseRequestHandler]) -> Iterator[int]:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @contextmanager
@@ -139,7 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--round-trips", type=int, default=2000)
     args = parser.parse_args(argv)
 
-    with serve(_Sink) as sink, serve(_Echo) as echo, proxy_process() as api:
+    with (
+        serve_tcp(sink_handler(IO_TIMEOUT_S)) as sink,
+        serve_tcp(echo_handler(IO_TIMEOUT_S, nodelay=True)) as echo,
+        proxy_process() as api,
+    ):
         sink_via = create_proxy(api, "sink", sink)
         echo_via = create_proxy(api, "echo", echo)
         direct_mb = throughput_mb_s(sink, args.seconds)

@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import socket
-import socketserver
 import subprocess
 import sys
 import threading
@@ -23,43 +22,22 @@ from toxiproxy.api import APIConsumer
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
 from harness.network import DEFAULT_PORT, EmbeddedToxiproxy, configure_client, toxiproxy_server, toxiproxy_url
+from harness.network.testing import echo_handler, embedded_toxiproxy, serve_tcp
 from pdchaos.ports import free_port, free_ports
 
 TIMEOUT_S = 5.0
 
 
-class _Echo(socketserver.BaseRequestHandler):
-    def handle(self) -> None:
-        self.request.settimeout(TIMEOUT_S)
-        try:
-            while data := self.request.recv(65536):
-                self.request.sendall(data)
-        except OSError:
-            pass
-
-
 @pytest.fixture
 def echo_port() -> Iterator[int]:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(TIMEOUT_S)
+    with serve_tcp(echo_handler(TIMEOUT_S), TIMEOUT_S) as port:
+        yield port
 
 
 @pytest.fixture
 def embedded() -> Iterator[EmbeddedToxiproxy]:
-    server = EmbeddedToxiproxy(seed=0)
-    configure_client(server.start_in_thread())
-    try:
+    with embedded_toxiproxy() as server:
         yield server
-    finally:
-        server.stop()
 
 
 def echoes(listen: str) -> bool:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import socketserver
 import statistics
-import threading
 import time
 from collections.abc import Iterator
 
@@ -16,43 +14,22 @@ import requests
 from toxiproxy import Toxiproxy
 from toxiproxy.proxy import Proxy
 
-from harness.network import EmbeddedToxiproxy, configure_client
+from harness.network import EmbeddedToxiproxy
+from harness.network.testing import echo_handler, embedded_toxiproxy, serve_tcp
 
 IO_TIMEOUT_S = 3.0
 
 
-class _Echo(socketserver.BaseRequestHandler):
-    def handle(self) -> None:
-        self.request.settimeout(IO_TIMEOUT_S * 2)
-        try:
-            while data := self.request.recv(65536):
-                self.request.sendall(data)
-        except OSError:
-            pass
-
-
 @pytest.fixture
 def echo_port() -> Iterator[int]:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(IO_TIMEOUT_S)
+    with serve_tcp(echo_handler(IO_TIMEOUT_S * 2), IO_TIMEOUT_S) as port:
+        yield port
 
 
 @pytest.fixture
 def embedded() -> Iterator[EmbeddedToxiproxy]:
-    server = EmbeddedToxiproxy(seed=0)
-    configure_client(server.start_in_thread())
-    try:
+    with embedded_toxiproxy() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -238,9 +215,7 @@ def test_upstream_down_closes_the_client(embedded: EmbeddedToxiproxy) -> None:
 
 
 def _latency_pattern(seed: int, echo_port: int, connections: int = 10) -> list[bool]:
-    server = EmbeddedToxiproxy(seed=seed)
-    configure_client(server.start_in_thread())
-    try:
+    with embedded_toxiproxy(seed):
         proxy = Toxiproxy().create(upstream=f"127.0.0.1:{echo_port}", name="flaky")
         proxy.add_toxic(type="latency", toxicity=0.5, attributes={"latency": 100})
         pattern = []
@@ -249,8 +224,6 @@ def _latency_pattern(seed: int, echo_port: int, connections: int = 10) -> list[b
                 # 100 ms of latency or none: the faster of two round trips tells them apart on a busy box.
                 pattern.append(min(round_trip(sock), round_trip(sock)) > 0.07)
         return pattern
-    finally:
-        server.stop()
 
 
 def test_toxicity_draws_replay_with_the_seed(echo_port: int) -> None:
