@@ -8,6 +8,7 @@ pass). A checker that raises gives an `unknown` verdict naming the exception, ne
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -118,7 +119,13 @@ def make_params(name: str, params: Mapping[str, Any] | None = None) -> Any:
     if extra:
         raise CheckerError(f"checker {name!r}: unknown parameter(s) {extra} (known: {sorted(known)})")
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
+    hints = typing.get_type_hints(spec.params)
     for key, value in values.items():
+        if value is None:
+            # None is documented for some parameters ("None: measure only"): allowed where the type says so.
+            if type(None) not in typing.get_args(hints[key]):
+                raise CheckerError(f"checker {name!r}: {key} may not be None")
+            continue
         default = getattr(spec.params(), key)
         if isinstance(default, bool) and not isinstance(value, bool):
             raise CheckerError(f"checker {name!r}: {key} must be true/false, got {value!r}")

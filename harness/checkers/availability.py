@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.checkers._common import cap, rounded, select_faults
-from harness.history import History, RequestView
+from harness.history import FaultView, History, RequestView
 from harness.verdict import Verdict
 
 NAME = "availability"
@@ -16,8 +16,14 @@ NAME = "availability"
 class AvailabilityExpect:
     """Minimum success ratios (None: measure only). `before` also judges a run without faults. Requests
     in flight when a fault is applied count as `during`. The `after` window starts `settle_s` after the
-    heal (time to be seen Ready again) and ends at the next fault or the end. A window with a threshold
-    and fewer than `min_requests` finished requests is unknown."""
+    heal (time to be seen Ready again) and ends at the next (selected) fault's start or the end; a request
+    of it still running at the next fault's start belongs to that fault (its `during`), like a `before`
+    request. A window with a threshold and fewer than `min_requests` finished requests is unknown.
+
+    `exclude_in_flight_at_fault`: `during` leaves out requests already in flight at one of the fault's cut
+    instants (sent before it, over at or after it): its application and, for a flapping link, every later
+    `note` of the fault with `enabled: false`. They may be lost by any correct router (on the wire at the
+    cut); they are reported apart as `in_flight` (ok/failed/pending) and judged by no threshold."""
 
     before: float | None = 0.95
     during: float | None = None
@@ -26,6 +32,7 @@ class AvailabilityExpect:
     min_requests: int = 1
     faults: tuple[str, ...] | None = None
     kinds: tuple[str, ...] | None = None
+    exclude_in_flight_at_fault: bool = False
 
 
 def outcome(history: History, r: RequestView) -> str:
@@ -45,12 +52,14 @@ def request_end(history: History, r: RequestView) -> float:
     return r.deadline_t if r.deadline_t is not None else float("inf")
 
 
-def requests_in(history: History, name: str, start: float, end: float) -> list[RequestView]:
-    """`before`: started in [start, end) and over before `end` (a request the fault cut short belongs to
-    the fault); `during`: overlapping [start, end]; `after` (and a run without faults): started in
-    [start, end)."""
+def requests_in(
+    history: History, name: str, start: float, end: float, bounded: bool = False
+) -> list[RequestView]:
+    """`before` (and `after` when `bounded`: a next fault starts at `end`): started in [start, end) and
+    over before `end` (a request the fault cut short belongs to the fault); `during`: overlapping
+    [start, end]; `after` of the last fault (and a run without faults): started in [start, end)."""
     reqs = history.requests_started_in(start, end) if name != "during" else history.request_list()
-    if name == "before":
+    if name == "before" or bounded:
         return [r for r in reqs if request_end(history, r) < end]
     if name == "during":
         return [
@@ -59,10 +68,43 @@ def requests_in(history: History, name: str, start: float, end: float) -> list[R
     return reqs
 
 
+def cut_instants(history: History, fault: FaultView) -> list[float]:
+    """When the fault cut things off: its application, then each later `note` of it saying the link went
+    down again (a flapping link, CONTRACTS §10)."""
+    cuts = [fault.applied_t] if fault.applied_t is not None else []
+    for r in history.of_type("note"):
+        t = r.get("t")
+        if r.get("fault") == fault.fault and r.get("enabled") is False and isinstance(t, int | float):
+            cuts.append(float(t))
+    return sorted(cuts)
+
+
+def in_flight_at(history: History, r: RequestView, cuts: list[float]) -> bool:
+    """Sent before one of the cuts and not over by then."""
+    start = r.start_t
+    return start is not None and any(start < c <= request_end(history, r) for c in cuts)
+
+
+def _counts(history: History, reqs: list[RequestView]) -> tuple[list[str], dict[str, int]]:
+    kinds = [outcome(history, r) for r in reqs]
+    return kinds, {k: kinds.count(k) for k in ("ok", "failed", "pending")}
+
+
 def _window(
-    history: History, name: str, start: float, end: float, threshold: float | None, exp: AvailabilityExpect
+    history: History,
+    name: str,
+    start: float,
+    end: float,
+    threshold: float | None,
+    exp: AvailabilityExpect,
+    bounded: bool = False,
+    cuts: list[float] | None = None,
 ) -> tuple[dict[str, Any], str, str]:
-    reqs = requests_in(history, name, start, end)
+    reqs = requests_in(history, name, start, end, bounded)
+    aside: list[RequestView] = []
+    if cuts is not None:
+        aside = [r for r in reqs if in_flight_at(history, r, cuts)]
+        reqs = [r for r in reqs if not in_flight_at(history, r, cuts)]
     kinds = [outcome(history, r) for r in reqs]
     ok = kinds.count("ok")
     failed = kinds.count("failed")
@@ -76,6 +118,8 @@ def _window(
         "ratio": rounded(ratio),
         "threshold": threshold,
     }
+    if cuts is not None:
+        nums["in_flight"] = _counts(history, aside)[1]
     if threshold is None:
         return nums, "pass", ""
     if total < exp.min_requests or ratio is None:
@@ -93,8 +137,16 @@ def check_availability(history: History, exp: AvailabilityExpect | None = None) 
     fails: list[str] = []
     unknowns: list[str] = []
 
-    def judge(key: str, name: str, start: float, end: float, threshold: float | None) -> None:
-        nums, status, reason = _window(history, name, start, end, threshold, exp)
+    def judge(
+        key: str,
+        name: str,
+        start: float,
+        end: float,
+        threshold: float | None,
+        bounded: bool = False,
+        cuts: list[float] | None = None,
+    ) -> None:
+        nums, status, reason = _window(history, name, start, end, threshold, exp, bounded, cuts)
         nums["status"] = status
         results.setdefault(key, {})[name] = nums
         if status == "fail":
@@ -109,12 +161,13 @@ def check_availability(history: History, exp: AvailabilityExpect | None = None) 
         applied, healed = f.window(history.end_t)
         next_start = faults[i + 1].window(history.end_t)[0] if i + 1 < len(faults) else history.end_t + 1e-9
         judge(f.fault, "before", boundary, applied, exp.before)
-        judge(f.fault, "during", applied, healed, exp.during)
+        cuts = cut_instants(history, f) if exp.exclude_in_flight_at_fault else None
+        judge(f.fault, "during", applied, healed, exp.during, cuts=cuts)
         if f.healed_t is None:
             if exp.after is not None:
                 unknowns.append(f"{f.fault} after: never healed")
         else:
-            judge(f.fault, "after", healed + exp.settle_s, next_start, exp.after)
+            judge(f.fault, "after", healed + exp.settle_s, next_start, exp.after, bounded=i + 1 < len(faults))
         boundary = healed + exp.settle_s
     numbers = {"windows": results}
     if fails:
