@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,36 +70,57 @@ class RouterAdapter:
 
     async def wait_ready(self, session: aiohttp.ClientSession, topo: Topology, timeout_s: float) -> None:
         """Poll `/health` until any HTTP answer (a router with no Ready workers may say 503)."""
+        await self._poll_until_answer(session, topo, "/health", timeout_s)
+
+    async def _poll_until_answer(
+        self,
+        session: aiohttp.ClientSession,
+        topo: Topology,
+        path: str,
+        timeout_s: float,
+        statuses: Container[int] | None = None,
+    ) -> None:
+        """Poll `GET path` every 0.1 s until an answer whose status is in `statuses` (None: any status)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         last = "no answer"
         while loop.time() < deadline:
             try:
                 async with session.get(
-                    f"{topo.router_url}/health", timeout=aiohttp.ClientTimeout(total=1.0)
+                    f"{topo.router_url}{path}", timeout=aiohttp.ClientTimeout(total=1.0)
                 ) as resp:
                     await resp.read()
-                    return
+                    if statuses is None or resp.status in statuses:
+                        return
+                    last = f"HTTP {resp.status}"
             except (aiohttp.ClientError, TimeoutError) as e:
                 last = f"{type(e).__name__}: {e}"
             await asyncio.sleep(0.1)
-        raise TimeoutError(f"router {self.name} did not answer /health within {timeout_s:g} s ({last})")
+        raise TimeoutError(f"router {self.name} did not answer {path} within {timeout_s:g} s ({last})")
 
     # -- reading
 
-    async def workers(self, session: aiohttp.ClientSession, topo: Topology) -> list[dict[str, Any]] | None:
-        """The router's workers (CONTRACTS §2 W objects), or None when it has no such API."""
+    async def _get_json(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
+        """The JSON body of a 200 answer to `GET url`; None for any other status, bad JSON or no answer."""
         try:
             async with session.get(
-                f"{topo.router_url}/workers",
-                headers=self._headers(),
-                timeout=aiohttp.ClientTimeout(total=1.0),
+                url, params=params, headers=headers, timeout=aiohttp.ClientTimeout(total=1.0)
             ) as resp:
                 if resp.status != 200:
                     return None
-                body = await resp.json(content_type=None)
+                return await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return None
+
+    async def workers(self, session: aiohttp.ClientSession, topo: Topology) -> list[dict[str, Any]] | None:
+        """The router's workers (CONTRACTS §2 W objects), or None when it has no such API."""
+        body = await self._get_json(session, f"{topo.router_url}/workers", headers=self._headers())
         items = body.get("workers") if isinstance(body, dict) else body
         return [w for w in items if isinstance(w, dict)] if isinstance(items, list) else None
 
@@ -108,17 +129,7 @@ class RouterAdapter:
     ) -> tuple[list[dict[str, Any]], int] | None:
         if not self.has_events:
             return None
-        try:
-            async with session.get(
-                f"{topo.router_url}/events",
-                params={"since": str(since)},
-                timeout=aiohttp.ClientTimeout(total=1.0),
-            ) as resp:
-                if resp.status != 200:
-                    return None
-                body = await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return None
+        body = await self._get_json(session, f"{topo.router_url}/events", params={"since": str(since)})
         evs = body.get("events") if isinstance(body, dict) else None
         nxt = body.get("next") if isinstance(body, dict) else None
         if not isinstance(evs, list) or not isinstance(nxt, int):

@@ -9,7 +9,6 @@ listed by `adjustments` (e.g. smg's health interval is whole seconds, at least 1
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import math
 import re
@@ -202,22 +201,7 @@ class GatewayAdapter(RouterAdapter):
 
     async def wait_ready(self, session: aiohttp.ClientSession, topo: Topology, timeout_s: float) -> None:
         """`GET /liveness` answers 200: the gateway serves (its workers' readiness comes from `/workers`)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        last = "no answer"
-        while loop.time() < deadline:
-            try:
-                async with session.get(
-                    f"{topo.router_url}/liveness", timeout=aiohttp.ClientTimeout(total=1.0)
-                ) as resp:
-                    await resp.read()
-                    if resp.status == 200:
-                        return
-                    last = f"HTTP {resp.status}"
-            except (aiohttp.ClientError, TimeoutError) as e:
-                last = f"{type(e).__name__}: {e}"
-            await asyncio.sleep(0.1)
-        raise TimeoutError(f"router {self.name} did not answer /liveness within {timeout_s:g} s ({last})")
+        await self._poll_until_answer(session, topo, "/liveness", timeout_s, statuses={200})
 
     def normalize_worker(self, w: dict[str, Any]) -> dict[str, Any]:
         out = dict(w)
