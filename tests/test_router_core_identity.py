@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from health_sim import tick
 
 from reference_router.core import (
     STALE_ENGINE_ID,
@@ -28,7 +29,6 @@ from reference_router.core import (
     next_identity_check_at,
     observe_identity,
     plan_handoff,
-    plan_probes,
     reread_due_for,
 )
 
@@ -228,16 +228,8 @@ def drive(
         if not restarted and now >= restart_at:
             eng.restart(now, "gen2")
             restarted = True
-        plan = plan_probes(reg, now, cfg)
-        for pw in plan.probe:
-            tok = begin_probe(pw, now)
-            res = finish_probe(pw, tok, True, now, cfg)  # the engine is back before any probe sees it down
-            if res is not None and res.reread_due:
-                finish_reread(pw, tok, eng.read(now), now, cfg)
-        for iw in plan.identity:
-            begin_identity_check(iw, now)
-            read = eng.read(now)
-            apply_identity(iw, observe_identity(iw.runtime, read.engine_id, read.uptime_s, now))
+        # Every probe passes: the engine is back before any probe sees it down.
+        tick(reg, now, cfg, True, eng.read)
         if restarted and took_force is None and w.engine_id == "gen2":
             took_force = now
         now = round(now + step, 6)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
+from health_sim import tick
 
 from reference_router.core import (
     PARTIAL_READ_CLEARS_ID,
@@ -20,14 +21,10 @@ from reference_router.core import (
     Status,
     Worker,
     WorkerRegistry,
-    apply_identity,
-    begin_identity_check,
     begin_probe,
     expire_probe,
     finish_probe,
-    finish_reread,
     make_worker_spec,
-    observe_identity,
     plan_handoff,
     plan_probes,
 )
@@ -62,23 +59,10 @@ def run(script: Script, until: float, cfg: HealthConfig = CFG, step: float = 0.0
     w = reg.add(make_worker_spec("grpc://127.0.0.1:7000", "prefill"))
     now = 0.0
     while now <= until:
-        plan = plan_probes(reg, now, cfg)
-        for ew in plan.expired:
-            expire_probe(ew, now, cfg)
-        for pw in plan.probe:
-            tok = begin_probe(pw, now)
-            res = finish_probe(pw, tok, script.healthy(now), now, cfg)
+        for res in tick(reg, now, cfg, script.healthy(now), script.read, script.reads):
             assert res is not None
             if res.changed:
                 script.statuses.append((now, res.status_after))
-            if res.reread_due:
-                script.reads.append(now)
-                finish_reread(pw, tok, script.read(now), now, cfg)
-        for iw in plan.identity:
-            begin_identity_check(iw, now)
-            read = script.read(now)
-            script.reads.append(now)
-            apply_identity(iw, observe_identity(iw.runtime, read.engine_id, read.uptime_s, now))
         now = round(now + step, 6)
     return w
 
