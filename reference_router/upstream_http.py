@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import aiohttp
@@ -20,11 +21,24 @@ def make_session() -> aiohttp.ClientSession:
     )
 
 
+@contextmanager
+def _upstream_errors(url: str, timeout_s: float) -> Iterator[None]:
+    """aiohttp's failures of a leg to `url` as UpstreamError: refused (not sent), overran, or broke (502)."""
+    try:
+        yield
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+        raise _not_sent(url, exc) from exc
+    except TimeoutError as exc:
+        raise UpstreamError(f"{url} timed out after {timeout_s:g}s", 504, "upstream_timeout") from exc
+    except aiohttp.ClientError as exc:
+        raise UpstreamError(f"{url}: {exc.__class__.__name__}: {exc}", status=502) from exc
+
+
 async def post_json(
     session: aiohttp.ClientSession, url: str, body: dict[str, Any], timeout_s: float
 ) -> dict[str, Any]:
     """POST and decode a JSON answer; any non-2xx, bad JSON, refusal or overrun -> UpstreamError."""
-    try:
+    with _upstream_errors(url, timeout_s):
         async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             raw = await resp.read()
             try:
@@ -39,12 +53,6 @@ async def post_json(
             if not isinstance(payload, dict):
                 raise UpstreamError(f"{url} answered non-object JSON")
             return payload
-    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-        raise _not_sent(url, exc) from exc
-    except TimeoutError as exc:
-        raise UpstreamError(f"{url} timed out after {timeout_s:g}s", 504, "upstream_timeout") from exc
-    except aiohttp.ClientError as exc:
-        raise UpstreamError(f"{url}: {exc.__class__.__name__}: {exc}", status=502) from exc
 
 
 class HttpStream:
@@ -75,14 +83,8 @@ class HttpStream:
 async def open_stream(
     session: aiohttp.ClientSession, url: str, body: dict[str, Any], timeout_s: float
 ) -> HttpStream:
-    try:
+    with _upstream_errors(url, timeout_s):
         resp = await session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s))
-    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-        raise _not_sent(url, exc) from exc
-    except TimeoutError as exc:
-        raise UpstreamError(f"{url} timed out after {timeout_s:g}s", 504, "upstream_timeout") from exc
-    except aiohttp.ClientError as exc:
-        raise UpstreamError(f"{url}: {exc.__class__.__name__}: {exc}", status=502) from exc
     if resp.status >= 400:
         try:
             raw = await resp.read()
