@@ -235,16 +235,22 @@ class RunPlan:
     seed: int
 
 
-def plan_run(args: argparse.Namespace) -> RunPlan:
-    """Everything that can be wrong with a run, found before any process starts (UsageError)."""
-    from harness.runner import expand_matrix
-
+def select_suite(args: argparse.Namespace) -> tuple[list[str] | None, list[Any]]:
+    """`--topology` and the scenarios to run (those named, else the default suite), checked (UsageError)."""
     topologies = _split_topologies(args.topology)
     loaded = _load(args.scenarios)
     scenarios = loaded if args.scenarios else default_suite(loaded)
     if not scenarios:
         raise UsageError("no scenarios to run")
     _check_expectations(scenarios)
+    return topologies, scenarios
+
+
+def plan_run(args: argparse.Namespace) -> RunPlan:
+    """Everything that can be wrong with a run, found before any process starts (UsageError)."""
+    from harness.runner import expand_matrix
+
+    topologies, scenarios = select_suite(args)
     scenarios = _check_router(args.router, scenarios, named=bool(args.scenarios))
     if not scenarios:
         raise UsageError(f"no scenario of the default suite can run against router {args.router!r}")

@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         comp = load_comparison(args.compare_only)
         print(markdown_table(comp))
         return EXIT_BY_STATUS.get(comp.status, 2)
-    from harness.cli import UsageError, _check_expectations, _load, _split_topologies, default_suite
+    from harness.cli import UsageError, select_suite
     from harness.gateways.matrix import run_matrix
     from harness.gateways.spec import parse_router_spec
 
@@ -64,12 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for spec in routers:
             parse_router_spec(spec)
-        topologies = _split_topologies(args.topology)
-        loaded = _load(args.scenarios)
-        scenarios = loaded if args.scenarios else default_suite(loaded)
-        if not scenarios:
-            raise UsageError("no scenarios to run")
-        _check_expectations(scenarios)
+        topologies, scenarios = select_suite(args)
     except (UsageError, RouterAdapterError) as e:
         print(f"pdchaos: error: {e}", file=sys.stderr)
         return 3
