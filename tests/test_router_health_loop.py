@@ -32,6 +32,18 @@ async def grpc_stub(stubs: list[Any], name: str, role: str = "prefill", connecto
     return stub
 
 
+async def mooncake_pair(stubs: list[Any], transport: str) -> tuple[Any, Any, int]:
+    """A Mooncake prefill and decode over `transport` ("http" or "grpc"), and the prefill's bootstrap port."""
+    if transport == "http":
+        p = await HttpStubEngine(StubState("p", "prefill", "mooncake"), bootstrap=True).start()
+        d = await HttpStubEngine(StubState("d", "decode", "mooncake")).start()
+        stubs.extend([p, d])
+        return p, d, p.bootstrap_port
+    p = await grpc_stub(stubs, "p")
+    d = await grpc_stub(stubs, "d", role="decode")
+    return p, d, 18001
+
+
 def router_cfg(**kw: Any) -> RouterConfig:
     base: dict[str, Any] = {
         "pd": True, "connector": "mooncake", "interval_s": INTERVAL, "probe_timeout_s": PROBE_TIMEOUT,
@@ -144,15 +156,7 @@ async def test_hung_health_probe_counts_as_failed_and_frees_the_slot(stubs: list
 async def test_restart_with_new_id_reaches_the_decode_after_the_reread(
     stubs: list[Any], transport: str
 ) -> None:
-    if transport == "http":
-        p = await HttpStubEngine(StubState("p", "prefill", "mooncake"), bootstrap=True).start()
-        d = await HttpStubEngine(StubState("d", "decode", "mooncake")).start()
-        stubs.extend([p, d])
-        boot = p.bootstrap_port
-    else:
-        p = await grpc_stub(stubs, "p")
-        d = await grpc_stub(stubs, "d", role="decode")
-        boot = 18001
+    p, d, boot = await mooncake_pair(stubs, transport)
     cfg = router_cfg(prefill=(WorkerArg(p.url, boot),), decode=(d.url,))
     async with InProcessRouter(cfg) as router:
         await router.wait_ready()
@@ -269,15 +273,7 @@ async def test_grpc_engine_back_after_an_outage_rejoins_promptly(stubs: list[Any
 async def test_request_right_after_promotion_waits_for_the_reread(stubs: list[Any], transport: str) -> None:
     """The worker turns Ready at the probe; the id read after it is slow. A request in that window must not
     mint the id from before the restart."""
-    if transport == "http":
-        p = await HttpStubEngine(StubState("p", "prefill", "mooncake"), bootstrap=True).start()
-        d = await HttpStubEngine(StubState("d", "decode", "mooncake")).start()
-        stubs.extend([p, d])
-        boot = p.bootstrap_port
-    else:
-        p = await grpc_stub(stubs, "p")
-        d = await grpc_stub(stubs, "d", role="decode")
-        boot = 18001
+    p, d, boot = await mooncake_pair(stubs, transport)
     cfg = router_cfg(prefill=(WorkerArg(p.url, boot),), decode=(d.url,), probe_timeout_s=1.5)
     async with InProcessRouter(cfg) as router:
         await router.wait_ready()
