@@ -161,3 +161,29 @@ def test_every_down_transition_of_a_flapping_link_is_a_cut() -> None:
     assert (during["ok"], during["failed"]) == (2, 1)
     assert v.status == "pass", v.reason
     assert check_availability(hb.history(), dataclasses.replace(exp, during=1.0)).status == "fail"
+
+
+def test_a_cut_recorded_a_few_ms_off_still_owns_its_victims() -> None:
+    """The crash record is written after the kill (teardown takes ms) and a flap's note after the Toxiproxy
+    call: a leg reset just after the recorded cut, or just before a `down` note, was on the wire at it."""
+    hb = HB()
+    for i in range(4):
+        hb.request(0.1 * i, 0.05)
+    hb.fault("crash", "crash", "prefill-1", applied=1.0, healed=2.0)
+    hb.request(1.003, 0.008, status=502)  # connected while the engine was dying: reset
+    hb.at(1.5).note("flap down", fault="crash", enabled=False)
+    hb.request(1.48, 0.019, status=502)  # reset 1 ms before the note was written
+    for i in range(5):
+        hb.request(1.1 + 0.05 * i, 0.05)
+    for i in range(4):
+        hb.request(2.5 + 0.1 * i, 0.05)
+    hb.end(3.5)
+    exp = AvailabilityExpect(during=1.0, settle_s=0.2, exclude_in_flight_at_fault=True)
+    v = check_availability(hb.history(), exp)
+    assert v.status == "pass", v.reason
+    assert v.numbers["windows"]["crash"]["during"]["in_flight"]["failed"] == 2
+    exact = check_availability(hb.history(), dataclasses.replace(exp, cut_slack_s=0.0))
+    assert exact.status == "fail"
+    assert exact.numbers["windows"]["crash"]["during"]["failed"] == 2
+    # Outside the slack: a request sent well after the cut is judged.
+    assert check_availability(hb.history(), dataclasses.replace(exp, cut_slack_s=0.001)).status == "fail"
