@@ -40,6 +40,26 @@ async def _gone(pid: int, timeout_s: float = 5.0) -> bool:
     return not pid_alive(pid)
 
 
+async def _marked_gone(marker: str, timeout_s: float = 5.0) -> list[int]:
+    """Marked pids still alive after timeout_s (a process being torn down may show for a moment)."""
+    deadline = time.monotonic() + timeout_s
+    while (left := find_marked_processes(marker)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return left
+
+
+def _describe(pids: list[int]) -> str:
+    out = []
+    for pid in pids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
+        except OSError:
+            cmd, stat = "?", "?"
+        out.append(f"{pid}: {cmd[:200]!r} stat={stat[:80]!r}")
+    return "; ".join(out)
+
+
 async def test_ready_line_parsed_and_logged(tmp_path: Path) -> None:
     async with ProcessSupervisor(tmp_path) as sup:
         proc = await sup.spawn(
@@ -236,7 +256,8 @@ async def test_children_die_with_the_harness(tmp_path: Path, how: str) -> None:
         for r in records:
             assert await _gone(r["pid"]), f"{r['name']} survived the harness"
             assert not group_alive(r["pgid"])
-        assert find_marked_processes(marker) == []
+        left = await _marked_gone(marker)
+        assert left == [], f"marked processes left: {_describe(left)}"
     finally:
         if harness.poll() is None:
             os.killpg(harness.pid, signal.SIGKILL)
