@@ -10,41 +10,12 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 
-import aiohttp
+from closed_loop import drive
 
 from pdchaos.ports import free_ports
 
 READY = "PDCHAOS_ENGINE_READY"
-
-
-async def drive(
-    url: str, body: dict[str, object], seconds: float, concurrency: int
-) -> tuple[int, int, float]:
-    """Closed loop: `concurrency` clients, each posting back to back for `seconds`. (ok, errors, elapsed)."""
-    ok = errors = 0
-    deadline = time.monotonic() + seconds
-    timeout = aiohttp.ClientTimeout(total=10)
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-
-        async def client() -> None:
-            nonlocal ok, errors
-            while time.monotonic() < deadline:
-                try:
-                    async with session.post(url, json=body) as r:
-                        await r.read()
-                        if r.status == 200:
-                            ok += 1
-                        else:
-                            errors += 1
-                except (aiohttp.ClientError, TimeoutError):
-                    errors += 1
-
-        t0 = time.monotonic()
-        await asyncio.gather(*(client() for _ in range(concurrency)))
-        return ok, errors, time.monotonic() - t0
 
 
 async def main() -> int:

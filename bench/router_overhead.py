@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 import aiohttp
+from closed_loop import drive
 
 READY_STUBS = "STUBS_READY"
 READY_ROUTER = "PDCHAOS_ROUTER_READY"
@@ -81,25 +82,7 @@ async def sequential_latency(session: aiohttp.ClientSession, url: str, n: int) -
 
 
 async def saturate(url: str, seconds: float, concurrency: int) -> tuple[int, int, float]:
-    ok = errors = 0
-    body = {"prompt": "[pdchaos:bench:2] hello", "max_tokens": 8}
-    deadline = time.monotonic() + seconds
-    conn = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=10)) as s:
-
-        async def client() -> None:
-            nonlocal ok, errors
-            while time.monotonic() < deadline:
-                try:
-                    async with s.post(url, json=body) as r:
-                        await r.read()
-                        ok, errors = (ok + 1, errors) if r.status == 200 else (ok, errors + 1)
-                except (aiohttp.ClientError, TimeoutError):
-                    errors += 1
-
-        t0 = time.monotonic()
-        await asyncio.gather(*(client() for _ in range(concurrency)))
-        return ok, errors, time.monotonic() - t0
+    return await drive(url, {"prompt": "[pdchaos:bench:2] hello", "max_tokens": 8}, seconds, concurrency)
 
 
 async def run_one(transport: str, args: argparse.Namespace) -> None:
