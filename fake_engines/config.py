@@ -1,14 +1,25 @@
-"""Engine configuration and the `pdchaos-engine` command line that fills it (CONTRACTS.md §1)."""
+"""The `pdchaos-engine` command line that fills an EngineConfig (CONTRACTS.md §1), and its help text.
+
+`EngineConfig` itself is a core value (`fake_engines.core.engine_config`), re-exported here.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, replace
-from typing import Literal
 
-Role = Literal["prefill", "decode", "both"]
-Connector = Literal["mooncake", "nixl", "none"]
+from fake_engines.core.engine_config import Connector, EngineConfig, Role
+
+__all__ = [
+    "CONNECTOR_NAMES",
+    "FAULTS_HELP",
+    "KV_ROLES",
+    "Connector",
+    "EngineConfig",
+    "Role",
+    "build_parser",
+    "config_from_args",
+]
 
 CONNECTOR_NAMES = {"mooncake": "MooncakeConnector", "nixl": "NixlConnector", "none": ""}
 KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer", "both": "kv_both"}
@@ -46,38 +57,6 @@ Every control call needs "Authorization: Bearer TOKEN" when a token is set and a
 Exit status: 0 after SIGTERM/SIGINT, 1 after /control/die, killed by SIGKILL after /control/crash,
 2 on bad flags or ports that cannot be bound.
 """
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    role: Role = "both"
-    name: str = "engine"
-    connector: Connector = "none"
-    host: str = "127.0.0.1"
-    http_port: int = 0
-    grpc_port: int = 0
-    control_port: int = 0
-    control_token: str | None = None
-    bootstrap_port: int = 0
-    nixl_port: int = 0
-    # Side-channel port told to decodes instead of the bound one (a proxy in front of it); 0 = the bound one.
-    advertise_side_channel_port: int = 0
-    engine_id: str | None = None
-    dp_size: int = 1
-    model: str = "pdchaos-fake"
-    transfer_timeout_s: float = 540.0
-    kv_abort_timeout_s: float = 480.0
-    handshake_timeout_s: float = 5.0
-    load_failure_policy: Literal["fail", "recompute"] = "fail"
-    load_time_s: float = 0.0
-    ttft_ms: float = 20.0
-    itl_ms: float = 5.0
-    seed: int | None = None
-    records: str | None = None
-    log_level: str = "WARNING"
-
-    def with_(self, **changes: object) -> EngineConfig:
-        return replace(self, **changes)  # type: ignore[arg-type]
 
 
 def build_parser() -> argparse.ArgumentParser:

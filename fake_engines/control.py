@@ -9,18 +9,35 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from fake_engines.control_client import ControlError, EngineControlClient
+from fake_engines.core.engine_config import EngineConfig
+from fake_engines.engine import Engine
 
-if TYPE_CHECKING:
-    from fake_engines.runtime import EngineHandle
-
-__all__ = ["ControlError", "EngineControlClient", "control_app"]
+__all__ = ["ControlError", "ControlledEngine", "EngineControlClient", "control_app"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ControlledEngine(Protocol):
+    """What the control API drives: the lifecycle owner (`runtime.EngineHandle`), which builds this app."""
+
+    @property
+    def config(self) -> EngineConfig: ...
+
+    @property
+    def engine(self) -> Engine: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    async def restart(self, down_s: float = 0.0, engine_id: str | None = None) -> dict[str, Any]: ...
+
+    def crash(self) -> dict[str, Any]: ...
+
+    def die(self, exit_after_s: float = 5.0) -> dict[str, Any]: ...
 
 
 def _fail(status: int, message: str) -> web.Response:
@@ -49,7 +66,7 @@ def _number(body: dict[str, Any], key: str, default: float) -> float:
     return float(v)
 
 
-def control_app(handle: EngineHandle) -> web.Application:
+def control_app(handle: ControlledEngine) -> web.Application:
     token = handle.config.control_token
 
     @web.middleware
@@ -107,7 +124,7 @@ def control_app(handle: EngineHandle) -> web.Application:
         raw = request.query.get("since", "0")
         if not raw.lstrip("-").isdigit():
             raise ValueError("since must be an integer")
-        recs, nxt = handle.engine.records_since(int(raw))
+        recs, nxt = handle.engine.state.records_since(int(raw))
         return web.json_response({"records": recs, "next": nxt})
 
     app = web.Application(middlewares=[auth])

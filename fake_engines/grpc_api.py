@@ -13,9 +13,10 @@ import grpc
 from fake_engines import grpc_health, model
 from fake_engines.config import CONNECTOR_NAMES, KV_ROLES
 from fake_engines.core import tokenizer
+from fake_engines.core.gen_request import GenRequest, RequestError, parse_kv_params
 from fake_engines.core.generator import DEFAULT_MAX_TOKENS
 from fake_engines.core.kv_store import BLOCK_SIZE
-from fake_engines.engine import Engine, GenRequest, RequestError
+from fake_engines.engine import Engine
 from pdchaos.proto import SERVICE_NAME, common_pb2, vllm_engine_pb2, vllm_engine_pb2_grpc
 
 TOKENIZER_CHUNK_BYTES = 64 * 1024
@@ -67,7 +68,7 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
                 kv = json.loads(request.kv_transfer_params_json)
             except json.JSONDecodeError as exc:
                 raise RequestError(400, f"kv_transfer_params_json is not JSON: {exc}") from exc
-            kv = self.engine.parse_kv_params(kv)
+            kv = parse_kv_params(kv)
         elif request.HasField("kv_transfer_params"):
             # The deprecated typed form (no engine id): a decode can only recompute from it.
             typed = request.kv_transfer_params
@@ -123,7 +124,7 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
     # -- health and metadata --------------------------------------------------------------------------------
     async def HealthCheck(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await self.engine.faults.gate("health")
-        if self.engine.dead:
+        if self.engine.state.dead:
             return vllm_engine_pb2.HealthCheckResponse(healthy=False, message="engine dead")
         return vllm_engine_pb2.HealthCheckResponse(healthy=True, message="ok")
 
@@ -149,16 +150,16 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
         )
 
     async def GetServerInfo(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        e = self.engine
-        await e.faults.gate("server_info")
-        if e.faults.state.fail_server_info:
+        await self.engine.faults.gate("server_info")
+        e = self.engine.state
+        if e.faults.fail_server_info:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "server info unavailable (injected)")
         cfg = e.config
         return vllm_engine_pb2.GetServerInfoResponse(
             active_requests=e.active,
             is_paused=False,
             last_receive_timestamp=e.last_receive,
-            uptime_seconds=e.identity.uptime_s(e.now()),
+            uptime_seconds=e.identity.uptime_s(self.engine.now()),
             server_type="vllm-grpc",
             kv_connector=CONNECTOR_NAMES[cfg.connector],
             kv_role=KV_ROLES[cfg.role] if cfg.connector != "none" else "",
@@ -171,8 +172,8 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
         )
 
     async def GetLoads(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        e = self.engine
-        await e.faults.gate("metadata")
+        await self.engine.faults.gate("metadata")
+        e = self.engine.state
         ranks = range(e.config.dp_size)
         if request.HasField("dp_rank"):
             if not 0 <= request.dp_rank < e.config.dp_size:
@@ -236,7 +237,7 @@ def make_grpc_server(engine: Engine, host: str, port: int) -> tuple[grpc.aio.Ser
         await engine.faults.gate("health")
         if service not in ("", SERVICE_NAME):
             return grpc_health.SERVICE_UNKNOWN
-        return grpc_health.NOT_SERVING if engine.dead else grpc_health.SERVING
+        return grpc_health.NOT_SERVING if engine.state.dead else grpc_health.SERVING
 
     server.add_generic_rpc_handlers((grpc_health.health_handler(status_of),))
     bound = server.add_insecure_port(f"{host}:{port}")

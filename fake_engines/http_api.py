@@ -12,8 +12,15 @@ from aiohttp import web
 
 from fake_engines import model
 from fake_engines.core.chat import render_chat
+from fake_engines.core.gen_request import (
+    GenRequest,
+    GenResult,
+    RequestError,
+    max_tokens_problem,
+    parse_kv_params,
+)
 from fake_engines.core.generator import DEFAULT_MAX_TOKENS
-from fake_engines.engine import Engine, GenRequest, GenResult, RequestError
+from fake_engines.engine import Engine
 
 VERSION = "0.11.0+pdchaos"
 MAX_MODEL_LEN = 32768
@@ -96,7 +103,7 @@ class HttpSurface:
 
     async def health(self, request: web.Request) -> web.Response:
         await self.engine.faults.gate("health")
-        if self.engine.dead:
+        if self.engine.state.dead:
             return web.Response(status=503, text="engine dead")
         return web.Response(status=200)
 
@@ -127,7 +134,7 @@ class HttpSurface:
 
     async def metrics(self, request: web.Request) -> web.Response:
         await self.engine.faults.gate("metadata")
-        e = self.engine
+        e = self.engine.state
         label = f'model_name="{e.config.model}"'
         lines = [
             "# TYPE vllm:num_requests_running gauge",
@@ -180,7 +187,7 @@ class HttpSurface:
         # Like vLLM: a caller's X-Request-Id (or body request_id) names the request, else a fresh id.
         rid = body.get("request_id") or header_id
         rid = rid if isinstance(rid, str) and rid else f"{prefix}-{uuid.uuid4().hex}"
-        kv = self.engine.parse_kv_params(body.get("kv_transfer_params"))
+        kv = parse_kv_params(body.get("kv_transfer_params"))
         return GenRequest(
             rid, text, ids, DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens, seed, kv
         ), stream
@@ -189,8 +196,10 @@ class HttpSurface:
         try:
             body = _parse_body(await request.read())
             req, stream = self._gen_request(body, chat, request.headers.get("X-Request-Id"))
-            if req.max_tokens < 1:
-                raise RequestError(400, "max_tokens must be at least 1")
+            # Refused before the stream starts, so it gets a real 400 status rather than an error chunk.
+            problem = max_tokens_problem(req.max_tokens)
+            if problem is not None:
+                raise RequestError(400, problem)
         except RequestError as exc:
             return error_response(exc.status, exc.message, exc.err_type)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage")) if stream else False

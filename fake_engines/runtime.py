@@ -18,7 +18,8 @@ import grpc
 from aiohttp import web
 
 from fake_engines.config import EngineConfig
-from fake_engines.core.identity import EngineIdentity, rank_engine_ids
+from fake_engines.control import control_app
+from fake_engines.core.identity import rank_engine_ids
 from fake_engines.engine import Engine
 from fake_engines.grpc_api import make_grpc_server
 from fake_engines.http_api import HttpSurface
@@ -41,7 +42,6 @@ class EngineHandle:
         self.config = config
         # In a real process (CLI) crash/die end the process; in process (tests, harness) they only close it.
         self.process_exit = process_exit
-        self.engine = Engine(config, EngineIdentity.first(time.monotonic(), config.engine_id))
         self.started_at_wall = time.time()
         self.serving = False
         self.closed = asyncio.Event()
@@ -57,8 +57,7 @@ class EngineHandle:
         if config.connector == "nixl" and config.role in ("prefill", "both"):
             self.nixl_port = config.nixl_port or free_port()
         self.config = config.with_(bootstrap_port=self.bootstrap_port, nixl_port=self.nixl_port)
-        self.engine.config = self.config
-        self.engine.nixl_port = self.nixl_port
+        self.engine = Engine(self.config)
         self._runners: list[web.AppRunner] = []
         self._grpc: grpc.aio.Server | None = None
         self._side: list[SideChannelServer] = []
@@ -76,7 +75,7 @@ class EngineHandle:
     def side_channel_port(self) -> int | None:
         if self.config.connector == "nixl":
             return self.nixl_port or None
-        ports = self.engine.side_channel_ports
+        ports = self.engine.state.side_channel_ports
         return ports[0] if ports else None
 
     def url(self, kind: str = "http") -> str:
@@ -101,8 +100,8 @@ class EngineHandle:
             "nixl_port": self.nixl_port or None,
             "control_port": self.control_port or None,
             "serving": self.serving,
-            "dead": e.dead,
-            "faults": e.faults.state.as_dict(),
+            "dead": e.state.dead,
+            "faults": e.state.faults.as_dict(),
         }
 
     # -- serving listeners ----------------------------------------------------------------------------------
@@ -117,13 +116,13 @@ class EngineHandle:
                     srv = SideChannelServer(host, 0, self._responder(rank_id))
                     ports.append(await srv.start())
                     self._side.append(srv)
-                e.side_channel_ports = ports
+                e.state.side_channel_ports = ports
                 await self._start_app(self._bootstrap_app(), self.bootstrap_port)
             elif cfg.connector == "nixl" and cfg.role in ("prefill", "both"):
                 srv = SideChannelServer(host, self.nixl_port, self._responder(None))
                 await srv.start()
                 self._side.append(srv)
-                e.side_channel_ports = [self.nixl_port]
+                e.state.side_channel_ports = [self.nixl_port]
             if self.grpc_port:
                 server, bound = make_grpc_server(e, host, self.grpc_port)
                 await server.start()
@@ -147,8 +146,7 @@ class EngineHandle:
         app = web.Application()
 
         async def query(request: web.Request) -> web.Response:
-            await self.engine.faults.gate("side_channel")
-            return web.json_response(self.engine.bootstrap_answer())
+            return web.json_response(await self.engine.bootstrap_answer())
 
         app.router.add_get("/query", query)
         return app
@@ -173,13 +171,11 @@ class EngineHandle:
             with contextlib.suppress(Exception):
                 await runner.cleanup()
         self._runners.clear()
-        self.engine.side_channel_ports = []
+        self.engine.state.side_channel_ports = []
 
     async def start(self) -> None:
         """First start: control API at once, serving listeners after the load time."""
         if self.control_port:
-            from fake_engines.control import control_app
-
             self._control_runner = web.AppRunner(
                 control_app(self), access_log=None, handle_signals=False, shutdown_timeout=_SHUTDOWN_S
             )
@@ -190,7 +186,7 @@ class EngineHandle:
         if self.config.load_time_s > 0:
             await asyncio.sleep(self.config.load_time_s)
         async with self._lifecycle:
-            self.engine.identity = EngineIdentity.first(self.engine.now(), self.config.engine_id)
+            self.engine.state.start(self.engine.now())
             self.started_at_wall = time.time()
             await self._start_serving()
 
@@ -204,11 +200,7 @@ class EngineHandle:
             await self._stop_serving()
             if down_s > 0:
                 await asyncio.sleep(down_s)
-            e = self.engine
-            pinned = engine_id if engine_id is not None else self.config.engine_id
-            e.reset(e.identity.restarted(e.now(), pinned))
-            e.dead = False
-            cleared = e.faults.clear_all()
+            cleared = self.engine.restart(engine_id)
             self.started_at_wall = time.time()
             await self._start_serving()
             after = self.state()
@@ -237,10 +229,9 @@ class EngineHandle:
         """Engine death: health turns 503 / unhealthy now, the process goes away `exit_after_s` later."""
         if exit_after_s < 0:
             raise ValueError("exit_after_s must be >= 0")
-        old = self.engine.dead
-        self.engine.dead = True
+        changed = self.engine.state.die()
         self._spawn(self._exit_later(exit_after_s))
-        return {"dead": {"old": old, "new": True}, "exit_after_s": exit_after_s}
+        return {**changed, "exit_after_s": exit_after_s}
 
     async def _exit_later(self, delay: float) -> None:
         await asyncio.sleep(delay)

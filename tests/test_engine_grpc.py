@@ -20,6 +20,7 @@ from fake_engines.core.timing import TimingModel
 from fake_engines.runtime import EngineHandle
 from fake_engines.testing import loopback_config, running_engine
 from pdchaos.proto import SERVICE_NAME, common_pb2, vllm_engine_pb2, vllm_engine_pb2_grpc
+from pdchaos.waiting import poll_until
 
 pb = vllm_engine_pb2
 
@@ -176,11 +177,7 @@ async def test_abort_cancels_in_flight(
     engine.engine.timing = TimingModel(ttft_ms=5000.0)
     req = pb.GenerateRequest(request_id="slow", text="x", sampling_params=pb.SamplingParams(max_tokens=1))
     call = stub.Generate(req, timeout=5)
-    for _ in range(50):
-        await asyncio.sleep(0.02)
-        if "slow" in engine.engine._inflight:
-            break
-    assert "slow" in engine.engine._inflight
+    assert await poll_until(lambda: "slow" in engine.engine._inflight, 1.0, 0.02)
     await stub.Abort(pb.AbortRequest(request_ids=["slow", "unknown"]), timeout=5)
     with pytest.raises(grpc.aio.AioRpcError) as exc:
         await collect(call)

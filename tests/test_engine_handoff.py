@@ -21,6 +21,7 @@ from pdchaos.jsonl import read_jsonl
 from pdchaos.ports import port_is_open
 from pdchaos.proto import vllm_engine_pb2 as pb
 from pdchaos.proto import vllm_engine_pb2_grpc as pbg
+from pdchaos.sse import DONE, error_message, parse_sse
 
 TRANSFER_TIMEOUT_S = 1.0
 
@@ -253,10 +254,9 @@ async def test_streaming_decode_failure_is_error_chunk(
     }
     async with session.post(d.url() + "/v1/completions", json=body) as r:
         assert r.status == 200
-        raw = await r.text()
-    blocks = [b for b in raw.split("\n\n") if b.strip()]
-    assert blocks[-1] == "data: [DONE]"
-    assert '"error"' in blocks[0] and len(blocks) == 2
+        events = parse_sse(await r.text())
+    assert events.payloads[-1] == DONE
+    assert error_message(events.chunks[0]) is not None and len(events.payloads) == 2
 
 
 async def test_dp_ranks_in_bootstrap_query(session: aiohttp.ClientSession) -> None:

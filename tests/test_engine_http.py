@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
 import pytest
@@ -14,6 +13,7 @@ from fake_engines.core.chat import render_chat
 from fake_engines.core.generator import expected_chat_completion, expected_completion
 from fake_engines.runtime import EngineHandle
 from fake_engines.testing import loopback_config, running_engine
+from pdchaos.sse import DONE, SseBody, parse_sse
 
 
 @pytest.fixture
@@ -28,16 +28,12 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
         yield s
 
 
-def sse_events(raw: str) -> list[Any]:
-    """Parse an SSE body into decoded `data:` payloads ("[DONE]" kept as the string)."""
-    events: list[Any] = []
-    for block in raw.split("\n\n"):
-        if not block.strip():
-            continue
-        assert block.startswith("data: "), block
-        payload = block[len("data: ") :]
-        events.append(payload if payload == "[DONE]" else json.loads(payload))
-    return events
+def finished_stream(raw: str) -> SseBody:
+    """The parsed body of a stream that ended properly: every payload JSON, `[DONE]` last."""
+    body = parse_sse(raw)
+    assert not body.bad, body.bad
+    assert body.payloads and body.payloads[-1] == DONE, body.payloads
+    return body
 
 
 async def test_health_models_version_metrics(engine: EngineHandle, session: aiohttp.ClientSession) -> None:
@@ -123,9 +119,7 @@ async def test_completion_streaming_sse(engine: EngineHandle, session: aiohttp.C
     ) as r:
         assert r.status == 200
         assert r.headers["Content-Type"].startswith("text/event-stream")
-        events = sse_events(await r.text())
-    assert events[-1] == "[DONE]"
-    chunks = events[:-1]
+        chunks = finished_stream(await r.text()).chunks
     usage = chunks[-1]
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 6
     text_chunks = chunks[:-1]
@@ -141,9 +135,7 @@ async def test_chat_streaming_sse(engine: EngineHandle, session: aiohttp.ClientS
     async with session.post(
         engine.url() + "/v1/chat/completions", json={"messages": messages, "max_tokens": 3, "stream": True}
     ) as r:
-        events = sse_events(await r.text())
-    assert events[-1] == "[DONE]"
-    chunks = events[:-1]
+        chunks = finished_stream(await r.text()).chunks
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
@@ -196,10 +188,9 @@ async def test_fail_requests_fault_non_streaming_and_streaming(
         engine.url() + "/v1/completions", json={"prompt": "a", "max_tokens": 2, "stream": True}
     ) as r:
         assert r.status == 200
-        events = sse_events(await r.text())
-    assert events[-1] == "[DONE]"
-    assert events[0]["error"]["code"] == 503
-    assert len(events) == 2
+        events = finished_stream(await r.text())
+    assert events.chunks[0]["error"]["code"] == 503
+    assert len(events.payloads) == 2
     async with session.post(engine.url() + "/v1/completions", json={"prompt": "a", "max_tokens": 2}) as r:
         assert r.status == 200
     assert engine.engine.faults.state.as_dict() == {}

@@ -11,7 +11,16 @@ from fake_engines.core.bootstrap import (
     parse_tcp_addr,
 )
 from fake_engines.core.chat import CHAT_TEMPLATE, render_chat
-from fake_engines.core.faults import SURFACES, FaultState
+from fake_engines.core.engine_config import EngineConfig
+from fake_engines.core.engine_state import EngineState, engine_timing
+from fake_engines.core.fault_state import FAULT_KINDS, SURFACES, FaultState
+from fake_engines.core.gen_request import (
+    GenRequest,
+    GenResult,
+    RequestError,
+    max_tokens_problem,
+    parse_kv_params,
+)
 from fake_engines.core.generator import (
     DEFAULT_MAX_TOKENS,
     FINISH_REASON,
@@ -45,6 +54,15 @@ from fake_engines.core.handoff import (
 from fake_engines.core.identity import EngineIdentity, dp_engine_id, make_engine_id, rank_engine_ids
 from fake_engines.core.kv_store import BLOCK_SIZE, KvBlock, KvStore, n_blocks
 from fake_engines.core.records import TAG_RE, find_tag, make_record
+from fake_engines.core.request_flow import (
+    AwaitGate,
+    Finish,
+    FlowStep,
+    HandoffStep,
+    Reject,
+    RequestFlow,
+    Sleep,
+)
 from fake_engines.core.timing import TimingModel
 from fake_engines.core.tokenizer import (
     EOS_TOKEN,
@@ -65,6 +83,7 @@ from fake_engines.core.wire import (
     PullRequest,
     PullResponse,
     WireError,
+    answer_frame,
     decode_message,
     encode_frame,
     fake_kv_bytes,
@@ -77,17 +96,26 @@ __all__ = [
     "CHAT_TEMPLATE",
     "DEFAULT_MAX_TOKENS",
     "EOS_TOKEN",
+    "FAULT_KINDS",
     "FINISH_REASON",
     "SPECIAL_TOKENS",
     "SURFACES",
     "TAG_RE",
     "Action",
+    "AwaitGate",
     "Connector",
     "Done",
+    "EngineConfig",
     "EngineIdentity",
+    "EngineState",
     "FaultState",
+    "Finish",
+    "FlowStep",
     "Frame",
     "FrameDecoder",
+    "GenRequest",
+    "GenResult",
+    "HandoffStep",
     "Handshake",
     "HandshakeCache",
     "HandshakeRequest",
@@ -103,11 +131,16 @@ __all__ = [
     "PullResponse",
     "QueryBootstrap",
     "RankEntry",
+    "Reject",
+    "RequestError",
+    "RequestFlow",
     "RequestKind",
+    "Sleep",
     "Step",
     "TimingModel",
     "WaitUntil",
     "WireError",
+    "answer_frame",
     "build_query_answer",
     "classify_request",
     "data_dir",
@@ -116,6 +149,7 @@ __all__ = [
     "dp_engine_id",
     "encode",
     "encode_frame",
+    "engine_timing",
     "eos_token_id",
     "expected_chat_completion",
     "expected_completion",
@@ -127,9 +161,11 @@ __all__ = [
     "load_tokenizer",
     "make_engine_id",
     "make_record",
+    "max_tokens_problem",
     "n_blocks",
     "nixl_prefill_params",
     "output_digest",
+    "parse_kv_params",
     "parse_query_answer",
     "parse_tcp_addr",
     "prefill_transfer_key",

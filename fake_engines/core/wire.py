@@ -196,3 +196,11 @@ def serve_handshake(request: HandshakeRequest, my_engine_id: str) -> HandshakeRe
             False, my_engine_id, f"engine id mismatch: expected {request.engine_id}, this is {my_engine_id}"
         )
     return HandshakeResponse(True, my_engine_id)
+
+
+def answer_frame(answer: PullResponse | HandshakeResponse) -> bytes:
+    """The bytes a prefill sends back; a granted pull carries fake KV bytes sized by its token count."""
+    if isinstance(answer, PullResponse):
+        payload = fake_kv_bytes(answer.prompt_digest or "", answer.n_tokens) if answer.ok else b""
+        return answer.encode(payload)
+    return answer.encode()

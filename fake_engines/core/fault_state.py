@@ -2,8 +2,8 @@
 
 Surfaces: ``health`` (/health, HealthCheck, grpc.health), ``metadata`` (GetModelInfo, GetServerInfo, GetLoads,
 GetTokenizer, /v1/models, /version), ``server_info`` (GetServerInfo only), ``generate`` (completions,
-Generate),
-``side_channel`` (Mooncake bootstrap + side channel, NIXL handshake + pull); ``all`` covers every one.
+Generate, Abort), ``side_channel`` (Mooncake bootstrap + side channel, NIXL handshake + pull); ``all`` covers
+every one.
 Servers ask with the most specific surface they serve (GetServerInfo asks ``server_info``, which ``metadata``
 also covers).
 """
@@ -14,8 +14,9 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-SURFACES = ("all", "health", "metadata", "server_info", "generate", "side_channel")
-KINDS = ("wedge", "fail_server_info", "no_engine_id", "fail_requests", "latency")
+# The one source of the fault vocabulary: the control API, the CLI help and the harness's scenarios use these.
+SURFACES: tuple[str, ...] = ("all", "health", "metadata", "server_info", "generate", "side_channel")
+FAULT_KINDS: tuple[str, ...] = ("wedge", "fail_server_info", "no_engine_id", "fail_requests", "latency")
 
 # surface -> broader surfaces that also cover it
 _COVERED_BY = {
@@ -77,12 +78,12 @@ class FaultState:
             return {"count": self._fail_count, "status": self._fail_status} if self._fail_count else None
         if kind == "latency":
             return dict(sorted(self._latency_ms.items())) or None
-        raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(KINDS)}")
+        raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(FAULT_KINDS)}")
 
     def as_dict(self) -> dict[str, Any]:
         """Active faults only, JSON-ready (the control STATE's ``faults``)."""
         out = {}
-        for kind in KINDS:
+        for kind in FAULT_KINDS:
             v = self._view(kind)
             if v is not None:
                 out[kind] = copy.deepcopy(v)
@@ -144,7 +145,7 @@ class FaultState:
     def clear_all(self) -> dict[str, Any]:
         """Deactivate everything; ``changed`` lists each kind that was active."""
         changed: dict[str, Any] = {}
-        for kind in KINDS:
+        for kind in FAULT_KINDS:
             changed.update(self.clear(kind))
         return changed
 
@@ -175,6 +176,13 @@ class FaultState:
             return None
         self._fail_count -= 1
         return self._fail_status
+
+    def gate_delay(self, surface: str) -> float | None:
+        """What a request on ``surface`` meets at its gate: None while wedged (park it until the faults
+        change, then ask again), else the added latency in seconds before it may be answered (0.0: none)."""
+        if self.is_wedged(surface):
+            return None
+        return self.latency_s(surface)
 
     def latency_s(self, surface: str) -> float:
         """Added latency for ``surface``: the largest of its own setting and the broader ones covering it."""

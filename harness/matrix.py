@@ -4,23 +4,49 @@ Each router runs the cells into `<out>/<label>/` (a normal run folder: report.js
 one folder per cell); cells a router cannot run are skipped with the adapter's reason. `<out>/matrix.json`
 says which router ran where, with what it skipped and which settings it took only approximately;
 `reports.compare` turns that into compare.json / compare.html / compare.md.
+
+`pdchaos matrix` (`main` below):
+
+Run scenarios against several routers and write the comparison report.
+
+    pdchaos matrix                                            default suite: reference, newest smg
+    pdchaos matrix --router smg==latest                       newest smg only
+    pdchaos matrix --router smg==1.13.0 --router smg==1.12.0 --router vllm-router
+    pdchaos matrix --compare-only runs/compare-X              re-render compare.* of a matrix
+
+Exit codes as `pdchaos run`: 0 every cell passed, 1 a cell failed, 2 unknown, 3 usage error. Skipped cells
+(a router that cannot run them) are neither.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
 import re
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.gateways.adapters import GatewayAdapter
-from harness.routers import RouterAdapter, make_router_adapter
+from harness.routers import RouterAdapter, RouterAdapterError, make_router_adapter
+from harness.routers.gateways.adapters import GatewayAdapter
 from harness.runner import Cell, expand_matrix, run_suite
 from harness.scenario import Scenario
+
+_USAGE = """Run scenarios against several routers and write the comparison report.
+
+    pdchaos matrix                                            default suite: reference, newest smg
+    pdchaos matrix --router smg==latest                       newest smg only
+    pdchaos matrix --router smg==1.13.0 --router smg==1.12.0 --router vllm-router
+    pdchaos matrix --compare-only runs/compare-X              re-render compare.* of a matrix
+
+Exit codes as `pdchaos run`: 0 every cell passed, 1 a cell failed, 2 unknown, 3 usage error. Skipped cells
+(a router that cannot run them) are neither.
+"""
 
 MATRIX_JSON = "matrix.json"
 MATRIX_SCHEMA = "pdchaos.matrix/1"
@@ -169,3 +195,77 @@ def drop_skipped(
         else:
             print(f"pdchaos: skipping {s.name} {cell.label} on {adapter.name}: {why}", file=sys.stderr)
     return kept
+
+EXIT_BY_STATUS = {"pass": 0, "fail": 1, "unknown": 2}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pdchaos matrix", description=_USAGE,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
+                   help="scenario names or files (none: the default suite)")
+    p.add_argument("--router", action="append", metavar="SPEC",
+                   help="repeatable: reference, smg, smg==X.Y.Z, smg==latest, vllm-router[==X.Y.Z], "
+                   "cmd:<template> (default: reference and smg==latest)")
+    p.add_argument("--topology", action="append", metavar="T", help="repeatable or comma separated")
+    p.add_argument("--connector", choices=("mooncake", "nixl"))
+    p.add_argument("--transport", choices=("http", "grpc"))
+    p.add_argument("--out", type=Path, metavar="DIR", help="default: runs/compare-<timestamp-id>")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--compare-only", type=Path, metavar="MATRIX_DIR",
+                   help="only re-render compare.json/html/md of a finished (or partial) matrix folder")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from reports.compare import load_comparison, markdown_table, write_comparison
+
+    if args.compare_only is not None:
+        try:
+            write_comparison(args.compare_only)
+        except (OSError, ValueError) as e:
+            print(f"pdchaos: error: {e}", file=sys.stderr)
+            return 3
+        comp = load_comparison(args.compare_only)
+        print(markdown_table(comp))
+        return EXIT_BY_STATUS.get(comp.status, 2)
+    from harness.cli import UsageError, select_suite
+    from harness.routers.gateways.spec import parse_router_spec
+
+    routers = args.router or ["reference", "smg==latest"]
+    try:
+        for spec in routers:
+            parse_router_spec(spec)
+        topologies, scenarios = select_suite(args)
+    except (UsageError, RouterAdapterError) as e:
+        print(f"pdchaos: error: {e}", file=sys.stderr)
+        return 3
+    out = args.out or Path("runs") / ("compare-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+                                      + "-" + uuid.uuid4().hex[:6])
+    if out.exists() and any(out.iterdir()):
+        print(f"pdchaos: error: {out} exists and is not empty", file=sys.stderr)
+        return 3
+    try:
+        asyncio.run(run_matrix(
+            scenarios, routers, out, topologies,
+            [args.connector] if args.connector else None,
+            [args.transport] if args.transport else None,
+            seed=args.seed, progress=not args.no_progress,
+        ))
+    except RouterAdapterError as e:
+        print(f"pdchaos: error: {e}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print("pdchaos: interrupted; partial comparison: pdchaos matrix --compare-only "
+              f"{out}", file=sys.stderr)
+        return 2
+    comp = load_comparison(out)
+    print(markdown_table(comp))
+    print(f"pdchaos: comparison: {out / 'compare.html'} ({out / 'compare.md'}, {out / 'compare.json'})")
+    return EXIT_BY_STATUS.get(comp.status, 2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
