@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .core import Delivery
+from .core import Delivery, ErrorAnswer, LegError
 
 
 class RouterError(Exception):
@@ -16,6 +16,10 @@ class RouterError(Exception):
         self.code = code
         self.message = message
         self.type = type_ or ("invalid_request_error" if status < 500 else "server_error")
+
+    @classmethod
+    def from_answer(cls, answer: ErrorAnswer) -> RouterError:
+        return cls(answer.status, answer.code, answer.message, answer.type)
 
     def body(self) -> dict[str, dict[str, str]]:
         return {"error": {"message": self.message, "type": self.type, "code": self.code}}
@@ -39,5 +43,9 @@ class UpstreamError(Exception):
         # when in doubt it counts as sent.
         self.delivery = delivery
 
+    def leg_error(self) -> LegError:
+        """This failure as the core's dispatch flow takes it."""
+        return LegError(self.status, self.code, str(self), self.delivery)
+
     def to_router_error(self, leg: str) -> RouterError:
-        return RouterError(self.status, self.code, f"{leg} leg failed: {self}")
+        return RouterError.from_answer(self.leg_error().answer(leg))

@@ -23,6 +23,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from pdchaos.ports import LOOPBACK
 from pdchaos.proto import common_pb2, vllm_engine_pb2, vllm_engine_pb2_grpc
+from pdchaos.waiting import wait_true
 
 
 def byte_level_tokenizer() -> Tokenizer:
@@ -313,7 +314,7 @@ class InProcessRouter:
         await self.server.stop()
 
     async def wait_ready(self, timeout_s: float = 5.0) -> None:
-        """Until every leg has a Ready worker; AssertionError past timeout_s."""
+        """Until every leg has a Ready worker; TimeoutError past timeout_s."""
         from .core import ProbeStage
 
         def ready() -> bool:
@@ -321,15 +322,5 @@ class InProcessRouter:
             settled = all(w.runtime.probe_stage is not ProbeStage.REREAD for w in self.server.registry.all())
             return settled and all(self.server.legs_ready().values())
 
-        await wait_for(ready, timeout_s, "router legs ready")
+        await wait_true(ready, timeout_s, "router legs ready")
 
-
-async def wait_for(predicate: Any, timeout_s: float, what: str, step_s: float = 0.02) -> None:
-    """Poll a condition; AssertionError naming `what` when it does not hold within timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if predicate():
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(step_s)

@@ -1,7 +1,7 @@
-"""One tick of the router core's health loop on a virtual clock, for tests that script an engine over time.
+"""A synchronous driver of the core's health tick on a virtual clock, for tests that script an engine.
 
-The same sequence the asyncio shell runs (plan, expire, probe, re-read, identity check), except that every
-probe and metadata read answers at once.
+The decision sequence is the core's own (core.health_tick); this driver only answers every probe and
+metadata read at once, at the tick's `now`.
 """
 
 from __future__ import annotations
@@ -13,14 +13,10 @@ from reference_router.core import (
     MetadataRead,
     ProbeResult,
     WorkerRegistry,
-    apply_identity,
-    begin_identity_check,
-    begin_probe,
-    expire_probe,
-    finish_probe,
-    finish_reread,
-    observe_identity,
-    plan_probes,
+    on_identity_done,
+    on_probe_done,
+    on_reread_done,
+    start_tick,
 )
 
 
@@ -34,22 +30,19 @@ def tick(
 ) -> list[ProbeResult | None]:
     """Run one tick at `now`: probes answer `healthy`, metadata reads answer `read(now)` (their times go to
     `reads`). Returns each probe's result, in plan order."""
-    plan = plan_probes(reg, now, cfg)
-    for ew in plan.expired:
-        expire_probe(ew, now, cfg)
-    results: list[ProbeResult | None] = []
-    for pw in plan.probe:
-        tok = begin_probe(pw, now)
-        res = finish_probe(pw, tok, healthy, now, cfg)
-        results.append(res)
-        if res is not None and res.reread_due:
-            if reads is not None:
-                reads.append(now)
-            finish_reread(pw, tok, read(now), now, cfg)
-    for iw in plan.identity:
-        begin_identity_check(iw, now)
-        got = read(now)
+
+    def answer() -> MetadataRead:
         if reads is not None:
             reads.append(now)
-        apply_identity(iw, observe_identity(iw.runtime, got.engine_id, got.uptime_s, now))
+        return read(now)
+
+    plan = start_tick(reg, now, cfg)
+    results: list[ProbeResult | None] = []
+    for p in plan.probes:
+        done = on_probe_done(p.worker, p.token, healthy, 0.0, now, cfg)
+        results.append(done.result)
+        if done.reread_due:
+            on_reread_done(p.worker, p.token, answer(), now, cfg)
+    for i in plan.identity:
+        on_identity_done(i.worker, i.token, answer(), now)
     return results

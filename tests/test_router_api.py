@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from pdchaos.waiting import wait_true
 from reference_router.config import RouterConfig, WorkerArg
 from reference_router.core import Status
-from reference_router.stub_engines import GrpcStubEngine, HttpStubEngine, InProcessRouter, StubState, wait_for
+from reference_router.stub_engines import GrpcStubEngine, HttpStubEngine, InProcessRouter, StubState
 
 KEY = "s3cret"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -73,7 +74,7 @@ async def test_worker_lifecycle_and_patch_keeps_kv_config(env: dict[str, Any]) -
     assert status == 201, w
     assert w["status"] == "pending" and w["transport"] == "grpc" and w["bootstrap_port"] == 18555
     wid = w["id"]
-    await wait_for(lambda: router.server.registry.get(wid).engine_id == g.state.engine_id, 3.0, "id read")
+    await wait_true(lambda: router.server.registry.get(wid).engine_id == g.state.engine_id, 3.0, "id read")
     status, shown = await call(router, "GET", f"/workers/{wid}", headers=AUTH)
     assert shown["kv_engine_id"] == g.state.engine_id and shown["status"] == "ready"
 
@@ -89,10 +90,10 @@ async def test_worker_lifecycle_and_patch_keeps_kv_config(env: dict[str, Any]) -
 
     # The API shows the id in force after a refresh, not the one read at registration.
     g.state.healthy = False
-    await wait_for(lambda: router.server.registry.get(wid).status is not Status.READY, 3.0, "down")
+    await wait_true(lambda: router.server.registry.get(wid).status is not Status.READY, 3.0, "down")
     g.state.restart("refreshed-id")
     g.state.healthy = True
-    await wait_for(lambda: router.server.registry.get(wid).engine_id == "refreshed-id", 3.0, "refresh")
+    await wait_true(lambda: router.server.registry.get(wid).engine_id == "refreshed-id", 3.0, "refresh")
     status, listing = await call(router, "GET", "/workers", headers=AUTH)
     mine = [x for x in listing["workers"] if x["id"] == wid]
     assert mine[0]["kv_engine_id"] == "refreshed-id" and mine[0]["labels"] == {"zone": "b"}
@@ -107,7 +108,7 @@ async def test_delete_drains_in_flight_requests_first(env: dict[str, Any]) -> No
     router, d = env["router"], env["d"]
     d.state.hang_generate = True
     pending = asyncio.ensure_future(call(router, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 2}))
-    await wait_for(lambda: len(d.state.received) == 1, 3.0, "request at the decode")
+    await wait_true(lambda: len(d.state.received) == 1, 3.0, "request at the decode")
     decode = next(w for w in router.server.registry.all() if w.role.value == "decode")
     status, shown = await call(router, "DELETE", f"/workers/{decode.id}", headers=AUTH)
     assert status == 200 and shown["status"] == "draining"
@@ -119,7 +120,7 @@ async def test_delete_drains_in_flight_requests_first(env: dict[str, Any]) -> No
     d.state.hang_generate = False  # the in-flight request finishes normally, then the worker goes
     status, payload = await pending
     assert status == 200, payload
-    await wait_for(lambda: router.server.registry.get(decode.id) is None, 3.0, "removal after drain")
+    await wait_true(lambda: router.server.registry.get(decode.id) is None, 3.0, "removal after drain")
     removed = [e for e in router.server.events.of_type("status_change") if e["worker"] == decode.id]
     assert [e["to"] for e in removed][-2:] == ["draining", "removed"]
 

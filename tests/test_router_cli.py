@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from pdchaos.waiting import poll_until
 from reference_router.cli import build_parser, config_from_args, main
 from reference_router.stub_engines import HttpStubEngine, StubState
 
@@ -54,11 +55,12 @@ async def test_cli_serves_pd_and_exits_cleanly_on_signal(
         port = await read_ready(proc)
         base = f"http://127.0.0.1:{port}"
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
-            for _ in range(100):
+
+            async def ready() -> bool:
                 async with s.get(base + "/readiness") as r:
-                    if r.status == 200:
-                        break
-                await asyncio.sleep(0.05)
+                    return r.status == 200
+
+            await poll_until(ready, 5.0)
             async with s.post(base + "/v1/completions", json={"prompt": "hi", "max_tokens": 3}) as r:
                 assert r.status == 200
                 assert (await r.json())["choices"][0]["text"] == d.state.answer_text()

@@ -1,8 +1,8 @@
 """The core's health loop driven on a virtual clock against scripted engines: the zoo bugs seen end to end.
 
 Each case scripts what the engine answers (probe ok, metadata read) over time and checks what the router core
-believes and would mint. The loop here is the same sequence the asyncio shell runs: plan, expire, probe,
-re-read, identity check.
+believes and would mint. health_sim drives the core's own tick (core.health_tick), the one the asyncio shell
+runs: plan, expire, probe, re-read, identity check.
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ from reference_router.core import (
     Worker,
     WorkerRegistry,
     begin_probe,
-    expire_probe,
-    finish_probe,
     make_worker_spec,
+    on_probe_done,
     plan_handoff,
-    plan_probes,
+    start_tick,
 )
 
 CFG = HealthConfig(
@@ -158,12 +157,9 @@ def test_probe_that_hangs_is_expired_and_the_worker_probed_again() -> None:
     probed_again = None
     now = 0.0
     while now < 3.0 and probed_again is None:
-        plan = plan_probes(reg, now, cfg)
-        for ew in plan.expired:
-            expire_probe(ew, now, cfg)
-        for pw in plan.probe:
+        for p in start_tick(reg, now, cfg).probes:
             probed_again = now
-            finish_probe(pw, begin_probe(pw, now), True, now, cfg)
+            on_probe_done(p.worker, p.token, True, 0.0, now, cfg)
         now = round(now + 0.05, 6)
     assert probed_again is not None and probed_again <= cfg.probe_slot_s + cfg.interval_s + 0.05
     assert w.status is Status.READY

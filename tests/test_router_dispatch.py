@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from pdchaos.sse import DONE, parse_sse, stream_text
+from pdchaos.waiting import wait_true
 from reference_router.config import RouterConfig, WorkerArg
 from reference_router.stub_engines import GrpcStubEngine, HttpStubEngine, InProcessRouter, StubState
 
@@ -96,22 +98,6 @@ async def make_pd() -> AsyncIterator[Any]:
             await stop_all(stubs)
 
 
-def sse_text(raw: str, chat: bool) -> tuple[str, list[str]]:
-    """(concatenated text, raw data payloads) of an SSE body."""
-    out, datas = [], []
-    for line in raw.splitlines():
-        if not line.startswith("data: "):
-            continue
-        data = line[len("data: "):]
-        datas.append(data)
-        if data == "[DONE]":
-            continue
-        chunk = json.loads(data)
-        for ch in chunk.get("choices", []):
-            out.append((ch.get("delta") or {}).get("content", "") if chat else ch.get("text", ""))
-    return "".join(out), datas
-
-
 def received_kv(state: StubState, transport: str) -> list[dict[str, Any] | None]:
     if transport == "grpc":
         return [r["kv_transfer_params"] for r in state.received]
@@ -138,8 +124,8 @@ async def test_pd_flow_kv_params_on_each_leg(
 
     # The client sees the decode's answer.
     if stream:
-        text, datas = sse_text(raw, chat)
-        assert datas[-1] == "[DONE]"
+        text, _, _ = stream_text(raw, chat)
+        assert parse_sse(raw).payloads[-1] == DONE
     else:
         choice = payload["choices"][0]
         text = choice["message"]["content"] if chat else choice["text"]
@@ -206,9 +192,7 @@ async def test_no_ready_worker_for_a_leg_is_a_prompt_503(make_pd: Any, leg: str)
     await stub.stop()  # connection refused: the next probe fails and the worker leaves Ready
     router = pd.router.server
     role_workers = [w for w in router.registry.all() if w.role.value == leg]
-    from reference_router.stub_engines import wait_for
-
-    await wait_for(lambda: role_workers[0].status.value != "ready", 3.0, f"{leg} not ready")
+    await wait_true(lambda: role_workers[0].status.value != "ready", 3.0, f"{leg} not ready")
     t0 = time.monotonic()
     status, payload, raw = await pd.post("/v1/completions", {"prompt": "x", "max_tokens": 2})
     assert time.monotonic() - t0 < 2.0

@@ -11,22 +11,15 @@ import pytest
 
 from fake_engines.core.generator import expected_chat_completion, expected_completion
 from fake_engines.testing import loopback_config, running_engine
+from pdchaos.sse import stream_text
+from pdchaos.waiting import wait_true
 from reference_router.config import RouterConfig, WorkerArg
-from reference_router.stub_engines import InProcessRouter, wait_for
+from reference_router.stub_engines import InProcessRouter
 
 
 async def post(router: InProcessRouter, path: str, body: dict[str, Any]) -> tuple[int, str]:
     async with router.session.post(router.base + path, json=body) as resp:
         return resp.status, await resp.text()
-
-
-def streamed_text(raw: str, chat: bool) -> str:
-    out = []
-    for line in raw.splitlines():
-        if line.startswith("data: ") and line != "data: [DONE]":
-            for ch in json.loads(line[6:]).get("choices", []):
-                out.append((ch.get("delta") or {}).get("content") or "" if chat else ch.get("text", ""))
-    return "".join(out)
 
 
 @pytest.mark.parametrize("transport", ["http", "grpc"])
@@ -45,7 +38,7 @@ async def test_router_drives_a_correct_handoff_between_fake_engines(transport: s
         if transport == "grpc":
             # The connector and id come from GetServerInfo.
             prefill = router.server.registry.all()[0]
-            await wait_for(lambda: prefill.connector is not None and prefill.connector.value == connector,
+            await wait_true(lambda: prefill.connector is not None and prefill.connector.value == connector,
                            3.0, "connector learned")
 
         cases: list[tuple[str, dict[str, Any], bool]] = [
@@ -62,7 +55,7 @@ async def test_router_drives_a_correct_handoff_between_fake_engines(transport: s
             status, raw = await post(router, path, body)
             assert status == 200, raw
             if body.get("stream"):
-                text = streamed_text(raw, chat)
+                text, _, _ = stream_text(raw, chat)
             else:
                 choice = json.loads(raw)["choices"][0]
                 text = choice["message"]["content"] if chat else choice["text"]

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from pdchaos.waiting import wait_true
 from reference_router.config import RouterConfig, WorkerArg
 from reference_router.core import Status
-from reference_router.stub_engines import GrpcStubEngine, HttpStubEngine, InProcessRouter, StubState, wait_for
+from reference_router.stub_engines import GrpcStubEngine, HttpStubEngine, InProcessRouter, StubState
 
 INTERVAL = 0.2
 PROBE_TIMEOUT = 0.25
@@ -75,7 +76,7 @@ async def hung_server_info_scenario(stubs: list[Any], bugs: frozenset[str]) -> d
         reg = router.server.registry
         worker_a = reg.get(wa["id"])
         assert worker_a is not None
-        await wait_for(lambda: a.state.server_info_calls >= 1, 3.0, "the hung re-read to start")
+        await wait_true(lambda: a.state.server_info_calls >= 1, 3.0, "the hung re-read to start")
         start = {s.state.name: s.state.probes for s in (a, b, c)}
         await asyncio.sleep(2.0)
         end = {s.state.name: s.state.probes for s in (a, b, c)}
@@ -125,11 +126,11 @@ async def test_probe_failures_walk_the_status_machine(stubs: list[Any]) -> None:
         await router.wait_ready()
         worker = router.server.registry.all()[0]
         a.state.healthy = False
-        await wait_for(lambda: worker.status is Status.NOT_READY, 3.0, "not ready")
-        await wait_for(lambda: worker.status is Status.FAILED, 3.0, "failed")
+        await wait_true(lambda: worker.status is Status.NOT_READY, 3.0, "not ready")
+        await wait_true(lambda: worker.status is Status.FAILED, 3.0, "failed")
         a.state.healthy = True
         # Failed is not terminal: the same address rejoins.
-        await wait_for(lambda: worker.status is Status.READY, 3.0, "ready again")
+        await wait_true(lambda: worker.status is Status.READY, 3.0, "ready again")
         changes = [(e["from"], e["to"]) for e in router.server.events.of_type("status_change")
                    if e["worker"] == worker.id]
         assert changes == [(None, "pending"), ("pending", "ready"), ("ready", "not_ready"),
@@ -143,9 +144,9 @@ async def test_hung_health_probe_counts_as_failed_and_frees_the_slot(stubs: list
                      max_probes_in_flight=1)
     async with InProcessRouter(cfg) as router:
         wa, wb = router.server.registry.all()
-        await wait_for(lambda: wa.status is Status.READY and wb.status is Status.READY, 3.0, "ready")
+        await wait_true(lambda: wa.status is Status.READY and wb.status is Status.READY, 3.0, "ready")
         a.state.hang_health = True
-        await wait_for(lambda: wa.status is Status.NOT_READY, 3.0, "hung worker not ready")
+        await wait_true(lambda: wa.status is Status.NOT_READY, 3.0, "hung worker not ready")
         before = b.state.probes
         await asyncio.sleep(1.0)
         assert b.state.probes - before >= 2
@@ -162,7 +163,7 @@ async def test_restart_with_new_id_reaches_the_decode_after_the_reread(
         await router.wait_ready()
         worker = router.server.registry.all()[0]
         old = p.state.engine_id
-        await wait_for(lambda: worker.engine_id == old, 3.0, "first id read")
+        await wait_true(lambda: worker.engine_id == old, 3.0, "first id read")
 
         async def decode_id() -> str:
             async with router.session.post(router.base + "/v1/completions",
@@ -175,11 +176,11 @@ async def test_restart_with_new_id_reaches_the_decode_after_the_reread(
         assert await decode_id() == old
         # A restart the probes see: down for a probe, back with a new id on the same address.
         p.state.healthy = False
-        await wait_for(lambda: worker.status is not Status.READY, 3.0, "restart seen")
+        await wait_true(lambda: worker.status is not Status.READY, 3.0, "restart seen")
         p.state.restart("engine-after-restart")
         p.state.healthy = True
-        await wait_for(lambda: worker.status is Status.READY, 3.0, "back")
-        await wait_for(lambda: worker.engine_id == "engine-after-restart", 3.0, "re-read new id")
+        await wait_true(lambda: worker.status is Status.READY, 3.0, "back")
+        await wait_true(lambda: worker.engine_id == "engine-after-restart", 3.0, "re-read new id")
         assert await decode_id() == "engine-after-restart"
         async with router.session.get(f"{router.base}/workers/{worker.id}") as resp:
             shown = await resp.json()
@@ -195,10 +196,10 @@ async def test_restart_no_probe_sees_is_caught_by_the_identity_check(stubs: list
     async with InProcessRouter(cfg) as router:
         await router.wait_ready()
         worker = router.server.registry.all()[0]
-        await wait_for(lambda: worker.engine_id == p.state.engine_id, 3.0, "first id")
+        await wait_true(lambda: worker.engine_id == p.state.engine_id, 3.0, "first id")
         reads_before = p.state.server_info_calls
         p.state.restart("silently-restarted")  # health never fails
-        await wait_for(lambda: worker.engine_id == "silently-restarted", 2.0, "identity check")
+        await wait_true(lambda: worker.engine_id == "silently-restarted", 2.0, "identity check")
         # Low rate: about one read per identity interval, not one per probe.
         await asyncio.sleep(1.0)
         reads = p.state.server_info_calls - reads_before
@@ -215,12 +216,12 @@ async def test_stale_engine_id_bug_keeps_minting_the_dead_id(stubs: list[Any]) -
         await router.wait_ready()
         worker = router.server.registry.all()[0]
         old = p.state.engine_id
-        await wait_for(lambda: worker.engine_id == old, 3.0, "first id")
+        await wait_true(lambda: worker.engine_id == old, 3.0, "first id")
         p.state.healthy = False
-        await wait_for(lambda: worker.status is not Status.READY, 3.0, "restart seen")
+        await wait_true(lambda: worker.status is not Status.READY, 3.0, "restart seen")
         p.state.restart("new-id")
         p.state.healthy = True
-        await wait_for(lambda: worker.status is Status.READY, 3.0, "back")
+        await wait_true(lambda: worker.status is Status.READY, 3.0, "back")
         await asyncio.sleep(1.0)
         assert worker.engine_id == old
 
@@ -235,17 +236,17 @@ async def test_partial_read_keeps_the_known_id(stubs: list[Any], bug: str | None
         await router.wait_ready()
         worker = router.server.registry.all()[0]
         old = p.state.engine_id
-        await wait_for(lambda: worker.engine_id == old, 3.0, "first id")
+        await wait_true(lambda: worker.engine_id == old, 3.0, "first id")
         p.state.fail_server_info = True  # GetServerInfo fails, GetModelInfo answers: a partial read
         p.state.healthy = False
-        await wait_for(lambda: worker.status is not Status.READY, 3.0, "down")
+        await wait_true(lambda: worker.status is not Status.READY, 3.0, "down")
         p.state.healthy = True
-        await wait_for(lambda: worker.status is Status.READY, 3.0, "back")
+        await wait_true(lambda: worker.status is Status.READY, 3.0, "back")
         def partial_seen() -> bool:
             return any(e["worker"] == worker.id and e["outcome"] == "error" and e["read"] == "partial"
                        for e in router.server.events.of_type("metadata_read"))
 
-        await wait_for(partial_seen, 3.0, "partial read")
+        await wait_true(partial_seen, 3.0, "partial read")
         if bug:
             assert worker.engine_id is None
         else:
@@ -260,13 +261,13 @@ async def test_grpc_engine_back_after_an_outage_rejoins_promptly(stubs: list[Any
         await router.wait_ready()
         worker = router.server.registry.all()[0]
         await p.stop()  # connection refused from now on; the channel backs off between reconnects
-        await wait_for(lambda: worker.status is Status.FAILED, 5.0, "failed")
+        await wait_true(lambda: worker.status is Status.FAILED, 5.0, "failed")
         await asyncio.sleep(2.0)  # long enough for gRPC's default backoff to grow past several seconds
         p.state.restart("after-outage")
         await p.start()  # same port
         # Within about one probe interval (0.2 s), not after the channel's reconnect backoff.
-        await wait_for(lambda: worker.status is Status.READY, 0.8, "rejoined")
-        await wait_for(lambda: worker.engine_id == "after-outage", 2.0, "new id read")
+        await wait_true(lambda: worker.status is Status.READY, 0.8, "rejoined")
+        await wait_true(lambda: worker.engine_id == "after-outage", 2.0, "new id read")
 
 
 @pytest.mark.parametrize("transport", ["http", "grpc"])
@@ -278,13 +279,13 @@ async def test_request_right_after_promotion_waits_for_the_reread(stubs: list[An
     async with InProcessRouter(cfg) as router:
         await router.wait_ready()
         worker = router.server.registry.all()[0]
-        await wait_for(lambda: worker.engine_id == p.state.engine_id, 3.0, "first id")
+        await wait_true(lambda: worker.engine_id == p.state.engine_id, 3.0, "first id")
         p.state.healthy = False
-        await wait_for(lambda: worker.status is Status.NOT_READY, 3.0, "down")
+        await wait_true(lambda: worker.status is Status.NOT_READY, 3.0, "down")
         p.state.restart("fresh-id")
         p.state.server_info_delay_s = 0.5
         p.state.healthy = True
-        await wait_for(lambda: worker.status is Status.READY, 3.0, "promoted", step_s=0.002)
+        await wait_true(lambda: worker.status is Status.READY, 3.0, "promoted", interval_s=0.002)
         assert worker.engine_id != "fresh-id"  # the read is still running
         async with router.session.post(router.base + "/v1/completions",
                                        json={"prompt": "x", "max_tokens": 2}) as resp:

@@ -17,6 +17,7 @@ import pytest
 
 from pdchaos.ports import free_port
 from pdchaos.proto import vllm_engine_pb2
+from pdchaos.waiting import wait_true
 from reference_router.config import RouterConfig, WorkerArg
 from reference_router.core import (
     NO_RETRY_DEADLINE,
@@ -36,7 +37,7 @@ from reference_router.core import (
     probe_due,
 )
 from reference_router.errors import UpstreamError
-from reference_router.stub_engines import GrpcStubEngine, HttpStubEngine, InProcessRouter, StubState, wait_for
+from reference_router.stub_engines import GrpcStubEngine, HttpStubEngine, InProcessRouter, StubState
 from reference_router.upstream_grpc import GrpcWorker
 from reference_router.upstream_http import post_json
 
@@ -269,7 +270,7 @@ async def test_refused_prefill_leg_is_retried_on_the_other_prefill(
 
     # The dead prefill was marked suspect and probed at once (not 30 s later): it leaves Ready.
     assert any(e["worker"] == dead_w.id for e in env.router.server.events.of_type("worker_suspect"))
-    await wait_for(lambda: dead_w.status is not Status.READY, 3.0, "dead prefill leaves Ready")
+    await wait_true(lambda: dead_w.status is not Status.READY, 3.0, "dead prefill leaves Ready")
 
 
 @pytest.mark.parametrize("transport", ["http", "grpc"])
@@ -289,7 +290,7 @@ async def test_refused_leg_with_no_other_prefill_fails_promptly(make_router: Any
                          outcome=NO_RETRY_NO_OTHER_WORKER) == 1
     assert metrics.value("pdchaos_router_leg_retries_total", leg="prefill", outcome="retried") == 0
     # The failed leg made the router probe it at once: the next request is a prompt 503, not another 502.
-    await wait_for(lambda: only_w.status is not Status.READY, 3.0, "prefill leaves Ready")
+    await wait_true(lambda: only_w.status is not Status.READY, 3.0, "prefill leaves Ready")
     status, payload = await env.post({"prompt": "x", "max_tokens": 2})
     assert status == 503 and payload["error"]["code"] == "no_available_workers", payload
 

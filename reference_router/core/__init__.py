@@ -2,18 +2,21 @@
 
 Modules: workers (model, validation, API record), config (HealthConfig), health (status state machine),
 engine_id (re-read gate and read outcomes), probes (probe lifecycle), identity (restart detection without a
-failed probe), planner (what to probe now), connectors (KV handoff params, prefill sanitising), policies
-(worker selection), retry (which failed legs run again elsewhere), registry (worker table), bugs
-(test-only zoo switches).
+failed probe), planner (what to probe now), health_tick (one tick of the health loop as pure steps),
+health_records (the events and counters of health outcomes), connectors (KV handoff params, prefill
+sanitising), policies (worker selection), picking (which worker a leg goes to), retry (which failed legs run
+again elsewhere), answers (leg failures and error answers as values), dispatch_flow (one request's dispatch
+as a step object), dispatch_records (its events and counters), effects (what a step asks its shell to
+record), registry (worker table), bugs (test-only zoo switches).
 
-One health tick in the shell: plan = plan_probes(workers, now, cfg); expire_probe() each of plan.expired;
-for each of plan.probe: token = begin_probe(), probe under cfg.probe_timeout_s, finish_probe(token, ok); when
-the result says reread_due, read metadata under cfg.probe_timeout_s and finish_reread(token, read). For each
-of plan.identity: begin_identity_check(), read, then apply_identity(observe_identity(...)) or
-identity_check_failed(). Dispatch: make_policy() once per leg, plan_handoff(prefill worker),
-sanitize_prefill_body(), decode_body(plan.decode_params(prefill response params)).
+A driver (the asyncio shell, a simulated world) runs health_tick's steps: start_tick() every
+tick_period_s(), then on_probe_done() / on_reread_done() / on_identity_done() as answers come; and one
+DispatchFlow per request: pick(), id_read_wait_s(), prefill_leg(), prefill_failed() or prefill_done(),
+final_done(), release(). Each step returns the Effects (event records, counter increments, warnings) the
+driver records.
 """
 
+from .answers import ErrorAnswer, LegError
 from .bugs import KNOWN_BUGS, METADATA_NO_DEADLINE, PARTIAL_READ_CLEARS_ID, STALE_ENGINE_ID, validate_bugs
 from .config import HealthConfig
 from .connectors import (
@@ -29,6 +32,25 @@ from .connectors import (
     ranked_engine_id,
     sanitize_prefill_body,
 )
+from .dispatch_flow import (
+    DispatchFlow,
+    DispatchLimits,
+    FinalLeg,
+    Finished,
+    PrefillFailed,
+    PrefillLeg,
+    new_request_id,
+)
+from .effects import (
+    DISPATCHES_TOTAL,
+    LEG_RETRIES_TOTAL,
+    METADATA_READS_TOTAL,
+    MINT_SKIPPED_TOTAL,
+    PROBES_TOTAL,
+    Effects,
+    MetricInc,
+    RouterEvent,
+)
 from .engine_id import (
     EngineIdDecision,
     MetadataRead,
@@ -40,11 +62,27 @@ from .engine_id import (
     reread_due_for,
 )
 from .health import next_status
+from .health_tick import (
+    IdentityDone,
+    IdentityStart,
+    ProbeDone,
+    ProbeStart,
+    RereadDone,
+    TickPlan,
+    abandon_identity_check,
+    on_identity_done,
+    on_probe_done,
+    on_reread_done,
+    reread_timeout_s,
+    start_tick,
+    tick_period_s,
+)
 from .identity import (
     IdentityKind,
     IdentityVerdict,
     apply_identity,
     begin_identity_check,
+    identity_check_current,
     identity_check_due,
     identity_check_eligible,
     identity_check_failed,
@@ -53,6 +91,7 @@ from .identity import (
     next_identity_check_at,
     observe_identity,
 )
+from .picking import LegPolicies, id_read_pending, no_worker_answer, pick_worker
 from .planner import ProbePlan, plan_probes, probe_due
 from .policies import (
     POLICY_NAMES,
@@ -105,11 +144,15 @@ from .workers import (
 )
 
 __all__ = [
+    "DISPATCHES_TOTAL",
     "KNOWN_BUGS",
+    "LEG_RETRIES_TOTAL",
     "METADATA_NO_DEADLINE",
+    "METADATA_READS_TOTAL",
     "MINT_CONNECTOR_UNKNOWN",
     "MINT_NO_BOOTSTRAP_PORT",
     "MINT_NO_ENGINE_ID",
+    "MINT_SKIPPED_TOTAL",
     "MOONCAKE_DEFAULT_BOOTSTRAP_PORT",
     "NIXL_NO_PARAMS",
     "NO_RETRY_DEADLINE",
@@ -117,36 +160,56 @@ __all__ = [
     "NO_RETRY_NO_OTHER_WORKER",
     "PARTIAL_READ_CLEARS_ID",
     "POLICY_NAMES",
+    "PROBES_TOTAL",
     "STALE_ENGINE_ID",
     "Connector",
     "Counters",
     "Delivery",
+    "DispatchFlow",
+    "DispatchLimits",
     "DuplicateWorkerError",
+    "Effects",
     "EngineIdDecision",
+    "ErrorAnswer",
     "Expired",
+    "FinalLeg",
+    "Finished",
     "HandoffPlan",
     "HealthConfig",
+    "IdentityDone",
     "IdentityKind",
+    "IdentityStart",
     "IdentityVerdict",
     "LeastLoad",
+    "LegError",
+    "LegPolicies",
     "MetadataRead",
+    "MetricInc",
     "PowerOfTwo",
+    "PrefillFailed",
+    "PrefillLeg",
+    "ProbeDone",
     "ProbePlan",
     "ProbeResult",
     "ProbeStage",
+    "ProbeStart",
     "RandomPolicy",
     "ReadOutcome",
+    "RereadDone",
     "RetryDecision",
     "Role",
     "RoundRobin",
+    "RouterEvent",
     "SelectionPolicy",
     "Status",
+    "TickPlan",
     "Transport",
     "UuidFactory",
     "Worker",
     "WorkerRegistry",
     "WorkerRuntime",
     "WorkerSpec",
+    "abandon_identity_check",
     "apply_identity",
     "apply_metadata_read",
     "apply_property_update",
@@ -160,6 +223,8 @@ __all__ = [
     "expire_probe",
     "finish_probe",
     "finish_reread",
+    "id_read_pending",
+    "identity_check_current",
     "identity_check_due",
     "identity_check_eligible",
     "identity_check_failed",
@@ -169,11 +234,17 @@ __all__ = [
     "make_worker_spec",
     "mark_suspect",
     "mint_transfer_id",
+    "new_request_id",
     "next_identity_check_at",
     "next_status",
+    "no_worker_answer",
     "observe_identity",
+    "on_identity_done",
+    "on_probe_done",
+    "on_reread_done",
     "parse_connector",
     "parse_role",
+    "pick_worker",
     "plan_handoff",
     "plan_probes",
     "probe_due",
@@ -182,9 +253,12 @@ __all__ = [
     "ranked_engine_id",
     "reread_due",
     "reread_due_for",
+    "reread_timeout_s",
     "sanitize_prefill_body",
     "set_draining",
     "spec_from_json",
+    "start_tick",
+    "tick_period_s",
     "validate_bugs",
     "worker_api_dict",
 ]

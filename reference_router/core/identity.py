@@ -90,8 +90,17 @@ def identity_check_due(worker: Worker, now: float, cfg: HealthConfig) -> bool:
     return worker.runtime.probe_in_flight_since is None
 
 
-def begin_identity_check(worker: Worker, now: float) -> None:
+def begin_identity_check(worker: Worker, now: float) -> int:
+    """Mark a check as started; returns its token, which tells its answer from a late one of an older one."""
+    worker.runtime.identity_seq += 1
     worker.runtime.identity_in_flight_since = now
+    return worker.runtime.identity_seq
+
+
+def identity_check_current(worker: Worker, token: int) -> bool:
+    """Whether the check `token` is still the one in flight (its answer is to be applied)."""
+    rt = worker.runtime
+    return token == rt.identity_seq and rt.identity_in_flight_since is not None
 
 
 def observe_identity(

@@ -245,6 +245,7 @@ class WorkerRuntime:
     last_probe_at: float | None = None
     suspect_since: float | None = None  # a request leg failed without reaching it: probe now (core.retry)
     ready_since: float | None = None
+    identity_seq: int = 0
     identity_in_flight_since: float | None = None
     last_identity_check_at: float | None = None
     last_uptime_s: float | None = None

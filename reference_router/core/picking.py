@@ -1,0 +1,51 @@
+"""Which worker a leg goes to: one policy per leg, Ready workers only, settled ids and unsuspected workers
+preferred. A leg with no Ready worker is a prompt 503 `no_available_workers` (bug #8)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .answers import ErrorAnswer
+from .policies import SelectionPolicy, make_policy
+from .registry import WorkerRegistry
+from .retry import avoid_suspects
+from .workers import Connector, ProbeStage, Role, Worker
+
+
+@dataclass(frozen=True)
+class LegPolicies:
+    prefill: SelectionPolicy
+    decode: SelectionPolicy
+    regular: SelectionPolicy
+
+    @classmethod
+    def make(cls, prefill: str, decode: str, seed: int | None = None) -> LegPolicies:
+        """One instance per leg: a cursor shared by both legs would advance twice per request (bug #10).
+        Each leg draws from its own seed so a seeded run stays reproducible."""
+        return cls(
+            prefill=make_policy(prefill, seed),
+            decode=make_policy(decode, None if seed is None else seed + 1),
+            regular=make_policy(decode, None if seed is None else seed + 2),
+        )
+
+
+def id_read_pending(worker: Worker) -> bool:
+    """An engine-id re-read is running for a worker whose id the router mints (Mooncake, or not known yet)."""
+    return (worker.runtime.probe_stage is ProbeStage.REREAD
+            and worker.connector in (None, Connector.MOONCAKE))
+
+
+def pick_worker(registry: WorkerRegistry, role: Role, policy: SelectionPolicy, now: float) -> Worker | None:
+    """The worker for a leg of `role`, or None when no worker of that role is Ready."""
+    candidates = registry.ready(role)
+    if role is Role.PREFILL:
+        # A prefill whose engine-id re-read is still running may be about to learn a new id (it came back
+        # from NotReady/Failed, or its id is unconfirmed): prefer one whose id is settled.
+        settled = [w for w in candidates if not id_read_pending(w)]
+        candidates = settled or candidates
+    # A worker a request could not reach moments ago is probed at once; until then, prefer the others.
+    return policy.select(avoid_suspects(candidates), now)
+
+
+def no_worker_answer(role: Role) -> ErrorAnswer:
+    return ErrorAnswer(503, "no_available_workers", f"no Ready {role.value} worker", "service_unavailable")
