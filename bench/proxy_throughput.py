@@ -1,6 +1,6 @@
 """Throughput and added latency of the embedded Toxiproxy (no toxics), against a direct connection.
 
-Runs the proxy as its own process (`python -m harness.network.cli`), a sink and an echo server here,
+Runs the proxy as its own process (`python -m harness.toxiproxy.cli`), a sink and an echo server here,
 and prints MB/s through the proxy vs direct and the p50/p99 round trip of a small request/response.
 Bounded in time: well under 30 s with the defaults.
 
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 import requests
 
-from harness.network.testing import echo_handler, serve_tcp, sink_handler
+from harness.toxiproxy.testing import echo_handler, serve_tcp, sink_handler
 
 CHUNK = 64 * 1024
 IO_TIMEOUT_S = 10.0
@@ -31,7 +31,7 @@ IO_TIMEOUT_S = 10.0
 @contextmanager
 def proxy_process() -> Iterator[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.network.cli", "--port", "0"],
+        [sys.executable, "-m", "harness.toxiproxy.cli", "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -24,7 +24,7 @@ from typing import Any
 # Runnable from a checkout without installation.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.cli import default_suite
+from harness.suite import default_suite
 from harness.runner import expand_matrix, run_suite
 from harness.scenario import load_scenarios
 

@@ -7,7 +7,7 @@ traceback; only a bug in pdchaos itself shows one.
 Interrupts: the first SIGINT, SIGTERM or SIGHUP cancels the run, tears every process down, writes the partial
 report (its verdict is unknown) and exits 2. A second one while tearing down SIGKILLs every process group
 at once and exits 2 immediately. A SIGKILL cannot be caught: the children die with the harness through
-their parent-death signal (see harness.procs).
+their parent-death signal (see harness.worlds.real.processes).
 """
 
 from __future__ import annotations
@@ -28,6 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from harness.suite import (
+    UsageError,
+    default_suite,
+    load_named,
+    select_suite,
+)
+
 EXIT_PASS = 0
 EXIT_FAIL = 1
 EXIT_UNKNOWN = 2
@@ -37,7 +44,6 @@ EXIT_BY_STATUS = {"pass": EXIT_PASS, "fail": EXIT_FAIL, "unknown": EXIT_UNKNOWN}
 RUN_INFO = "run.json"
 # After an interrupt, how long the run may take to tear itself down before every group is SIGKILLed.
 TEARDOWN_TIMEOUT_S = 20.0
-DEFAULT_TAG = "default"
 # SIGHUP too: a closed terminal deserves the same clean teardown as Ctrl-C.
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -60,10 +66,6 @@ _EPILOG = """\
 exit codes: 0 pass, 1 fail, 2 unknown (the harness could not tell, or the run was interrupted),
 3 usage or configuration error (one line on stderr saying what is wrong).
 """
-
-
-class UsageError(Exception):
-    """Bad arguments or configuration: reported as one line, exit code 3."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -104,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--router", default="reference", metavar="ROUTER",
         help="'reference' (pdchaos-router, the default) or 'cmd:<command template>' with placeholders such "
-        "as {port} {prefill_args} {decode_args} (see harness/routers.py)",
+        "as {port} {prefill_args} {decode_args} (see harness/routers/command.py), or a gateway release: smg, "
+        "smg==X.Y.Z, vllm-router[==X.Y.Z]",
     )
     run.add_argument("--out", type=Path, metavar="DIR",
                      help="run folder (default: runs/<timestamp-id>; runs/latest points at the newest)")
@@ -121,69 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
                          "cells whose result was never saved are judged from their history.")
     rep.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     rep.add_argument("--recheck", action="store_true", help="judge every history afresh")
+
+    sub.add_parser("matrix", help="run scenarios against several routers and compare them",
+                   description="The router matrix (see `pdchaos matrix --help`).", add_help=False)
     return p
 
 
 # ---------------------------------------------------------------- scenario selection
-
-
-def _split_topologies(values: Sequence[str] | None) -> list[str] | None:
-    if not values:
-        return None
-    from harness.topology import parse_topology
-
-    out: list[str] = []
-    for v in values:
-        for part in v.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            try:
-                out.append(parse_topology(part).name)
-            except ValueError as e:
-                raise UsageError(str(e)) from None
-    if not out:
-        raise UsageError("--topology given without a topology")
-    return list(dict.fromkeys(out))
-
-
-def _load(items: Sequence[str]) -> list[Any]:
-    """Scenarios by name (shipped folder) or file, in the order given; none: every shipped scenario."""
-    from harness.scenario import ScenarioError, load_scenarios
-
-    try:
-        if not items:
-            return load_scenarios(None)
-        names = [i for i in items if not (i.endswith(".py") or "/" in i)]
-        named = {s.name: s for s in load_scenarios(names)} if names else {}
-    except ScenarioError as e:
-        raise UsageError(str(e)) from None
-    out: dict[str, Any] = {}
-    for item in items:
-        if item in named:
-            out.setdefault(item, named[item])
-            continue
-        try:
-            found = load_scenarios([item])
-        except ScenarioError as e:
-            # Name the file even when the problem is in a scenario's content.
-            msg = str(e)
-            raise UsageError(msg if item in msg else f"{item}: {msg}") from None
-        for s in found:
-            out.setdefault(s.name, s)
-    return list(out.values())
-
-
-def is_default(scenario: Any) -> bool:
-    return DEFAULT_TAG in tuple(getattr(scenario, "tags", ()) or ())
-
-
-def default_suite(scenarios: Sequence[Any]) -> list[Any]:
-    """Scenarios tagged 'default'; if no scenario carries the tag, every scenario not tagged 'slow'."""
-    marked = [s for s in scenarios if is_default(s)]
-    if marked:
-        return marked
-    return [s for s in scenarios if "slow" not in tuple(getattr(s, "tags", ()) or ())]
 
 
 def _check_router(spec: str, scenarios: Sequence[Any], named: bool) -> list[Any]:
@@ -214,15 +161,6 @@ def _check_router(spec: str, scenarios: Sequence[Any], named: bool) -> list[Any]
     return kept
 
 
-def _check_expectations(scenarios: Sequence[Any]) -> None:
-    from harness.checkers import validate_expect
-
-    for s in scenarios:
-        bad = [p for x in s.expect for p in validate_expect(x.checker, x.params)]
-        if bad:
-            raise UsageError(f"scenario {s.name!r}: " + "; ".join(bad))
-
-
 # ---------------------------------------------------------------- run
 
 
@@ -233,17 +171,6 @@ class RunPlan:
     router: str
     out: Path
     seed: int
-
-
-def select_suite(args: argparse.Namespace) -> tuple[list[str] | None, list[Any]]:
-    """`--topology` and the scenarios to run (those named, else the default suite), checked (UsageError)."""
-    topologies = _split_topologies(args.topology)
-    loaded = _load(args.scenarios)
-    scenarios = loaded if args.scenarios else default_suite(loaded)
-    if not scenarios:
-        raise UsageError("no scenarios to run")
-    _check_expectations(scenarios)
-    return topologies, scenarios
 
 
 def plan_run(args: argparse.Namespace) -> RunPlan:
@@ -260,7 +187,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         [args.connector] if args.connector else None,
         [args.transport] if args.transport else None,
     )
-    from harness.gateways.matrix import drop_skipped  # cells a gateway cannot run: said, not run
+    from harness.matrix import drop_skipped  # cells a gateway cannot run: said, not run
 
     cells = drop_skipped(args.router, cells)
     if not cells:
@@ -298,7 +225,7 @@ def _write_run_info(plan: RunPlan, marker: str, argv: Sequence[str], **end: Any)
 
 
 def _kill_everything() -> None:
-    from harness import procs
+    from harness.worlds.real import processes as procs
 
     procs._kill_all_live()
 
@@ -375,8 +302,8 @@ def _summary_lines(results: Sequence[Any], run_dir: Path) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from harness.procs import MARKER_ENV
-    from reports import report_from_run_dir, summarize
+    from harness.worlds.real.processes import MARKER_ENV
+    from reports import report_from_run_dir, summarize, write_reports
 
     plan = plan_run(args)
     try:
@@ -396,6 +323,7 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         results = report_from_run_dir(plan.out)
         code = EXIT_UNKNOWN
     else:
+        write_reports(results, plan.out)
         code = EXIT_BY_STATUS.get(summarize(list(results))["status"], EXIT_UNKNOWN)
     for line in _summary_lines(results, plan.out):
         print(line)
@@ -407,7 +335,7 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    scenarios = _load(args.scenarios)
+    scenarios = load_named(args.scenarios)
     defaults = {s.name for s in default_suite(scenarios)}
     if args.json:
         out = [
@@ -450,6 +378,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["matrix"]:
+        # The matrix has its own parser (harness.matrix): everything after the word goes to it.
+        from harness.matrix import main as matrix_main
+
+        return matrix_main(args_list[1:])
     parser = build_parser()
     args = parser.parse_args(args_list)
     if args.command is None:

@@ -119,10 +119,6 @@ class HistoryRecorder:
         """Seconds since the start on the recorder's clock."""
         return self._clock() - self._start
 
-    def t_of_wall(self, ts: float) -> float:
-        """A wall-clock timestamp placed on the scenario clock."""
-        return ts - self._wall_start
-
     def record(
         self, type_: str, fields: Mapping[str, Any] | None = None, *, t: float | None = None
     ) -> Record:
@@ -736,9 +732,6 @@ class History:
         return None
 
     # -- engines and handoffs --
-
-    def engine_states(self, engine: str) -> list[EngineState]:
-        return list(self.engines.get(engine, []))
 
     def engine_id_at(self, engine: str, t: float) -> str | None:
         """The id `engine` had at `t` according to the last engine_state at or before `t`."""

@@ -156,6 +156,7 @@ async def run_matrix(
 ) -> dict[str, list[Any]]:
     """Run every cell against every router; returns results by router label and writes matrix.json and the
     comparison report into out_dir."""
+    from reports import write_reports
     from reports.compare import write_comparison
 
     out = Path(out_dir)
@@ -177,6 +178,7 @@ async def run_matrix(
             [s for s, _ in p.run], p.run, sub, router=p.adapter, seed=seed,
             progress=_Lines(p.label, len(p.run)) if progress else None,
         )
+        write_reports(results[p.label], sub)
         write_matrix(out, plans, started, extra)
     write_comparison(out)
     return results
@@ -231,8 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         comp = load_comparison(args.compare_only)
         print(markdown_table(comp))
         return EXIT_BY_STATUS.get(comp.status, 2)
-    from harness.cli import UsageError, select_suite
     from harness.routers.gateways.spec import parse_router_spec
+    from harness.suite import UsageError, select_suite
 
     routers = args.router or ["reference", "smg==latest"]
     try:

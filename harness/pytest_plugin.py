@@ -336,6 +336,8 @@ class PDCluster:
     _sup: Any = field(repr=False)
     _fleet: Any = field(repr=False)
     _adapter: Any = field(repr=False)
+    _world: Any = field(repr=False)
+    _session: Any = field(repr=False)
 
     @property
     def router_url(self) -> str:
@@ -454,39 +456,41 @@ class PDCluster:
         return int(proc.pid)
 
 
-async def _start_cluster(cfg: ClusterConfig, out: Path, loop: _LoopThread, sup: Any) -> PDCluster:
-    import aiohttp
-
-    from harness.faults import EngineFleet
-    from harness.history import HistoryRecorder
+def _build_cluster(cfg: ClusterConfig, out: Path, loop: _LoopThread) -> PDCluster:
+    """The runner's own bring-up: a session that ends once every worker is Ready, over the real world."""
     from harness.routers import ReferenceRouter
-    from harness.scenario import EngineSettings, RouterSettings
+    from harness.scenario import EngineSettings, RouterSettings, Scenario
+    from harness.session import ScenarioSession
     from harness.topology import allocate
+    from harness.worlds.real.world import RealWorld
 
-    router_settings = cfg.router or RouterSettings(health_interval_s=0.2, health_timeout_s=0.5)
-    engine_settings = cfg.engines or EngineSettings(transfer_timeout_s=2.0, kv_abort_timeout_s=30.0)
     topo = allocate(cfg.topology, cfg.connector, cfg.transport)
-    history = HistoryRecorder(out / "history.jsonl")
+    scenario = Scenario(
+        name="pd_cluster", description="a live topology for a test", topologies=(topo.name,),
+        connectors=(cfg.connector,), transports=(cfg.transport,),
+        router=cfg.router or RouterSettings(health_interval_s=0.2, health_timeout_s=0.5),
+        engines=cfg.engines or EngineSettings(transfer_timeout_s=2.0, kv_abort_timeout_s=30.0),
+        ready_timeout_s=cfg.ready_timeout_s,
+    )
     api_key = "pdchaos-" + uuid.uuid4().hex[:12]
-    token = uuid.uuid4().hex
     adapter = ReferenceRouter(api_key=api_key)
-    fleet = EngineFleet(topo, engine_settings, sup, out, history, token=token,
-                        ready_timeout_s=cfg.ready_timeout_s)
-    cluster = PDCluster(cfg, topo, out, api_key, token, loop, sup, fleet, adapter)
+    session = ScenarioSession(scenario, topo, router=adapter.name, history_path=out / "history.jsonl",
+                              bring_up_only=True)
+    world = RealWorld(session.plan, adapter, out, engine_ready_timeout_s=cfg.ready_timeout_s)
+    return PDCluster(cfg, topo, out, api_key, world.token, loop, world.supervisor, world.fleet, adapter,
+                     world, session)
+
+
+async def _start_cluster(cluster: PDCluster) -> None:
+    world, session = cluster._world, cluster._session
+    await world.__aenter__()
     try:
-        await asyncio.gather(*(fleet.start(n) for n in topo.names()))
-        launch = adapter.launch(topo, router_settings, topo.names(), str(out / "router-events.jsonl"))
-        await sup.spawn("router", launch.argv, env=launch.env or None, ready_prefix=launch.ready_prefix,
-                        ready_timeout_s=cfg.ready_timeout_s)
-        async with aiohttp.ClientSession() as session:
-            await adapter.wait_ready(session, topo, cfg.ready_timeout_s)
-        for name in topo.names():
-            await cluster.wait_status(name, "ready", cfg.ready_timeout_s)
+        await world.run(session)
+        if session.reason != "ready":
+            raise RuntimeError(f"pd_cluster did not come up: {session.reason}")
     except BaseException:
-        await sup.aclose(grace_s=0.5)
-        history.close()
+        await _stop_cluster(cluster)
         raise
-    return cluster
 
 
 async def _stop_cluster(cluster: PDCluster) -> None:
@@ -495,8 +499,9 @@ async def _stop_cluster(cluster: PDCluster) -> None:
         if router is not None:
             await cluster._sup.stop(router, grace_s=1.0)
     finally:
-        await cluster._sup.aclose(grace_s=1.0)
-        cluster._fleet.history.close()
+        await cluster._world.__aexit__(None, None, None)
+        if cluster._session.history is not None:
+            cluster._session.history.close()
 
 
 @pytest.fixture
@@ -504,7 +509,6 @@ def pd_cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PDCluster]:
     """A running PD topology (fake engines + reference router); see `PDCluster` and the module docstring."""
-    from harness.procs import ProcessSupervisor
     from harness.topology import parse_topology
 
     cfg = ClusterConfig.from_request(request)
@@ -516,19 +520,20 @@ def pd_cluster(
     if problem is not None:
         pytest.fail(f"pd_cluster: {problem}", pytrace=False)
     out = tmp_path_factory.mktemp(f"pd_cluster-{cfg.topology}", numbered=True)
-    sup = ProcessSupervisor(out / "logs")
     loop = _LoopThread()
-    cluster: PDCluster | None = None
+    cluster = _build_cluster(cfg, out, loop)
+    started = False
     try:
-        cluster = loop.run(_start_cluster(cfg, out, loop, sup), cfg.ready_timeout_s * 3 + 10)
+        loop.run(_start_cluster(cluster), cfg.ready_timeout_s * 3 + 10)
+        started = True
         yield cluster
     finally:
         try:
-            if cluster is not None:
+            if started:
                 loop.run(_stop_cluster(cluster), 30.0)
         finally:
             # Whatever happened above (a start that timed out, a test that broke the loop): no survivors.
-            sup.kill_all()
+            cluster._sup.kill_all()
             loop.close()
 
 

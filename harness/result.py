@@ -1,4 +1,5 @@
-"""The result of one scenario run in one cell (topology x connector x transport), as the reports see it."""
+"""The result of one scenario run in one cell (topology x connector x transport): what a run returns and the
+reports render."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.verdict import Verdict, combine
-
-SCHEMA = "pdchaos.report/1"
 
 
 def _path(p: str | os.PathLike[str] | None) -> Path | None:

@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from harness.result import ScenarioResult, summarize
 from reports.collect import collect_results, result_from_history
 from reports.html import REPORT_HTML, write_html
-from reports.json_report import REPORT_JSON, read_json, write_json
+from reports.json_report import REPORT_JSON, SCHEMA, read_json, write_json
 from reports.junit import JUNIT_XML, write_junit
-from reports.model import SCHEMA, ScenarioResult, summarize
 
 __all__ = [
     "JUNIT_XML",

@@ -9,9 +9,9 @@ from typing import Any
 
 from harness.checkers import run_checks
 from harness.history import load_history
+from harness.result import ScenarioResult
 from harness.verdict import Verdict
 from reports.json_report import REPORT_JSON, read_json
-from reports.model import ScenarioResult
 
 HISTORY_NAME = "history.jsonl"
 

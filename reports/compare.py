@@ -1,6 +1,6 @@
 """The comparison report: scenario cells x routers (and releases), verdicts and key numbers side by side.
 
-Input: a matrix folder (`harness.gateways.matrix`): `matrix.json` plus one run folder per router, each with
+Input: a matrix folder (`harness.matrix`): `matrix.json` plus one run folder per router, each with
 its `report.json` and the cells' `history.jsonl`. Without a matrix.json every sub-folder holding a report.json
 counts as one router. Output: `compare.json` (schema `pdchaos.compare/1`), `compare.html` (self-contained)
 and `compare.md` (a markdown table for READMEs and notes).

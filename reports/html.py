@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.checkers import check_recovery
+from harness.checkers.stats import latency_summary
 from harness.history import History, load_history
+from harness.result import ScenarioResult, relative, summarize
 from harness.verdict import Verdict
-from reports.model import ScenarioResult, relative, summarize
 from reports.plot import timeline_png
 
 REPORT_HTML = "report.html"
@@ -135,6 +136,20 @@ def _handoff_table(h: History | None) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
+def _latency_table(h: History | None) -> str:
+    if h is None or not h.requests:
+        return "<p>No client requests.</p>"
+    summary = latency_summary(h)
+    head = "<tr><th>Requests</th><th>n</th><th>p50</th><th>p90</th><th>p99</th><th>max</th></tr>"
+    rows = []
+    for label, key in (("latency, all", "latency_s"), ("latency, correct", "ok_latency_s"),
+                       ("time to first token, correct", "ttft_s")):
+        st = summary[key]
+        rows.append(f"<tr><td>{esc(label)}</td><td>{st['n']}</td><td>{fmt_s(st['p50'])}</td>"
+                    f"<td>{fmt_s(st['p90'])}</td><td>{fmt_s(st['p99'])}</td><td>{fmt_s(st['max'])}</td></tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
 def _links(r: ScenarioResult, run_dir: Path) -> str:
     files: list[Path] = []
     if r.history_path is not None:
@@ -189,6 +204,8 @@ def _section(r: ScenarioResult, run_dir: Path, plots: bool) -> str:
         _recovery_table(r, h),
         "<h3>Handoff outcomes</h3>",
         _handoff_table(h),
+        "<h3>Client latency</h3>",
+        _latency_table(h),
         "<h3>Files</h3>",
         _links(r, run_dir),
     ]

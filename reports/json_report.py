@@ -8,9 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reports.model import SCHEMA, ScenarioResult, summarize
+from harness.result import ScenarioResult, summarize
 
 REPORT_JSON = "report.json"
+SCHEMA = "pdchaos.report/1"
 
 
 def report_document(results: list[ScenarioResult], run_dir: Path) -> dict[str, Any]:

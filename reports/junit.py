@@ -11,7 +11,7 @@ import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from reports.model import ScenarioResult, relative, summarize
+from harness.result import ScenarioResult, relative, summarize
 
 JUNIT_XML = "junit.xml"
 

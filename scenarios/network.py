@@ -5,8 +5,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.netlinks import HealLink, LinkBandwidth, LinkFlap, LinkLatency, LinkReset, Partition
-from harness.scenario import At, EngineSettings, Expect, Scenario, Step
+from harness.scenario import (
+                     At,
+                     EngineSettings,
+                     Expect,
+                     HealLink,
+                     LinkBandwidth,
+                     LinkFlap,
+                     LinkLatency,
+                     LinkReset,
+                     Partition,
+                     Scenario,
+                     Step,
+)
 from scenarios._common import CORE_EXPECT, ENGINES, ROUTER, STRICT_LOCAL, WORKLOAD
 
 # Short runs: a few seconds of load around each fault.

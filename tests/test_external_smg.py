@@ -23,7 +23,7 @@ import pytest
 
 from fake_engines.control import EngineControlClient
 from fake_engines.core.generator import expected_chat_completion, expected_completion
-from harness.procs import ManagedProcess, ProcessSupervisor
+from harness.worlds.real.processes import ManagedProcess, ProcessSupervisor
 from pdchaos.ports import LOOPBACK, free_ports
 
 

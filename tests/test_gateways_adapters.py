@@ -13,8 +13,14 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from harness.gateways.adapters import SmgRouter, VllmRouter, help_flags, normalize_status, whole_seconds
 from harness.routers import RouterAdapterError
+from harness.routers.gateways.adapters import (
+    SmgRouter,
+    VllmRouter,
+    help_flags,
+    normalize_status,
+    whole_seconds,
+)
 from harness.scenario import At, PatchWorker, RouterSettings, Scenario, Step
 from harness.topology import Topology, allocate
 

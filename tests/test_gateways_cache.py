@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.gateways import installed_version, make_gateway_adapter
-from harness.gateways.adapters import SmgRouter, VllmRouter
-from harness.gateways.cache import (
+from harness.routers import RouterAdapterError, make_router_adapter
+from harness.routers.gateways import installed_version, make_gateway_adapter
+from harness.routers.gateways.adapters import SmgRouter, VllmRouter
+from harness.routers.gateways.cache import (
     CACHE_ENV,
     MARKER,
     GatewayInstallError,
@@ -22,8 +23,7 @@ from harness.gateways.cache import (
     cache_root,
     run_command,
 )
-from harness.gateways.spec import GATEWAYS, parse_router_spec
-from harness.routers import RouterAdapterError, make_router_adapter
+from harness.routers.gateways.spec import GATEWAYS, parse_router_spec
 
 SMG = GATEWAYS["smg"]
 INDEX = "smg (1.13.0)\nAvailable versions: 1.13.0, 1.12.0, 1.11.0\n"

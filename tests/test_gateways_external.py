@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from harness.gateways import make_gateway_adapter
-from harness.gateways.adapters import GatewayAdapter
+from harness.routers.gateways import make_gateway_adapter
+from harness.routers.gateways.adapters import GatewayAdapter
 from harness.runner import run_scenario
 from harness.scenario import At, EngineSettings, Expect, Restart, RouterSettings, Scenario, Step, Workload
 

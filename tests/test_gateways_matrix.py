@@ -1,5 +1,5 @@
 """The router matrix end to end with the reference router (a real run, fake engines) next to a gateway that
-cannot run the cell (skipped, with its reason, never a pass), and `python -m harness.gateways` usage."""
+cannot run the cell (skipped, with its reason, never a pass), and `pdchaos matrix` usage."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.gateways.__main__ import main
-from harness.gateways.adapters import SmgRouter, VllmRouter
-from harness.gateways.matrix import drop_skipped, plan_router, run_matrix, unique_labels
+from harness.matrix import drop_skipped, main, plan_router, run_matrix, unique_labels
+from harness.routers.gateways.adapters import SmgRouter, VllmRouter
 from harness.runner import expand_matrix
 from harness.scenario import EngineSettings, Expect, RouterSettings, Scenario, Workload
 

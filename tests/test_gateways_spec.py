@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.gateways.cache import parse_index_versions
-from harness.gateways.spec import gateway_name, parse_router_spec, version_key
 from harness.routers import RouterAdapterError
+from harness.routers.gateways.cache import parse_index_versions
+from harness.routers.gateways.spec import gateway_name, parse_router_spec, version_key
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,12 @@
-"""The link and network-fault model (harness.netlinks): validation, toxics, flap schedule, router view."""
+"""The link and network-fault model (harness.scenario.links) and the real world's proxied view of a topology
+(harness.worlds.real.links): validation, toxics, flap schedule, router view."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.netlinks import (
+from harness.scenario import At, Restart, Scenario, ScenarioError, Step, load_scenarios, validate
+from harness.scenario.links import (
     HealLink,
     LinkBandwidth,
     LinkFlap,
@@ -12,19 +14,15 @@ from harness.netlinks import (
     LinkRef,
     LinkReset,
     Partition,
-    ProxiedTopology,
     fault_kind,
     fault_params,
     flap_schedule,
     link_applies,
     links_in,
-    proxy_name,
-    router_view,
     toxics_for,
-    upstream_port,
 )
-from harness.scenario import At, Restart, Scenario, ScenarioError, Step, load_scenarios, validate
 from harness.topology import build_topology
+from harness.worlds.real.links import ProxiedTopology, proxy_name, router_view, upstream_port
 
 
 def _scenario(*steps: Step, connectors: tuple[str, ...] = ("mooncake", "nixl"),

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.procs import MARKER_ENV, find_marked_processes, group_alive, pid_alive
+from harness.worlds.real.processes import MARKER_ENV, find_marked_processes, group_alive, pid_alive
 from pdchaos.jsonl import read_jsonl
 
 SCENARIO_FILE = Path(__file__).with_name("orphans_scenario.py")

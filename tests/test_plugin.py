@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.procs import pid_alive
 from harness.pytest_plugin import PDCluster
+from harness.worlds.real.processes import pid_alive
 
 TESTS = Path(__file__).parent
 
@@ -101,7 +101,7 @@ def test_bad_router_option_is_a_usage_error(pytester: pytest.Pytester) -> None:
 
 
 def test_bare_option_collects_the_shipped_default_suite(pytester: pytest.Pytester) -> None:
-    from harness.cli import default_suite
+    from harness.suite import default_suite
     from harness.runner import expand_matrix
     from harness.scenario import load_scenarios
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.procs import (
+from harness.worlds.real.processes import (
     MARKER_ENV,
     ProcessStartError,
     ProcessSupervisor,
@@ -215,7 +215,7 @@ async def test_closed_supervisor_refuses_spawn(tmp_path: Path) -> None:
 _HARNESS = """
 import asyncio, sys
 from pathlib import Path
-from harness.procs import ProcessSupervisor
+from harness.worlds.real.processes import ProcessSupervisor
 
 async def main():
     sup = ProcessSupervisor(Path(sys.argv[1]), marker=sys.argv[2])

@@ -1,4 +1,4 @@
-"""Runner parts against small loopback stubs: the load generator, the router watcher, fault verification
+"""Real-world parts against small loopback stubs: the client, the router's worker reads, fault verification
 helpers, the `runs/latest` link."""
 
 from __future__ import annotations
@@ -17,15 +17,19 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from fake_engines.control_client import EngineControlClient
-from harness.faults import process_state
 from harness.history import HistoryRecorder
-from harness.load import LoadGenerator, RequestPlan, expected_text
-from harness.observe import RouterWatcher, poll_handoffs
 from harness.routers import ReferenceRouter
 from harness.runner import update_latest
-from harness.scenario import Workload, World
+from harness.scenario import Scenario
+from harness.session import ScenarioSession
+from harness.session.commands import PollWorkers
+from harness.session.events import Event, WorkersSeen
+from harness.session.requests import RequestPlan, expected_text
+from harness.session.workers import WorkerWatch
 from harness.topology import build_topology
+from harness.worlds.real.client import RouterClient
+from harness.worlds.real.probes import process_state
+from harness.worlds.real.world import RealWorld
 from pdchaos.ports import free_port
 
 # ---------------------------------------------------------------- a stub router for the load generator
@@ -106,65 +110,40 @@ def _plan(seq: int, mode: str, stream: bool, chat: bool, deadline: float = 2.0) 
 
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("chat", [False, True])
-async def test_load_records_outcomes(stub: Any, stream: bool, chat: bool) -> None:
+async def test_client_reports_outcomes(stub: Any, stream: bool, chat: bool) -> None:
     _router, url = stub
-    hist = HistoryRecorder(None)
     async with aiohttp.ClientSession() as s:
-        load = LoadGenerator(s, url, Workload(), hist, "t")
-        good = await load.one(_plan(1, "good", stream, chat))
-        wrong = await load.one(_plan(2, "wrong", stream, chat))
-        busy = await load.one(_plan(3, "busy", stream, chat))
-    assert good.ok and good.status == 200
-    assert wrong.ok
+        client = RouterClient(s, url)
+        good = await client.send(_plan(1, "good", stream, chat))
+        wrong = await client.send(_plan(2, "wrong", stream, chat))
+        busy = await client.send(_plan(3, "busy", stream, chat))
+    assert good.ok and good.status == 200 and good.seq == 1
+    assert good.text == expected_text(_plan(1, "good", stream, chat))
+    assert good.ttft_s is not None and not good.timed_out
+    assert wrong.ok and wrong.text != expected_text(_plan(2, "wrong", stream, chat))
     assert not busy.ok and busy.status == 503 and "no_available_workers" in (busy.error or "")
-    done = {r["req"]: r for r in hist.records if r["type"] == "request_completed"}
-    assert done[1]["text_ok"] is True and done[2]["text_ok"] is False and done[3]["text_ok"] is None
-    assert (done[1]["ttft_s"] is not None) and done[1]["timed_out"] is False
-    invoked = [r for r in hist.records if r["type"] == "request_invoked"]
-    assert [r["stream"] for r in invoked] == [stream] * 3 and invoked[0]["tag"] == "[pdchaos:t:1]"
 
 
-async def test_load_deadline_and_error_chunk(stub: Any) -> None:
+async def test_client_deadline_and_error_chunk(stub: Any) -> None:
     _router, url = stub
-    hist = HistoryRecorder(None)
     async with aiohttp.ClientSession() as s:
-        load = LoadGenerator(s, url, Workload(), hist, "t")
-        hung = await load.one(_plan(1, "hang", False, False, deadline=0.3))
-        broken = await load.one(_plan(2, "broken", True, False))
-    assert hung.timed_out and not hung.ok and hung.status == 0
+        client = RouterClient(s, url)
+        hung = await client.send(_plan(1, "hang", False, False, deadline=0.3))
+        broken = await client.send(_plan(2, "broken", True, False))
+    assert hung.timed_out and not hung.ok and hung.status == 0 and hung.latency_s < 2.0
     assert not broken.ok and broken.status == 200 and broken.error == "kv load failed"
-    done = {r["req"]: r for r in hist.records if r["type"] == "request_completed"}
-    assert done[1]["timed_out"] is True and done[1]["latency_s"] < 2.0
 
 
-async def test_load_refused_connection_is_a_clear_failure() -> None:
-    hist = HistoryRecorder(None)
+async def test_client_refused_connection_is_a_clear_failure() -> None:
     async with aiohttp.ClientSession() as s:
-        load = LoadGenerator(s, f"http://127.0.0.1:{free_port()}", Workload(), hist, "t")
-        out = await load.one(_plan(1, "good", False, False))
+        out = await RouterClient(s, f"http://127.0.0.1:{free_port()}").send(_plan(1, "good", False, False))
     assert not out.ok and out.status == 0 and not out.timed_out and out.error
 
 
-@pytest.mark.parametrize("mode", ["closed", "open"])
-async def test_load_run_closed_and_open_loop(stub: Any, mode: str) -> None:
-    router, url = stub
-    hist = HistoryRecorder(None)
-    w = Workload(mode=mode, concurrency=2, rate_rps=40, duration_s=0.5, think_time_s=0.01, chat_fraction=0.5,
-                 stream_fraction=0.5, deadline_s=2.0)
-    async with aiohttp.ClientSession() as s:
-        load = LoadGenerator(s, url, w, hist, "run9", seed=5)
-        stats = await load.run()
-    assert stats.invoked == stats.completed == len(router.seen) > 3
-    tags = [r["tag"] for r in hist.records if r["type"] == "request_invoked"]
-    assert len(set(tags)) == len(tags) and all(t.startswith("[pdchaos:run9:") for t in tags)
-    # Random words can end a prompt in no stub mode word: those are answered as `good` would be.
-    assert stats.ok == stats.completed
+# ---------------------------------------------------------------- the router's workers against a stub
 
 
-# ---------------------------------------------------------------- router watcher against a stub /workers
-
-
-async def test_router_watcher_records_changes_and_world() -> None:
+async def test_worker_reads_map_urls_to_engines_and_record_changes(tmp_path: Path) -> None:
     topo = build_topology("1p1d", "mooncake", "http", [free_port() for _ in range(11)])
     workers: list[dict[str, Any]] = [
         {"id": "w1", "url": topo.url_of("prefill-0"), "role": "prefill", "status": "pending",
@@ -183,28 +162,41 @@ async def test_router_watcher_records_changes_and_world() -> None:
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", topo.router_port).start()
+    plan = ScenarioSession(Scenario(name="w", description=""), topo, router="reference").plan
     hist = HistoryRecorder(None)
-    world = World()
+    watch = WorkerWatch(hist)
+    seen: list[Event] = []
+
+    async def read(adapter: ReferenceRouter) -> WorkersSeen:
+        async with RealWorld(plan, adapter, tmp_path) as world:
+            seen.clear()
+            await world.execute(PollWorkers(), seen.append)
+        got = seen[0]
+        assert isinstance(got, WorkersSeen)
+        return got
+
     try:
-        async with aiohttp.ClientSession() as s:
-            watcher = RouterWatcher(ReferenceRouter(api_key="k"), s, topo, hist, world)
-            await watcher.poll_once()
-            assert world.worker_status == {"prefill-0": "pending", "decode-0": "ready"}
-            await watcher.poll_once()  # nothing changed: nothing recorded
-            workers[0] = {**workers[0], "status": "ready", "kv_engine_id": "e1"}
-            del workers[1]
-            await watcher.poll_once()
-            bad = RouterWatcher(ReferenceRouter(api_key="wrong"), s, topo, HistoryRecorder(None), World())
-            assert await bad.poll_once() is None and bad.supported is False
+        first = await read(ReferenceRouter(api_key="k"))
+        assert first.engines == {topo.url_of("prefill-0"): "prefill-0", topo.url_of("decode-0"): "decode-0"}
+        watch.seen(first.workers, first.engines)
+        assert watch.status == {"prefill-0": "pending", "decode-0": "ready"} and watch.supported
+        again = await read(ReferenceRouter(api_key="k"))
+        watch.seen(again.workers, again.engines)  # nothing changed: nothing recorded
+        workers[0] = {**workers[0], "status": "ready", "kv_engine_id": "e1"}
+        del workers[1]
+        later = await read(ReferenceRouter(api_key="k"))
+        watch.seen(later.workers, later.engines)
+        refused = await read(ReferenceRouter(api_key="wrong"))
+        assert refused.workers is None
     finally:
         await runner.cleanup()
     statuses = [r for r in hist.records if r["type"] == "router_status"]
-    seen = [(r["engine"], r["status"], r["kv_engine_id"]) for r in statuses]
-    assert seen == [
+    got = [(r["engine"], r["status"], r["kv_engine_id"]) for r in statuses]
+    assert got == [
         ("prefill-0", "pending", None), ("decode-0", "ready", None),
         ("prefill-0", "ready", "e1"), ("decode-0", "absent", None),
     ]
-    assert world.worker_status == {"prefill-0": "ready"}
+    assert watch.status == {"prefill-0": "ready"}
 
 
 # ---------------------------------------------------------------- helpers
@@ -236,31 +228,3 @@ def test_update_latest_points_at_newest_run(tmp_path: Path) -> None:
     update_latest(b)
     assert (tmp_path / "latest").resolve() == b.resolve()
     assert os.readlink(tmp_path / "latest") == "run-b"  # relative: the runs folder can move
-
-
-async def test_poll_handoffs_follows_the_cursor() -> None:
-    records = [
-        {"ts": 1.0, "engine": "decode-0", "kind": "decode", "tag": f"[pdchaos:t:{i}]"} for i in range(3)
-    ]
-
-    async def get_records(request: web.Request) -> web.Response:
-        since = int(request.query.get("since", "0"))
-        return web.json_response({"records": records[since:], "next": len(records)})
-
-    app = web.Application()
-    app.router.add_get("/control/records", get_records)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    hist = HistoryRecorder(None)
-    try:
-        client = EngineControlClient(f"http://127.0.0.1:{port}", None, 1.0)
-        assert await poll_handoffs(client, hist, 0) == 3
-        assert await poll_handoffs(client, hist, 3) == 3
-    finally:
-        await runner.cleanup()
-    dead = EngineControlClient(f"http://127.0.0.1:{free_port()}", None, 0.5)
-    assert await poll_handoffs(dead, hist, 2) == 2  # unreachable: cursor kept, nothing recorded
-    tags = [r["tag"] for r in hist.records if r["type"] == "handoff"]
-    assert tags == [f"[pdchaos:t:{i}]" for i in range(3)]

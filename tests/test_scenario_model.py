@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.load import parse_sse, plan_request
-from harness.observe import status_changes
 from harness.routers import CommandRouter, ReferenceRouter, RouterAdapterError, make_router_adapter
 from harness.runner import expectation_problems
 from harness.scenario import (
@@ -19,6 +17,7 @@ from harness.scenario import (
     EngineFault,
     Expect,
     Heal,
+    Observed,
     RequestsCompleted,
     Respawn,
     Restart,
@@ -30,14 +29,16 @@ from harness.scenario import (
     Wedge,
     WorkerStatus,
     Workload,
-    World,
     action_kind,
     holds,
     load_scenarios,
     scenarios_in_file,
     validate,
 )
+from harness.session.requests import plan_request
+from harness.session.workers import status_changes
 from harness.topology import allocate, build_topology, parse_topology
+from pdchaos.sse import stream_text
 
 # ---------------------------------------------------------------- topology
 
@@ -168,7 +169,7 @@ def test_timeline_fires_in_order_and_waits_for_conditions() -> None:
         Step("b", Heal("prefill-0"), WorkerStatus("prefill-0", "ready")),
         Step("c", Crash("decode-0"), After("b", 0.5)),
     ))
-    w = World(worker_status={"prefill-0": "not_ready"})
+    w = Observed(worker_status={"prefill-0": "not_ready"})
     assert tl.due(0.5, w) == ([], [])
     fire, _ = tl.due(1.0, w)
     assert [s.name for s in fire] == ["a"] and w.applied_at["a"] == 1.0
@@ -183,7 +184,7 @@ def test_timeline_fires_in_order_and_waits_for_conditions() -> None:
 
 def test_timeline_fires_several_due_steps_at_once() -> None:
     tl = Timeline((Step("a", Restart("prefill-0"), At(1)), Step("b", Restart("decode-0"), After("a"))))
-    fire, miss = tl.due(5.0, World())
+    fire, miss = tl.due(5.0, Observed())
     assert [s.name for s in fire] == ["a", "b"] and miss == []
 
 
@@ -192,7 +193,7 @@ def test_timeline_misses_a_step_past_its_deadline_and_moves_on() -> None:
         Step("never", Restart("prefill-0"), RequestsCompleted(100), deadline_s=3.0),
         Step("next", Heal("prefill-0"), At(4.0)),
     ))
-    w = World(requests_completed=5)
+    w = Observed(requests_completed=5)
     assert tl.due(2.0, w) == ([], [])
     fire, miss = tl.due(4.5, w)
     assert [s.name for s in miss] == ["never"] and [s.name for s in fire] == ["next"]
@@ -200,7 +201,7 @@ def test_timeline_misses_a_step_past_its_deadline_and_moves_on() -> None:
 
 
 def test_conditions() -> None:
-    w = World(worker_status={"decode-0": "failed"}, requests_completed=3, applied_at={"x": 2.0})
+    w = Observed(worker_status={"decode-0": "failed"}, requests_completed=3, applied_at={"x": 2.0})
     assert holds(WorkerStatus("decode-0", "failed"), 0, w)
     assert holds(WorkerStatus("prefill-0", "absent"), 0, w)
     assert not holds(RequestsCompleted(4), 0, w) and holds(RequestsCompleted(3), 0, w)
@@ -324,11 +325,11 @@ def test_plan_request_is_tagged_and_deterministic() -> None:
 
 def test_parse_sse() -> None:
     lines = ['data: {"choices":[{"text":" a"}]}', "", 'data: {"choices":[{"text":" b"}]}', "data: [DONE]"]
-    assert parse_sse(lines, chat=False) == (" a b", None, True)
+    assert stream_text(lines, chat=False) == (" a b", None, True)
     err = ['data: {"choices":[{"delta":{"content":"x"}}]}', 'data: {"error":{"message":"kv load failed"}}',
            "data: [DONE]"]
-    assert parse_sse(err, chat=True) == ("x", "kv load failed", True)
-    assert parse_sse(['data: {"choices":[{"text":"a"}]}'], chat=False) == ("a", None, False)
+    assert stream_text(err, chat=True) == ("x", "kv load failed", True)
+    assert stream_text(['data: {"choices":[{"text":"a"}]}'], chat=False) == ("a", None, False)
 
 
 def test_status_changes_diff() -> None:

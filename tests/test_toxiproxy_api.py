@@ -21,8 +21,14 @@ from toxiproxy import Toxiproxy
 from toxiproxy.api import APIConsumer
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
-from harness.network import DEFAULT_PORT, EmbeddedToxiproxy, configure_client, toxiproxy_server, toxiproxy_url
-from harness.network.testing import echo_handler, embedded_toxiproxy, serve_tcp
+from harness.toxiproxy import (
+    DEFAULT_PORT,
+    EmbeddedToxiproxy,
+    configure_client,
+    toxiproxy_server,
+    toxiproxy_url,
+)
+from harness.toxiproxy.testing import echo_handler, embedded_toxiproxy, serve_tcp
 from pdchaos.ports import free_port, free_ports
 
 TIMEOUT_S = 5.0
@@ -404,7 +410,8 @@ def test_cli_serves_populates_and_stops_on_sigterm(tmp_path: Path, echo_port: in
     config = tmp_path / "proxies.json"
     config.write_text(json.dumps([{"name": "cfg", "upstream": f"127.0.0.1:{echo_port}"}]))
     with subprocess.Popen(
-        [sys.executable, "-m", "harness.network.cli", "--port", "0", "--seed", "3", "--config", str(config)],
+        [sys.executable, "-m", "harness.toxiproxy.cli", "--port", "0", "--seed", "3", "--config",
+         str(config)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -423,7 +430,7 @@ def test_cli_serves_populates_and_stops_on_sigterm(tmp_path: Path, echo_port: in
 
 
 def test_cli_rejects_a_non_loopback_host(capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.network.cli import main
+    from harness.toxiproxy.cli import main
 
     assert main(["--host", "10.9.8.7", "--port", "0"]) == 2
     assert "loopback" in capsys.readouterr().err
@@ -475,7 +482,7 @@ def test_toxiproxy_server_prefers_the_configured_url(monkeypatch: pytest.MonkeyP
 
 
 def test_cli_accepts_toxiproxy_server_flag_spellings() -> None:
-    from harness.network.cli import parse_args
+    from harness.toxiproxy.cli import parse_args
 
     args = parse_args(["-host", "127.0.0.1", "-port", "0", "-seed", "9"])
     assert (args.host, args.port, args.seed) == ("127.0.0.1", 0, 9)

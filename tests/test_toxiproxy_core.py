@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-from harness.network.chain import DirectionChain, unit_draw
-from harness.network.errors import ApiError
-from harness.network.registry import ProxyRegistry, parse_listen, parse_upstream
-from harness.network.stages import Bandwidth, Latency, LimitData, ResetPeer, Slicer, SlowClose, Timeout
-from harness.network.toxics import ToxicSpec, parse_new_toxic, update_toxic
+from harness.toxiproxy.chain import DirectionChain, unit_draw
+from harness.toxiproxy.errors import ApiError
+from harness.toxiproxy.registry import ProxyRegistry, parse_listen, parse_upstream
+from harness.toxiproxy.stages import Bandwidth, Latency, LimitData, ResetPeer, Slicer, SlowClose, Timeout
+from harness.toxiproxy.toxics import ToxicSpec, parse_new_toxic, update_toxic
 
 
 def toxic(

@@ -14,8 +14,8 @@ import requests
 from toxiproxy import Toxiproxy
 from toxiproxy.proxy import Proxy
 
-from harness.network import EmbeddedToxiproxy
-from harness.network.testing import echo_handler, embedded_toxiproxy, serve_tcp
+from harness.toxiproxy import EmbeddedToxiproxy
+from harness.toxiproxy.testing import echo_handler, embedded_toxiproxy, serve_tcp
 
 IO_TIMEOUT_S = 3.0
 
@@ -244,7 +244,7 @@ def test_latency_jitter_spreads_within_its_bounds(proxy: Proxy) -> None:
 
 async def test_backpressure_bounds_what_the_proxy_holds() -> None:
     """A slow toxic pushes back on the sender instead of buffering everything it sends."""
-    from harness.network.link import HIGH_WATER, READ_SIZE
+    from harness.toxiproxy.link import HIGH_WATER, READ_SIZE
 
     async def sink(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):

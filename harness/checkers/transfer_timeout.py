@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from harness.checkers._common import cap, find_setting, rounded
 from harness.checkers.handoff import source_lost
+from harness.checkers.stats import percentiles
 from harness.history import History
 from harness.verdict import Verdict
 
@@ -60,6 +61,7 @@ def check_transfer_timeout(history: History, exp: TransferTimeoutExpect | None =
         "slow_requests": len(slow),
         "excused_in_flight": len(excused),
         "max_latency_s": rounded(max((r.latency_s or 0.0 for r in history.requests.values()), default=None)),
+        "latency_s": percentiles(r.latency_s for r in history.requests.values() if r.completed),
     }
     if evidence:
         return Verdict.fail(

@@ -3,7 +3,7 @@
 Drive it with the toxiproxy-python client like a real Toxiproxy; set TOXIPROXY_URL to use a real one.
 """
 
-from harness.network.server import (
+from harness.toxiproxy.server import (
     DEFAULT_PORT,
     EmbeddedToxiproxy,
     configure_client,

@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from harness.network.errors import ApiError, bad_body
-from harness.network.service import ToxiproxyService
+from harness.toxiproxy.errors import ApiError, bad_body
+from harness.toxiproxy.service import ToxiproxyService
 
 # Looks like a Toxiproxy 2.x release to clients that compare versions; the suffix tells it apart.
 VERSION = "2.12.0+pdchaos.embedded"

@@ -13,8 +13,8 @@ import random
 from collections import deque
 from collections.abc import Sequence
 
-from harness.network.stages import Out, Stage, make_stage
-from harness.network.toxics import ToxicSpec
+from harness.toxiproxy.stages import Out, Stage, make_stage
+from harness.toxiproxy.toxics import ToxicSpec
 
 _INF = float("inf")
 

@@ -9,8 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
-from harness.network.registry import LOOPBACK
-from harness.network.server import DEFAULT_PORT, EmbeddedToxiproxy
+from harness.toxiproxy.registry import LOOPBACK
+from harness.toxiproxy.server import DEFAULT_PORT, EmbeddedToxiproxy
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

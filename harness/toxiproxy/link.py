@@ -14,8 +14,8 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from harness.network.chain import DirectionChain
-from harness.network.toxics import DOWNSTREAM, UPSTREAM, ToxicSpec
+from harness.toxiproxy.chain import DirectionChain
+from harness.toxiproxy.toxics import DOWNSTREAM, UPSTREAM, ToxicSpec
 
 READ_SIZE = 64 * 1024
 HIGH_WATER = 256 * 1024

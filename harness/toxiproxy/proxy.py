@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from harness.network.errors import ApiError
-from harness.network.link import Link
-from harness.network.registry import ProxySpec, format_addr, parse_listen, parse_upstream
+from harness.toxiproxy.errors import ApiError
+from harness.toxiproxy.link import Link
+from harness.toxiproxy.registry import ProxySpec, format_addr, parse_listen, parse_upstream
 
 
 class ProxyRuntime:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from harness.network.errors import (
+from harness.toxiproxy.errors import (
     PROXY_EXISTS,
     PROXY_NOT_FOUND,
     TOXIC_EXISTS,
@@ -18,7 +18,7 @@ from harness.network.errors import (
     bad_body,
     missing_field,
 )
-from harness.network.toxics import STREAMS, ToxicSpec, parse_new_toxic, update_toxic
+from harness.toxiproxy.toxics import STREAMS, ToxicSpec, parse_new_toxic, update_toxic
 
 LOOPBACK = "127.0.0.1"
 _WILDCARDS = {"", "0.0.0.0", "::", "localhost"}

@@ -12,10 +12,10 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from harness.network.api import build_app
-from harness.network.errors import ApiError
-from harness.network.registry import LOOPBACK, parse_listen
-from harness.network.service import ToxiproxyService
+from harness.toxiproxy.api import build_app
+from harness.toxiproxy.errors import ApiError
+from harness.toxiproxy.registry import LOOPBACK, parse_listen
+from harness.toxiproxy.service import ToxiproxyService
 
 DEFAULT_PORT = 8474
 

@@ -6,9 +6,9 @@ connection's data, so the control API stays responsive whatever the toxics are d
 
 from __future__ import annotations
 
-from harness.network.proxy import ProxyRuntime
-from harness.network.registry import ProxyRegistry, ProxySpec
-from harness.network.toxics import ToxicSpec
+from harness.toxiproxy.proxy import ProxyRuntime
+from harness.toxiproxy.registry import ProxyRegistry, ProxySpec
+from harness.toxiproxy.toxics import ToxicSpec
 
 
 class ToxiproxyService:

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from harness.network.server import EmbeddedToxiproxy, configure_client
+from harness.toxiproxy.server import EmbeddedToxiproxy, configure_client
 
 
 def echo_handler(timeout_s: float, *, nodelay: bool = False) -> type[socketserver.BaseRequestHandler]:

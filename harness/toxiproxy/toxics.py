@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from harness.network.errors import INVALID_STREAM, INVALID_TOXIC_TYPE, ApiError, bad_body
+from harness.toxiproxy.errors import INVALID_STREAM, INVALID_TOXIC_TYPE, ApiError, bad_body
 
 UPSTREAM = "upstream"
 DOWNSTREAM = "downstream"

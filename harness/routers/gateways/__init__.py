@@ -1,8 +1,8 @@
-"""Real gateways under test (smg, vllm-router): router specs, cached release venvs, adapters, the matrix.
+"""Real gateways under test (smg, vllm-router): router specs, cached release venvs, adapters.
 
 `make_gateway_adapter("smg==1.12.0")` installs that release on first use (see `cache`) and returns its
-adapter; `harness.routers.make_router_adapter` hands gateway specs here. `python -m harness.gateways`
-runs scenarios against several routers and writes the comparison report (see `matrix`).
+adapter; `harness.routers.make_router_adapter` hands gateway specs here. `pdchaos matrix`
+(harness.matrix) runs scenarios against several routers and writes the comparison report.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.gateways.adapters import ADAPTERS, GatewayAdapter, SmgRouter, VllmRouter
-from harness.gateways.cache import ReleaseCache, Resolved
-from harness.gateways.spec import GATEWAYS, RouterSpec, gateway_name, parse_router_spec
+from harness.routers.gateways.adapters import ADAPTERS, GatewayAdapter, SmgRouter, VllmRouter
+from harness.routers.gateways.cache import ReleaseCache, Resolved
+from harness.routers.gateways.spec import GATEWAYS, RouterSpec, gateway_name, parse_router_spec
 
 __all__ = [
     "GATEWAYS", "GatewayAdapter", "ReleaseCache", "Resolved", "RouterSpec", "SmgRouter", "VllmRouter",

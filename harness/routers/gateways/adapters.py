@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from harness.routers import RouterAdapter, RouterAdapterError, RouterLaunch
+from harness.routers.base import RouterAdapter, RouterAdapterError, RouterLaunch
 from harness.scenario import AddWorker, PatchWorker, RemoveWorker, RouterSettings, Scenario
 from harness.topology import Topology
 from pdchaos.ports import free_port

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.gateways.spec import LATEST, Gateway, RouterSpec, version_key
-from harness.routers import RouterAdapterError
+from harness.routers.base import RouterAdapterError
+from harness.routers.gateways.spec import LATEST, Gateway, RouterSpec, version_key
 
 CACHE_ENV = "PDCHAOS_GATEWAY_CACHE"
 MARKER = ".pdchaos-installed"

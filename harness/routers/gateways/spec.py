@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harness.routers import RouterAdapterError
+from harness.routers.base import RouterAdapterError
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,173 @@
+"""The router-under-test interface: how the real world starts a router, knows it is up, and reads its workers
+and events. `reference` (the project's router), `command` (any command line) and `gateways` (smg,
+vllm-router releases) implement it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Container, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from harness.scenario import RouterSettings
+from harness.topology import Topology
+
+READY_PREFIX = "PDCHAOS_ROUTER_READY"
+
+class RouterAdapterError(ValueError):
+    pass
+
+
+@dataclass
+class RouterLaunch:
+    """What the runner needs to start a router: argv, env, and how readiness shows."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    ready_prefix: str | None = None
+
+
+def fmt_seconds(x: float) -> str:
+    return f"{x:g}"
+
+
+class RouterAdapter:
+    """Base adapter: worker API and events over HTTP on the router's port. Subclasses build the launch."""
+
+    name = "router"
+    has_events = False
+    supports_inject_bug = False
+
+    def __init__(self, api_key: str | None = None) -> None:
+        self.api_key = api_key
+
+    # -- launching
+
+    def launch(
+        self, topo: Topology, settings: RouterSettings, registered: list[str], events_file: str
+    ) -> RouterLaunch:
+        raise NotImplementedError
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    async def wait_ready(self, session: aiohttp.ClientSession, topo: Topology, timeout_s: float) -> None:
+        """Poll `/health` until any HTTP answer (a router with no Ready workers may say 503)."""
+        await self._poll_until_answer(session, topo, "/health", timeout_s)
+
+    async def _poll_until_answer(
+        self,
+        session: aiohttp.ClientSession,
+        topo: Topology,
+        path: str,
+        timeout_s: float,
+        statuses: Container[int] | None = None,
+    ) -> None:
+        """Poll `GET path` every 0.1 s until an answer whose status is in `statuses` (None: any status)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        last = "no answer"
+        while loop.time() < deadline:
+            try:
+                async with session.get(
+                    f"{topo.router_url}{path}", timeout=aiohttp.ClientTimeout(total=1.0)
+                ) as resp:
+                    await resp.read()
+                    if statuses is None or resp.status in statuses:
+                        return
+                    last = f"HTTP {resp.status}"
+            except (aiohttp.ClientError, TimeoutError) as e:
+                last = f"{type(e).__name__}: {e}"
+            await asyncio.sleep(0.1)
+        raise TimeoutError(f"router {self.name} did not answer {path} within {timeout_s:g} s ({last})")
+
+    # -- reading
+
+    async def _get_json(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
+        """The JSON body of a 200 answer to `GET url`; None for any other status, bad JSON or no answer."""
+        try:
+            async with session.get(
+                url, params=params, headers=headers, timeout=aiohttp.ClientTimeout(total=1.0)
+            ) as resp:
+                if resp.status != 200:
+                    return None
+                return await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+
+    async def workers(self, session: aiohttp.ClientSession, topo: Topology) -> list[dict[str, Any]] | None:
+        """The router's workers (CONTRACTS §2 W objects), or None when it has no such API."""
+        body = await self._get_json(session, f"{topo.router_url}/workers", headers=self._headers())
+        items = body.get("workers") if isinstance(body, dict) else body
+        return [w for w in items if isinstance(w, dict)] if isinstance(items, list) else None
+
+    async def events(
+        self, session: aiohttp.ClientSession, topo: Topology, since: int
+    ) -> tuple[list[dict[str, Any]], int] | None:
+        if not self.has_events:
+            return None
+        body = await self._get_json(session, f"{topo.router_url}/events", params={"since": str(since)})
+        evs = body.get("events") if isinstance(body, dict) else None
+        nxt = body.get("next") if isinstance(body, dict) else None
+        if not isinstance(evs, list) or not isinstance(nxt, int):
+            return None
+        return [e for e in evs if isinstance(e, dict)], nxt
+
+    # -- worker API
+
+    async def _call(
+        self,
+        session: aiohttp.ClientSession,
+        method: str,
+        url: str,
+        body: Mapping[str, Any] | None = None,
+    ) -> tuple[int, Any]:
+        async with session.request(
+            method, url, json=None if body is None else dict(body), headers=self._headers(),
+            timeout=aiohttp.ClientTimeout(total=3.0),
+        ) as resp:
+            try:
+                data = await resp.json(content_type=None)
+            except ValueError:
+                data = await resp.text()
+            return resp.status, data
+
+    async def worker_id(self, session: aiohttp.ClientSession, topo: Topology, engine: str) -> str | None:
+        for w in await self.workers(session, topo) or []:
+            if topo.name_of_url(str(w.get("url", ""))) == engine:
+                return str(w.get("id"))
+        return None
+
+    async def add_worker(
+        self, session: aiohttp.ClientSession, topo: Topology, engine: str
+    ) -> tuple[int, Any]:
+        spec = topo.engine(engine)
+        body: dict[str, Any] = {"url": spec.url(topo.transport), "role": spec.role}
+        body["connector"] = topo.connector
+        if spec.role == "prefill" and topo.connector == "mooncake":
+            body["bootstrap_port"] = spec.bootstrap_port
+        return await self._call(session, "POST", f"{topo.router_url}/workers", body)
+
+    async def remove_worker(
+        self, session: aiohttp.ClientSession, topo: Topology, engine: str
+    ) -> tuple[int, Any]:
+        wid = await self.worker_id(session, topo, engine)
+        if wid is None:
+            return 404, {"error": f"no worker for {engine}"}
+        return await self._call(session, "DELETE", f"{topo.router_url}/workers/{wid}")
+
+    async def patch_worker(
+        self, session: aiohttp.ClientSession, topo: Topology, engine: str, body: Mapping[str, Any]
+    ) -> tuple[int, Any]:
+        wid = await self.worker_id(session, topo, engine)
+        if wid is None:
+            return 404, {"error": f"no worker for {engine}"}
+        return await self._call(session, "PATCH", f"{topo.router_url}/workers/{wid}", body)

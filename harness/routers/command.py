@@ -1,0 +1,98 @@
+"""Any router, from a command template: `cmd:my-router --port {port} {prefill_args} {decode_args}`.
+
+The template is split like a shell line, then each word is formatted with the placeholders in
+`PLACEHOLDERS`. A word that is exactly `{prefill_args}`, `{decode_args}`, `{prefills}` or `{decodes}` expands
+to several words. Such routers are read through the same worker API (`GET /workers`) when they have one;
+otherwise the harness judges from the engines' side and the status-based checks come out `unknown`.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from harness.routers.base import RouterAdapter, RouterAdapterError, RouterLaunch, fmt_seconds
+from harness.scenario import RouterSettings
+from harness.topology import Topology
+
+PLACEHOLDERS = (
+    "port", "host", "url", "prefills", "decodes", "prefill_args", "decode_args", "connector", "transport",
+    "health_interval", "health_timeout", "failure_threshold", "success_threshold", "request_timeout",
+    "events_file", "api_key", "prefill_policy", "decode_policy",
+)
+_LIST_PLACEHOLDERS = ("{prefills}", "{decodes}", "{prefill_args}", "{decode_args}")
+
+
+class CommandRouter(RouterAdapter):
+    """Any router, from a command template (`cmd:smg --port {port} {prefill_args} ...`)."""
+
+    name = "cmd"
+    has_events = False
+
+    def __init__(self, template: str, api_key: str | None = None, name: str = "cmd") -> None:
+        super().__init__(api_key)
+        if not template.strip():
+            raise RouterAdapterError("empty router command template")
+        words = shlex.split(template)
+        for w in words:
+            try:
+                w.format(**{k: "" for k in PLACEHOLDERS})
+            except (KeyError, IndexError, ValueError) as e:
+                raise RouterAdapterError(
+                    f"router template word {w!r}: unknown placeholder {e} (known: {', '.join(PLACEHOLDERS)})"
+                ) from None
+        self.template = template
+        self.words = words
+        self.name = name
+
+    def values(
+        self, topo: Topology, settings: RouterSettings, registered: list[str], events_file: str
+    ) -> tuple[dict[str, str], dict[str, list[str]]]:
+        prefills = [p for p in topo.prefills if p.name in registered]
+        decodes = [d for d in topo.decodes if d.name in registered]
+        prefill_args: list[str] = []
+        for p in prefills:
+            prefill_args += ["--prefill", p.url(topo.transport)]
+            if topo.connector == "mooncake":
+                prefill_args.append(str(p.bootstrap_port))
+        decode_args: list[str] = []
+        for d in decodes:
+            decode_args += ["--decode", d.url(topo.transport)]
+        scalars = {
+            "port": str(topo.router_port),
+            "host": "127.0.0.1",
+            "url": topo.router_url,
+            "connector": topo.connector,
+            "transport": topo.transport,
+            "health_interval": fmt_seconds(settings.health_interval_s),
+            "health_timeout": fmt_seconds(settings.health_timeout_s),
+            "failure_threshold": str(settings.failure_threshold),
+            "success_threshold": str(settings.success_threshold),
+            "request_timeout": fmt_seconds(settings.request_timeout_s),
+            "events_file": events_file,
+            "api_key": self.api_key or "",
+            "prefill_policy": settings.prefill_policy,
+            "decode_policy": settings.decode_policy,
+            "prefills": " ".join(p.url(topo.transport) for p in prefills),
+            "decodes": " ".join(d.url(topo.transport) for d in decodes),
+            "prefill_args": " ".join(prefill_args),
+            "decode_args": " ".join(decode_args),
+        }
+        lists = {
+            "{prefills}": [p.url(topo.transport) for p in prefills],
+            "{decodes}": [d.url(topo.transport) for d in decodes],
+            "{prefill_args}": prefill_args,
+            "{decode_args}": decode_args,
+        }
+        return scalars, lists
+
+    def launch(
+        self, topo: Topology, settings: RouterSettings, registered: list[str], events_file: str
+    ) -> RouterLaunch:
+        scalars, lists = self.values(topo, settings, registered, events_file)
+        argv: list[str] = []
+        for w in self.words:
+            if w in _LIST_PLACEHOLDERS:
+                argv += lists[w]
+            else:
+                argv.append(w.format(**scalars))
+        return RouterLaunch(argv=argv, ready_prefix=None)

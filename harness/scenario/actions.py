@@ -1,0 +1,149 @@
+"""What a timeline step does: engine actions (process and protocol faults), router worker API actions, and
+the network actions of `harness.scenario.links`. Target = engine name.
+
+The fault vocabulary (protocol fault kinds, wedge surfaces) is the fake engines' own: one source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fake_engines.core.fault_state import FAULT_KINDS as ENGINE_FAULT_KINDS
+from fake_engines.core.fault_state import SURFACES as WEDGE_SURFACES
+from harness.scenario.links import NetworkAction
+
+__all__ = ["ENGINE_FAULT_KINDS", "WEDGE_SURFACES"]
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Restart an engine on the same serving ports with a new engine id.
+
+    mode `control`: in-process via the control API (`down_s` listeners closed); `process`: SIGKILL the
+    process and spawn it again on the same ports after `down_s`.
+    """
+
+    target: str
+    down_s: float = 0.0
+    mode: Literal["control", "process"] = "control"
+    engine_id: str | None = None
+
+
+@dataclass(frozen=True)
+class SlowStart:
+    """Restart whose listeners refuse connections for `refuse_s`."""
+
+    target: str
+    refuse_s: float
+
+
+@dataclass(frozen=True)
+class Crash:
+    """SIGKILL (mode `signal`) or ask the engine to kill itself (`control`); it stays down until `Respawn`."""
+
+    target: str
+    mode: Literal["control", "signal"] = "signal"
+
+
+@dataclass(frozen=True)
+class Respawn:
+    """Start a crashed engine's process again on the same ports."""
+
+    target: str
+
+
+@dataclass(frozen=True)
+class Die:
+    """Engine death: /health 503, HealthCheck unhealthy, process exits after `exit_after_s`."""
+
+    target: str
+    exit_after_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class Wedge:
+    """Accept and never answer. mode `control`: one surface via the fault API; `sigstop`: the whole
+    process."""
+
+    target: str
+    surface: str = "all"
+    mode: Literal["control", "sigstop"] = "control"
+
+
+@dataclass(frozen=True)
+class EngineFault:
+    """Any protocol fault kind of the fake engines with its parameters, e.g.
+    `EngineFault("decode-0", "fail_requests", {"count": 5})`."""
+
+    target: str
+    kind: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Heal:
+    """Clear one fault kind (`kind`), or every fault including a SIGSTOP (`kind=None`)."""
+
+    target: str
+    kind: str | None = None
+
+
+@dataclass(frozen=True)
+class PatchWorker:
+    """Router worker API PATCH of the engine's worker (property update: labels, priority)."""
+
+    target: str
+    body: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class AddWorker:
+    """Register the engine with the router through its worker API (the engine need not be up)."""
+
+    target: str
+
+
+@dataclass(frozen=True)
+class RemoveWorker:
+    target: str
+
+
+@dataclass(frozen=True)
+class StartEngine:
+    """Start an engine that the scenario keeps out of the initial set (`Scenario.deferred_engines`)."""
+
+    target: str
+
+
+EngineAction = Restart | SlowStart | Crash | Respawn | Die | Wedge | EngineFault | Heal | StartEngine
+WorkerApiAction = PatchWorker | AddWorker | RemoveWorker
+Action = EngineAction | WorkerApiAction | NetworkAction
+
+# Faults that end the moment they are applied: the engine is back (or the router was told) at once.
+ONE_SHOT: tuple[type, ...] = (Restart, SlowStart, StartEngine, PatchWorker, AddWorker, RemoveWorker)
+
+
+def action_kind(action: Any) -> str:
+    """Short lower-case name used in history records (`restart`, `wedge`, `fault:no_engine_id`...)."""
+    if isinstance(action, EngineFault):
+        return f"fault:{action.kind}"
+    name = type(action).__name__
+    return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
+
+
+def action_problems(action: Any) -> list[str]:
+    """What is wrong with an action's own fields (network actions check themselves: `problems`)."""
+    if isinstance(action, EngineFault):
+        if action.kind not in ENGINE_FAULT_KINDS:
+            return [f"unknown engine fault kind {action.kind!r} (known: {', '.join(ENGINE_FAULT_KINDS)})"]
+        if action.kind == "wedge" and action.params.get("surface", "all") not in WEDGE_SURFACES:
+            return [f"unknown wedge surface {action.params.get('surface')!r}"]
+    if isinstance(action, Wedge) and action.surface not in WEDGE_SURFACES:
+        return [f"unknown wedge surface {action.surface!r}"]
+    if isinstance(action, Wedge) and action.mode == "sigstop" and action.surface != "all":
+        return ["a SIGSTOP wedge stops the whole process: surface must be 'all'"]
+    if isinstance(action, Heal) and action.kind is not None and action.kind not in ENGINE_FAULT_KINDS:
+        return [f"unknown fault kind to heal {action.kind!r}"]
+    return []

@@ -1,0 +1,95 @@
+"""Scenario files: Python files that define `SCENARIOS = [Scenario(...), ...]`, found by path or by name."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from harness.scenario.model import Scenario, ScenarioError, validate
+
+
+def _scenario_dir() -> Path:
+    return Path(__file__).resolve().parent.parent.parent / "scenarios"
+
+
+def _load_module(path: Path) -> Any:
+    mod_name = f"pdchaos_scenarios_{path.stem}_{abs(hash(str(path)))}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise ScenarioError(f"{path}: cannot be imported as a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        sys.modules.pop(mod_name, None)
+        raise ScenarioError(f"{path}: failed to import: {type(e).__name__}: {e}") from e
+    return module
+
+
+def scenarios_in_file(path: str | Path) -> list[Scenario]:
+    p = Path(path)
+    if not p.is_file():
+        raise ScenarioError(f"{p}: no such scenario file")
+    module = _load_module(p)
+    found = getattr(module, "SCENARIOS", None)
+    if found is None:
+        raise ScenarioError(f"{p}: defines no SCENARIOS list")
+    if not isinstance(found, (list, tuple)):
+        raise ScenarioError(f"{p}: SCENARIOS must be a list of Scenario, got {type(found).__name__}")
+    out = []
+    for i, s in enumerate(found):
+        if not isinstance(s, Scenario):
+            raise ScenarioError(f"{p}: SCENARIOS[{i}] is a {type(s).__name__}, not a Scenario")
+        validate(s)
+        out.append(s)
+    return out
+
+
+def all_scenario_files(directory: Path | None = None) -> list[Path]:
+    d = directory or _scenario_dir()
+    return sorted(p for p in d.glob("*.py") if not p.name.startswith("_"))
+
+
+def load_scenarios(
+    items: Iterable[str | Path] | None = None, directory: Path | None = None
+) -> list[Scenario]:
+    """Scenarios from files (paths ending .py) or names (of scenarios in the scenario directory).
+
+    No items: every scenario in the directory. An unknown name or a bad file is a ScenarioError saying which.
+    Duplicate names across files are an error (names key reports and test ids).
+    """
+    files = all_scenario_files(directory)
+    pool: dict[str, Scenario] = {}
+    origin: dict[str, Path] = {}
+
+    def add(s: Scenario, f: Path) -> None:
+        if s.name in pool and origin[s.name] != f:
+            raise ScenarioError(f"scenario name {s.name!r} defined in both {origin[s.name]} and {f}")
+        pool[s.name] = s
+        origin[s.name] = f
+
+    wanted = [str(i) for i in (items or [])]
+    if not wanted:
+        for f in files:
+            for s in scenarios_in_file(f):
+                add(s, f)
+        return list(pool.values())
+    out: list[Scenario] = []
+    names_needed = [w for w in wanted if not (w.endswith(".py") or "/" in w)]
+    if names_needed:
+        for f in files:
+            for s in scenarios_in_file(f):
+                add(s, f)
+    for w in wanted:
+        if w.endswith(".py") or "/" in w:
+            out.extend(scenarios_in_file(w))
+        elif w in pool:
+            out.append(pool[w])
+        else:
+            known = ", ".join(sorted(pool)) or "none"
+            raise ScenarioError(f"unknown scenario {w!r} (known: {known})")
+    return out

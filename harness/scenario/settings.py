@@ -1,0 +1,71 @@
+"""What the systems of a cell are told: the router's settings, the engines' settings, the client workload."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class RouterSettings:
+    """What the router under test is told (adapters translate to their own flags)."""
+
+    health_interval_s: float = 0.3
+    health_timeout_s: float = 1.0
+    failure_threshold: int = 1
+    success_threshold: int = 1
+    max_concurrent_health_checks: int | None = None
+    identity_check_interval_s: float | None = 1.0
+    prefill_policy: str = "round_robin"
+    decode_policy: str = "round_robin"
+    request_timeout_s: float = 10.0
+    inject_bug: str | None = None
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Engine flags shared by every engine; `per_engine` overrides by engine name (e.g. a slow loader)."""
+
+    transfer_timeout_s: float = 3.0
+    kv_abort_timeout_s: float = 30.0
+    handshake_timeout_s: float = 1.0
+    load_failure_policy: Literal["fail", "recompute"] = "fail"
+    load_time_s: float = 0.0
+    ttft_ms: float = 0.0
+    itl_ms: float = 0.0
+    per_engine: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def for_engine(self, name: str) -> dict[str, Any]:
+        base: dict[str, Any] = {
+            "transfer_timeout_s": self.transfer_timeout_s,
+            "kv_abort_timeout_s": self.kv_abort_timeout_s,
+            "handshake_timeout_s": self.handshake_timeout_s,
+            "load_failure_policy": self.load_failure_policy,
+            "load_time_s": self.load_time_s,
+            "ttft_ms": self.ttft_ms,
+            "itl_ms": self.itl_ms,
+        }
+        base.update(self.per_engine.get(name, {}))
+        return base
+
+    def load_time(self, name: str) -> float:
+        """Seconds the engine refuses connections at its first start ("loading")."""
+        return float(self.for_engine(name).get("load_time_s") or 0.0)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Client traffic through the router. Times are seconds from the timeline's zero (all workers Ready)."""
+
+    mode: Literal["open", "closed"] = "closed"
+    rate_rps: float = 20.0
+    concurrency: int = 4
+    duration_s: float = 4.0
+    stream_fraction: float = 0.3
+    chat_fraction: float = 0.2
+    prompt_words: tuple[int, int] = (6, 30)
+    max_tokens: int = 8
+    deadline_s: float = 6.0
+    think_time_s: float = 0.02

@@ -1,0 +1,168 @@
+"""What a world tells its session. Events are plain data, answered to the commands of
+`harness.session.commands`; the session stamps each with the time it is handled."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EngineUp:
+    """The engine serves; `state` is what it reports of itself (engine id, generation, ports...)."""
+
+    name: str
+    state: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class EngineFailed:
+    name: str
+    error: str
+
+
+@dataclass(frozen=True)
+class RouterUp:
+    """The router serves. `has_events`: it exposes router events the harness can read."""
+
+    has_events: bool = False
+
+
+@dataclass(frozen=True)
+class RouterFailed:
+    error: str
+
+
+@dataclass(frozen=True)
+class WorkersSeen:
+    """One read of the router's workers (None: it has no readable worker API). `engines` maps each worker URL
+    the world knows to the engine behind it."""
+
+    workers: tuple[Mapping[str, Any], ...] | None
+    engines: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RouterEventsSeen:
+    """Router events from the cursor asked for (None: none readable) and the next cursor."""
+
+    events: tuple[Mapping[str, Any], ...] | None
+    next: int = 0
+
+
+@dataclass(frozen=True)
+class RoutableSeen:
+    ok: bool
+
+
+@dataclass(frozen=True)
+class RequestDone:
+    """A client request ended. `status` 0 = no HTTP answer; `latency_s`/`ttft_s` as the client measured."""
+
+    seq: int
+    status: int = 0
+    ok: bool = False
+    text: str | None = None
+    error: str | None = None
+    latency_s: float = 0.0
+    ttft_s: float | None = None
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class FaultApplied:
+    fault: str
+    kind: str
+    target: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    changed: Mapping[str, Any] = field(default_factory=dict)
+    link: str | None = None
+
+
+@dataclass(frozen=True)
+class FaultVerified:
+    """A fault was checked after it was applied: `evidence` says what was seen."""
+
+    fault: str
+    ok: bool
+    evidence: Any = None
+
+
+@dataclass(frozen=True)
+class EngineState:
+    """What an engine reports of itself after an action (None fields: unreadable)."""
+
+    name: str
+    state: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class WorldNote:
+    """Something the world did that belongs in the history (a router's command line, a proxy set up)."""
+
+    message: str
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ActionDone:
+    """An `ApplyAction` ended. `error`: it raised (the fault is unverified). For heals, `verified` and
+    `evidence` say whether the target is clean again."""
+
+    fault: str
+    error: str | None = None
+    verified: bool = True
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LinkToggled:
+    fault: str
+    engine: str
+    link: str
+    enabled: bool
+
+
+@dataclass(frozen=True)
+class TornDown:
+    """The cell's systems are stopped. `resumed`: engines that were frozen (SIGSTOP) and were resumed."""
+
+    resumed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HandoffsCollected:
+    """Every engine's handoff provenance records (`error`: they could not be read)."""
+
+    records: tuple[Mapping[str, Any], ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class CommandFailed:
+    """A command broke inside the world in a way it has no answer for (a bug in the world, not a fault)."""
+
+    command: Any
+    error: str
+
+
+Event = (
+    EngineUp
+    | EngineFailed
+    | RouterUp
+    | RouterFailed
+    | WorkersSeen
+    | RouterEventsSeen
+    | RoutableSeen
+    | RequestDone
+    | FaultApplied
+    | FaultVerified
+    | EngineState
+    | WorldNote
+    | ActionDone
+    | LinkToggled
+    | TornDown
+    | HandoffsCollected
+    | CommandFailed
+)

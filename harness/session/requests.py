@@ -1,0 +1,67 @@
+"""What each client request is: a tagged prompt, an endpoint, streaming or not (pure, seeded).
+
+Every prompt starts with the tag `[pdchaos:<run>:<seq>]` so the engines' handoff records can be joined to
+the request. `expected_text` is what a correct handoff (or a local run) answers.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from fake_engines.core.generator import expected_chat_completion, expected_completion
+from harness.scenario import Workload
+
+MODEL = "pdchaos-fake"
+
+# Plain words only: the fake engines' tokenizer round-trips them and the tag stays intact.
+_WORDS = (
+    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo",
+    "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor",
+    "whiskey", "xray", "yankee", "zulu", "river", "stone", "cloud", "maple", "cedar", "ember",
+)
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    seq: int
+    tag: str
+    endpoint: str  # "/v1/completions" | "/v1/chat/completions"
+    stream: bool
+    prompt: str
+    max_tokens: int
+    deadline_s: float
+    body: dict[str, Any]
+
+    @property
+    def chat(self) -> bool:
+        return self.endpoint.endswith("chat/completions")
+
+
+def make_tag(run_id: str, seq: int) -> str:
+    return f"[pdchaos:{run_id}:{seq}]"
+
+
+def plan_request(seq: int, run_id: str, rng: random.Random, w: Workload, model: str = MODEL) -> RequestPlan:
+    """The seq-th request of a run: endpoint and streaming by the workload's fractions, a tagged prompt."""
+    tag = make_tag(run_id, seq)
+    n = rng.randint(w.prompt_words[0], w.prompt_words[1])
+    prompt = tag + " " + " ".join(rng.choice(_WORDS) for _ in range(n))
+    chat = rng.random() < w.chat_fraction
+    stream = rng.random() < w.stream_fraction
+    body: dict[str, Any] = {"model": model, "max_tokens": w.max_tokens, "stream": stream}
+    if chat:
+        endpoint = "/v1/chat/completions"
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        endpoint = "/v1/completions"
+        body["prompt"] = prompt
+    return RequestPlan(seq, tag, endpoint, stream, prompt, w.max_tokens, w.deadline_s, body)
+
+
+def expected_text(plan: RequestPlan) -> str:
+    """What a correct handoff returns for this request."""
+    if plan.chat:
+        return expected_chat_completion(plan.body["messages"], plan.max_tokens, None)
+    return expected_completion(plan.prompt, plan.max_tokens, None)

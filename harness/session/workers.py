@@ -1,0 +1,75 @@
+"""What the harness sees of the router's workers: each change of a worker's status or engine id is one
+`router_status` record, and the timeline's conditions see the latest status per engine."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from harness.history import HistoryRecorder
+
+Snapshot = dict[str, tuple[str, str | None]]
+
+
+def status_changes(
+    previous: Snapshot, workers: Sequence[Mapping[str, Any]]
+) -> tuple[list[Mapping[str, Any]], Snapshot]:
+    """Pure diff of two `/workers` snapshots: (workers whose status or engine id changed or that vanished,
+    the new snapshot keyed by worker id). A vanished worker comes back as status `absent`."""
+    now: Snapshot = {}
+    changed: list[Mapping[str, Any]] = []
+    for w in workers:
+        wid = str(w.get("id", w.get("url", "")))
+        key = (str(w.get("status", "unknown")), w.get("kv_engine_id"))
+        now[wid] = key
+        if previous.get(wid) != key:
+            changed.append(w)
+    for wid in previous:
+        if wid not in now:
+            changed.append({"id": wid, "status": "absent", "kv_engine_id": None})
+    return changed, now
+
+
+class WorkerWatch:
+    """Folds `/workers` reads into `router_status` records and the latest status per engine name."""
+
+    def __init__(self, history: HistoryRecorder) -> None:
+        self.history = history
+        self.supported: bool | None = None  # None until the first read
+        self.polls = 0
+        self.failed_polls = 0
+        self.status: dict[str, str] = {}
+        self._snap: Snapshot = {}
+        self._urls: dict[str, str] = {}
+        self._roles: dict[str, str] = {}
+        self._engines: dict[str, str | None] = {}
+
+    def seen(self, workers: Sequence[Mapping[str, Any]] | None, engines: Mapping[str, str]) -> None:
+        self.polls += 1
+        if workers is None:
+            self.failed_polls += 1
+            if self.supported is None:
+                self.supported = False
+            return
+        self.supported = True
+        changed, self._snap = status_changes(self._snap, workers)
+        for w in changed:
+            wid = str(w.get("id", w.get("url", "")))
+            url = str(w.get("url") or self._urls.get(wid, ""))
+            role = str(w.get("role") or self._roles.get(wid, ""))
+            self._urls[wid], self._roles[wid] = url, role
+            engine = engines.get(url, self._engines.get(wid))
+            self._engines[wid] = engine
+            self.history.router_status(
+                wid, url, role, str(w.get("status")), w.get("kv_engine_id"),
+                engine=engine, engine_id_confirmed=w.get("engine_id_confirmed"),
+            )
+        statuses: dict[str, str] = {}
+        for w in workers:
+            name = engines.get(str(w.get("url", "")))
+            if name is not None:
+                statuses[name] = str(w.get("status"))
+        self.status = statuses
+
+    def all_ready(self, names: Sequence[str]) -> bool:
+        return all(self.status.get(n) == "ready" for n in names)

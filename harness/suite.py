@@ -1,0 +1,93 @@
+"""Which scenarios a command runs: named ones (by scenario name or file), else the default suite; checked
+before anything starts. Problems are `UsageError`s: one line, exit code 3."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+DEFAULT_TAG = "default"
+
+
+class UsageError(Exception):
+    """Bad arguments or configuration: reported as one line, exit code 3."""
+
+
+def split_topologies(values: Sequence[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    from harness.topology import parse_topology
+
+    out: list[str] = []
+    for v in values:
+        for part in v.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            try:
+                out.append(parse_topology(part).name)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
+    if not out:
+        raise UsageError("--topology given without a topology")
+    return list(dict.fromkeys(out))
+
+
+def load_named(items: Sequence[str]) -> list[Any]:
+    """Scenarios by name (shipped folder) or file, in the order given; none: every shipped scenario."""
+    from harness.scenario import ScenarioError, load_scenarios
+
+    try:
+        if not items:
+            return load_scenarios(None)
+        names = [i for i in items if not (i.endswith(".py") or "/" in i)]
+        named = {s.name: s for s in load_scenarios(names)} if names else {}
+    except ScenarioError as e:
+        raise UsageError(str(e)) from None
+    out: dict[str, Any] = {}
+    for item in items:
+        if item in named:
+            out.setdefault(item, named[item])
+            continue
+        try:
+            found = load_scenarios([item])
+        except ScenarioError as e:
+            # Name the file even when the problem is in a scenario's content.
+            msg = str(e)
+            raise UsageError(msg if item in msg else f"{item}: {msg}") from None
+        for s in found:
+            out.setdefault(s.name, s)
+    return list(out.values())
+
+
+def is_default(scenario: Any) -> bool:
+    return DEFAULT_TAG in tuple(getattr(scenario, "tags", ()) or ())
+
+
+def default_suite(scenarios: Sequence[Any]) -> list[Any]:
+    """Scenarios tagged 'default'; if no scenario carries the tag, every scenario not tagged 'slow'."""
+    marked = [s for s in scenarios if is_default(s)]
+    if marked:
+        return marked
+    return [s for s in scenarios if "slow" not in tuple(getattr(s, "tags", ()) or ())]
+
+
+def check_expectations(scenarios: Sequence[Any]) -> None:
+    from harness.checkers import validate_expect
+
+    for s in scenarios:
+        bad = [p for x in s.expect for p in validate_expect(x.checker, x.params)]
+        if bad:
+            raise UsageError(f"scenario {s.name!r}: " + "; ".join(bad))
+
+
+def select_suite(args: argparse.Namespace) -> tuple[list[str] | None, list[Any]]:
+    """`--topology` and the scenarios to run (those named, else the default suite), checked (UsageError)."""
+    topologies = split_topologies(args.topology)
+    loaded = load_named(args.scenarios)
+    scenarios = loaded if args.scenarios else default_suite(loaded)
+    if not scenarios:
+        raise UsageError("no scenarios to run")
+    check_expectations(scenarios)
+    return topologies, scenarios

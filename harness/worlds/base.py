@@ -1,0 +1,117 @@
+"""The world interface: what a scenario session runs against.
+
+A world executes the session's commands (`harness.session.commands`) and reports what happened as events
+(`harness.session.events`). The session holds all of the run's logic; a world only moves bytes and time.
+Implementations: `harness.worlds.real` (OS processes on loopback, aiohttp, Toxiproxy, real gateways), and
+in time a simulated one (simpy, virtual clock) and remote engines. A world of this module's kind runs on an
+asyncio event loop: it implements `execute`, and `interpret` (below) drives the session over it.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from types import TracebackType
+
+from harness.session import ScenarioSession
+from harness.session.commands import Command
+from harness.session.events import CommandFailed, Event
+
+Emit = Callable[[Event], None]
+
+# A wait on the world never exceeds this even when the session has nothing due (it always has a deadline;
+# this only bounds the harm of a wrong one).
+MAX_WAIT_S = 1.0
+# Time allowed for the teardown a cut-short run still owes (processes killed, reports written).
+INTERRUPTED_TEARDOWN_S = 30.0
+
+
+class World(abc.ABC):
+    """One cell's systems: set up by `__aenter__`, driven through `execute`, released by `__aexit__` (which
+    must leave nothing behind, whatever happened)."""
+
+    kind: str = "world"
+
+    @abc.abstractmethod
+    async def execute(self, command: Command, emit: Emit) -> None:
+        """Carry out one command, reporting each event through `emit` as it happens. Commands run
+        concurrently; each ends by its own deadline."""
+
+    def opening_events(self) -> list[Event]:
+        """What the world did to set the cell up that belongs in the history (reported right after start)."""
+        return []
+
+    def clock(self) -> float:
+        """The world's time (seconds, monotonic)."""
+        return asyncio.get_running_loop().time()
+
+    def wall(self) -> float:
+        """Wall-clock seconds at `clock()` (for records stamped with wall time)."""
+        return time.time()
+
+    async def __aenter__(self) -> World:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        return None
+
+    async def run(self, session: ScenarioSession) -> None:
+        """Drive `session` until it is done."""
+        await interpret(session, self)
+
+
+async def interpret(session: ScenarioSession, world: World) -> None:
+    """The asyncio interpreter: executes the session's commands on `world`, feeds the events back, wakes the
+    session when it asks to. Only this waits; the session decides. A cancelled run (Ctrl-C) still tears
+    down through the session before the cancellation goes on."""
+    queue: asyncio.Queue[Event] = asyncio.Queue()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def run_one(cmd: Command) -> None:
+        try:
+            await world.execute(cmd, queue.put_nowait)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug in the world is evidence, never a hang
+            queue.put_nowait(CommandFailed(cmd, f"{type(exc).__name__}: {exc}"))
+
+    def dispatch(cmds: list[Command]) -> None:
+        for cmd in cmds:
+            task = asyncio.create_task(run_one(cmd), name=f"world:{type(cmd).__name__}")
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    async def loop() -> None:
+        while not session.done:
+            now = world.clock()
+            wake = session.next_wakeup(now)
+            wait = MAX_WAIT_S if wake is None else min(MAX_WAIT_S, max(0.0, wake - now))
+            try:
+                event = await asyncio.wait_for(queue.get(), wait)
+            except TimeoutError:
+                dispatch(session.poll(world.clock()))
+                continue
+            dispatch(session.handle(event, world.clock()))
+            # Events that arrived together are handled before the next wait.
+            while not queue.empty() and not session.done:
+                dispatch(session.handle(queue.get_nowait(), world.clock()))
+
+    try:
+        dispatch(session.start(world.clock(), world.wall()))
+        for event in world.opening_events():
+            dispatch(session.handle(event, world.clock()))
+        await loop()
+    except asyncio.CancelledError:
+        dispatch(session.interrupt(world.clock()))
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(loop(), INTERRUPTED_TEARDOWN_S)
+        raise
+    finally:
+        for task in list(tasks):
+            task.cancel()
+        if tasks:
+            await asyncio.wait(list(tasks), timeout=5.0)

@@ -1,0 +1,318 @@
+"""Timeline actions on real engine processes and on the router's worker API: apply, then verify with evidence.
+
+Each action reports `FaultApplied` when it is in place, `EngineState` when the engine's identity may have
+moved, `FaultVerified` with what was seen (process state, connection refused, a new engine id, a surface that
+no longer answers). Which faults an action ends is the session's ledger's business, not this module's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from fake_engines.control_client import ControlError
+from harness.routers import RouterAdapter
+from harness.scenario import (
+    AddWorker,
+    Crash,
+    Die,
+    EngineFault,
+    Heal,
+    PatchWorker,
+    RemoveWorker,
+    Respawn,
+    Restart,
+    SlowStart,
+    StartEngine,
+    Wedge,
+)
+from harness.session.events import ActionDone, EngineState, Event, FaultApplied, FaultVerified
+from harness.topology import Topology
+from harness.worlds.real.engines import EngineFleet
+from harness.worlds.real.probes import http_probe, port_closed, port_open, process_state, sees_refused
+from pdchaos.waiting import poll_until
+
+Emit = Callable[[Event], None]
+
+
+class EngineActions:
+    """Applies engine and worker API actions in one real-time cell."""
+
+    def __init__(self, fleet: EngineFleet, router: RouterAdapter, session: aiohttp.ClientSession,
+                 router_topo: Topology) -> None:
+        self.fleet = fleet
+        self.topo = fleet.topo
+        self.router = router
+        self.session = session
+        # How the router knows the engines (proxied links give other ports): worker API actions use this.
+        self.router_topo = router_topo
+        self.stopped: set[str] = set()  # engines under SIGSTOP
+
+    async def apply(self, fid: str, a: Any, emit: Emit) -> None:
+        """Carry out one action; `ActionDone` last. An exception propagates (the caller reports it)."""
+        evidence: dict[str, Any] = {}
+        verified = True
+        if isinstance(a, Restart):
+            await (self._restart_control(fid, a, emit) if a.mode == "control"
+                   else self._restart_process(fid, a, emit))
+        elif isinstance(a, SlowStart):
+            await self._slow_start(fid, a, emit)
+        elif isinstance(a, Crash):
+            await self._crash(fid, a, emit)
+        elif isinstance(a, Respawn):
+            await self._respawn(fid, a.target, emit)
+        elif isinstance(a, StartEngine):
+            await self._start_engine(fid, a.target, emit)
+        elif isinstance(a, Die):
+            await self._die(fid, a, emit)
+        elif isinstance(a, Wedge):
+            await (self._wedge_control(fid, a, emit) if a.mode == "control" else self._sigstop(fid, a, emit))
+        elif isinstance(a, EngineFault):
+            await self._engine_fault(fid, a, emit)
+        elif isinstance(a, Heal):
+            verified, evidence = await self._heal(a, emit)
+        elif isinstance(a, PatchWorker):
+            await self._patch(fid, a, emit)
+        elif isinstance(a, AddWorker):
+            await self._add_worker(fid, a, emit)
+        elif isinstance(a, RemoveWorker):
+            await self._remove_worker(fid, a, emit)
+        else:
+            raise TypeError(f"unknown action {a!r}")
+        emit(ActionDone(fid, verified=verified, evidence=evidence))
+
+    async def _state(self, name: str, emit: Emit, given: Any = None) -> dict[str, Any] | None:
+        """The engine's state (from a control answer when it carries one), reported as `EngineState`."""
+        st = given.get("state") if isinstance(given, dict) else None
+        if not (isinstance(st, dict) and "engine_id" in st):
+            st = await self.fleet.state(name)
+        if st is not None:
+            emit(EngineState(name, st))
+        return st
+
+    def _serving_port(self, name: str) -> int:
+        return self.topo.engine(name).serving_port(self.topo.transport)
+
+    # -- process-level faults
+
+    async def _restart_control(self, fid: str, a: Restart, emit: Emit) -> None:
+        name = a.target
+        before = await self.fleet.state(name)
+        params = {"down_s": a.down_s, "mode": "control", "engine_id": a.engine_id}
+        old = {"engine_id": {"old": (before or {}).get("engine_id")}}
+        emit(FaultApplied(fid, "restart", name, params, old))
+        down_seen: asyncio.Task[bool] | None = None
+        if a.down_s >= 0.2:
+            down_seen = asyncio.create_task(sees_refused(self._serving_port(name), a.down_s))
+        resp = await self.fleet.control(name, timeout_s=10.0).restart(a.down_s, a.engine_id)
+        after = await self._state(name, emit, resp)
+        refused = await down_seen if down_seen is not None else None
+        evidence = _identity_evidence(before, after)
+        evidence["refused_while_down"] = refused
+        evidence["serving_port_open"] = await port_open(self._serving_port(name))
+        ok = bool(evidence["new_engine_id"]) and evidence["serving_port_open"] and refused is not False
+        emit(FaultVerified(fid, ok, evidence))
+        self.stopped.discard(name)
+
+    async def _restart_process(self, fid: str, a: Restart, emit: Emit) -> None:
+        name = a.target
+        before = await self.fleet.state(name)
+        proc = self.fleet.procs.get(name)
+        emit(FaultApplied(fid, "restart", name, {"down_s": a.down_s, "mode": "process"},
+                          {"engine_id": {"old": (before or {}).get("engine_id")},
+                           "pid": {"old": proc and proc.pid}}))
+        if proc is not None:
+            proc.signal(signal.SIGKILL)
+            await proc.wait(5.0)
+        refused = await port_closed(self._serving_port(name))
+        if a.down_s > 0:
+            await asyncio.sleep(a.down_s)
+        new = await self.fleet.start(name, first_start=False)
+        after = await self._state(name, emit, {"state": new.ready_info})
+        evidence = _identity_evidence(before, after)
+        evidence.update(exited=proc is None or proc.returncode is not None, refused_while_down=refused,
+                        new_pid=new.pid)
+        emit(FaultVerified(fid, bool(evidence["new_engine_id"]) and refused, evidence))
+        self.stopped.discard(name)
+
+    async def _slow_start(self, fid: str, a: SlowStart, emit: Emit) -> None:
+        name = a.target
+        port = self._serving_port(name)
+        before = await self.fleet.state(name)
+        emit(FaultApplied(fid, "slow_start", name, {"refuse_s": a.refuse_s}))
+        watcher = asyncio.create_task(sees_refused(port, a.refuse_s))
+        resp = await self.fleet.control(name, timeout_s=10.0).slow_start(a.refuse_s)
+        refused = await watcher
+        # The control call may answer before the listeners open: wait (bounded) for the port.
+        open_again = bool(await poll_until(lambda: port_open(port), a.refuse_s + 5.0))
+        after = await self._state(name, emit, resp)
+        evidence = _identity_evidence(before, after)
+        evidence.update(refused_while_down=refused, serving_port_open=open_again)
+        emit(FaultVerified(fid, refused and open_again, evidence))
+        self.stopped.discard(name)
+
+    async def _crash(self, fid: str, a: Crash, emit: Emit) -> None:
+        name = a.target
+        proc = self.fleet.procs.get(name)
+        emit(FaultApplied(fid, "crash", name, {"mode": a.mode}, {"pid": {"old": proc and proc.pid}}))
+        if a.mode == "control":
+            with contextlib.suppress(ControlError, aiohttp.ClientError, TimeoutError):
+                await self.fleet.control(name, timeout_s=2.0).crash()
+        elif proc is not None:
+            proc.signal(signal.SIGKILL)
+        code = await proc.wait(5.0) if proc is not None else None
+        refused = bool(await poll_until(lambda: port_closed(self._serving_port(name)), 2.0))
+        emit(FaultVerified(fid, code is not None and refused, {"returncode": code, "refused": refused}))
+
+    async def _die(self, fid: str, a: Die, emit: Emit) -> None:
+        name = a.target
+        resp = await self.fleet.control(name).die(a.exit_after_s)
+        emit(FaultApplied(fid, "die", name, {"exit_after_s": a.exit_after_s}, _changed(resp)))
+        health = await http_probe(f"{self.topo.engine(name).http_url}/health", 1.0)
+        emit(FaultVerified(fid, health in ("ok:503", "refused"), {"health": health}))
+
+    async def _respawn(self, fid: str, name: str, emit: Emit) -> None:
+        proc = self.fleet.procs.get(name)
+        # A dying engine (Die) may still be exiting: it holds the ports until it is gone.
+        if proc is not None and proc.alive and await proc.wait(10.0) is None:
+            proc.signal(signal.SIGKILL)
+            await proc.wait(5.0)
+        emit(FaultApplied(fid, "respawn", name, {}))
+        new = await self.fleet.start(name, first_start=False)
+        after = await self._state(name, emit, {"state": new.ready_info})
+        emit(FaultVerified(fid, after is not None and bool(after.get("serving", True)),
+                           {"engine_id": (after or {}).get("engine_id"), "pid": new.pid}))
+        self.stopped.discard(name)
+
+    async def _start_engine(self, fid: str, name: str, emit: Emit) -> None:
+        emit(FaultApplied(fid, "start_engine", name, {}))
+        new = await self.fleet.start(name, first_start=True)
+        st = await self._state(name, emit, {"state": new.ready_info})
+        emit(FaultVerified(fid, st is not None, {"engine_id": (st or {}).get("engine_id")}))
+
+    # -- wedges and protocol faults
+
+    async def _wedge_control(self, fid: str, a: Wedge, emit: Emit) -> None:
+        name = a.target
+        resp = await self.fleet.control(name).fault("wedge", surface=a.surface)
+        emit(FaultApplied(fid, "wedge", name, {"surface": a.surface, "mode": "control"}, _changed(resp)))
+        st = await self._state(name, emit, resp)
+        listed = "wedge" in ((st or {}).get("faults") or {})
+        evidence: dict[str, Any] = {"listed": listed}
+        ok = listed
+        if a.surface in ("all", "health"):
+            probe = await http_probe(f"{self.topo.engine(name).http_url}/health", 0.5)
+            evidence["health_probe"] = probe
+            ok = ok and probe == "timeout"
+        emit(FaultVerified(fid, ok, evidence))
+
+    async def _sigstop(self, fid: str, a: Wedge, emit: Emit) -> None:
+        name = a.target
+        proc = self.fleet.procs[name]
+        sent = proc.signal(signal.SIGSTOP)
+        emit(FaultApplied(fid, "wedge", name, {"surface": "all", "mode": "sigstop"}, {"pid": proc.pid}))
+        self.stopped.add(name)
+        stopped = bool(await poll_until(lambda: process_state(proc.pid) == "T", 1.0))
+        probe = await http_probe(f"{self.topo.engine(name).http_url}/health", 0.5)
+        emit(FaultVerified(fid, sent and stopped and probe == "timeout",
+                           {"state": process_state(proc.pid), "health_probe": probe}))
+
+    async def _engine_fault(self, fid: str, a: EngineFault, emit: Emit) -> None:
+        name = a.target
+        resp = await self.fleet.control(name).fault(a.kind, **dict(a.params))
+        emit(FaultApplied(fid, a.kind, name, dict(a.params), _changed(resp)))
+        st = await self._state(name, emit, resp)
+        faults = (st or {}).get("faults") or {}
+        evidence: dict[str, Any] = {"listed": a.kind in faults, "faults": faults}
+        if a.kind == "no_engine_id":
+            evidence["engine_id_reported"] = (st or {}).get("engine_id")
+        emit(FaultVerified(fid, a.kind in faults, evidence))
+
+    async def _heal(self, a: Heal, emit: Emit) -> tuple[bool, dict[str, Any]]:
+        """Clear the target's faults (SIGCONT too); (whether it is clean, what was seen)."""
+        name = a.target
+        evidence: dict[str, Any] = {}
+        if name in self.stopped and a.kind in (None, "wedge"):
+            proc = self.fleet.procs[name]
+            proc.signal(signal.SIGCONT)
+            self.stopped.discard(name)
+            evidence["sigcont"] = bool(await poll_until(lambda: process_state(proc.pid) != "T", 1.0))
+        client = self.fleet.control(name)
+        if a.kind is None:
+            with contextlib.suppress(ControlError, aiohttp.ClientError, TimeoutError):
+                await client.clear()
+        else:
+            with contextlib.suppress(ControlError):
+                await client.clear_fault(a.kind)
+        st = await self._state(name, emit)
+        remaining = (st or {}).get("faults") or {}
+        evidence["remaining"] = remaining
+        ok = st is not None and (a.kind not in remaining if a.kind else not remaining)
+        return ok, evidence
+
+    # -- router worker API actions
+
+    async def _patch(self, fid: str, a: PatchWorker, emit: Emit) -> None:
+        name = a.target
+        before = await self._worker(name)
+        status, body = await self.router.patch_worker(self.session, self.router_topo, name, a.body)
+        emit(FaultApplied(fid, "patch_worker", name, dict(a.body), {"status": status}))
+        after = await self._worker(name)
+        kept = {
+            k: (before or {}).get(k) == (after or {}).get(k)
+            for k in ("connector", "role", "bootstrap_port", "kv_engine_id", "url")
+        }
+        applied = all((after or {}).get(k) == v for k, v in a.body.items())
+        evidence = {"status": status, "kept": kept, "applied": applied, "after": after, "answer": body}
+        emit(FaultVerified(fid, 200 <= status < 300 and applied, evidence))
+
+    async def _add_worker(self, fid: str, a: AddWorker, emit: Emit) -> None:
+        status, body = await self.router.add_worker(self.session, self.router_topo, a.target)
+        emit(FaultApplied(fid, "add_worker", a.target, {}, {"status": status}))
+        w = await self._worker(a.target)
+        evidence = {"status": status, "worker": w or body}
+        emit(FaultVerified(fid, 200 <= status < 300 and w is not None, evidence))
+
+    async def _remove_worker(self, fid: str, a: RemoveWorker, emit: Emit) -> None:
+        status, body = await self.router.remove_worker(self.session, self.router_topo, a.target)
+        emit(FaultApplied(fid, "remove_worker", a.target, {}, {"status": status}))
+        emit(FaultVerified(fid, 200 <= status < 300, {"status": status, "answer": body}))
+
+    async def _worker(self, name: str) -> dict[str, Any] | None:
+        for w in await self.router.workers(self.session, self.router_topo) or []:
+            if self.router_topo.name_of_url(str(w.get("url", ""))) == name:
+                return w
+        return None
+
+    def resume_all(self) -> list[str]:
+        """End of run: resume stopped processes so teardown and final reads work; their names."""
+        resumed = []
+        for name in sorted(self.stopped):
+            proc = self.fleet.procs.get(name)
+            if proc is not None:
+                proc.signal(signal.SIGCONT)
+            resumed.append(name)
+        self.stopped.clear()
+        return resumed
+
+
+def _changed(resp: Any) -> dict[str, Any]:
+    changed = resp.get("changed") if isinstance(resp, dict) else None
+    return changed if isinstance(changed, dict) else {}
+
+
+def _identity_evidence(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
+    old = (before or {}).get("engine_id")
+    new = (after or {}).get("engine_id")
+    return {
+        "old_engine_id": old,
+        "engine_id": new,
+        "new_engine_id": bool(new) and new != old,
+        "generation": (after or {}).get("generation"),
+        "side_channel_port": (after or {}).get("side_channel_port"),
+    }

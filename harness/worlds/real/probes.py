@@ -1,0 +1,84 @@
+"""What the real world looks at to verify a fault: an HTTP answer, a port, a TCP conversation, a process
+state. Every probe is bounded by its own deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import aiohttp
+
+from pdchaos.ports import LOOPBACK, port_is_open
+from pdchaos.waiting import poll_until
+
+PROBE_TIMEOUT_S = 1.0
+# A wedged link answers nothing for at least this long before the probe calls it silent.
+SILENT_WINDOW_S = 0.3
+# Bytes a TCP probe sends: an HTTP request most servers answer at once (an HTTP/2 or KV server closes on it).
+PROBE_BYTES = b"GET /health HTTP/1.0\r\nHost: pdchaos\r\n\r\n"
+
+
+async def http_probe(url: str, timeout_s: float) -> str:
+    """'ok:<status>', 'refused', 'timeout' or 'error:<what>' for one GET."""
+    try:
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with aiohttp.ClientSession() as s, s.get(url, timeout=timeout) as r:
+            await r.read()
+            return f"ok:{r.status}"
+    except aiohttp.ClientConnectorError:
+        return "refused"
+    except TimeoutError:
+        return "timeout"
+    except aiohttp.ClientError as e:
+        return f"error:{type(e).__name__}"
+
+
+async def port_open(port: int) -> bool:
+    return await asyncio.to_thread(port_is_open, port)
+
+
+async def port_closed(port: int) -> bool:
+    return not await port_open(port)
+
+
+async def sees_refused(port: int, window_s: float) -> bool:
+    """True if a connection to `port` is refused at some point within `window_s` (the engine was down)."""
+    return bool(await poll_until(lambda: port_closed(port), max(window_s, 0.2), interval_s=0.03))
+
+
+async def tcp_probe(port: int, window_s: float = SILENT_WINDOW_S) -> str:
+    """What one connection to `127.0.0.1:port` sees: `refused`, `silent` (accepted, nothing back within
+    window_s), `reset`, `closed` (ended with no data) or `answered`."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(LOOPBACK, port), PROBE_TIMEOUT_S)
+    except ConnectionRefusedError:
+        return "refused"
+    except (TimeoutError, OSError) as e:
+        return f"error:{type(e).__name__}"
+    try:
+        writer.write(PROBE_BYTES)
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(1), window_s)
+        return "answered" if data else "closed"
+    except TimeoutError:
+        return "silent"
+    except ConnectionResetError:
+        return "reset"
+    except OSError as e:
+        return f"error:{type(e).__name__}"
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(writer.wait_closed(), 0.5)
+
+
+def process_state(pid: int) -> str | None:
+    """Linux process state letter (R, S, T for stopped, Z...) or None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: the state follows the last ')'.
+    rest = data.rsplit(")", 1)[-1].split()
+    return rest[0] if rest else None

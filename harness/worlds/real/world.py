@@ -1,0 +1,225 @@
+"""The real world: a cell as OS processes on loopback, talked to over HTTP, with Toxiproxy on faulted links.
+
+Engines are fake-engine processes (`engines`), the router under test is any adapter of `harness.routers`
+(the reference router, a real gateway, a command template), the client is aiohttp (`client`), engine and
+worker API faults are applied by `engine_actions`, network faults by `links`. No process outlives the cell:
+every child is in its own process group, tied to the harness's life, and killed on every exit path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+
+from harness.routers import RouterAdapter
+from harness.scenario.links import LinkRef, is_network_action
+from harness.session import CellPlan
+from harness.session import commands as c
+from harness.session import events as e
+from harness.topology import Topology
+from harness.worlds.base import Emit, World
+from harness.worlds.real.client import RouterClient
+from harness.worlds.real.engine_actions import EngineActions
+from harness.worlds.real.engines import EngineFleet
+from harness.worlds.real.links import NetworkLinks
+from harness.worlds.real.processes import ManagedProcess, ProcessSupervisor, log_tail
+from pdchaos.jsonl import read_jsonl
+
+ROUTER_READY_TIMEOUT_S = 20.0
+ROUTER_STOP_GRACE_S = 1.0
+
+
+class RealWorld(World):
+    kind = "real"
+
+    def __init__(self, plan: CellPlan, router: RouterAdapter, out_dir: Path,
+                 engine_ready_timeout_s: float = 20.0) -> None:
+        self.plan = plan
+        self.topo: Topology = plan.topology
+        self.router = router
+        self.out = out_dir
+        self.token = uuid.uuid4().hex
+        self.supervisor = ProcessSupervisor(out_dir / "logs")
+        self.net = NetworkLinks(list(plan.links), plan.topology, seed=plan.seed)
+        self.fleet = EngineFleet(plan.topology, plan.scenario.engines, self.supervisor, out_dir,
+                                 token=self.token, ready_timeout_s=engine_ready_timeout_s)
+        self.http: aiohttp.ClientSession | None = None
+        self.client: RouterClient | None = None
+        self.actions: EngineActions | None = None
+        self._opening_notes: list[e.Event] = []
+        self._router_proc: ManagedProcess | None = None
+
+    @property
+    def router_topology(self) -> Topology:
+        """How the router knows the engines (through the proxies of faulted links)."""
+        return self.net.router_topology
+
+    # ------------------------------------------------------------------ lifetime
+
+    async def __aenter__(self) -> RealWorld:
+        await self.supervisor.__aenter__()
+        try:
+            self.http = aiohttp.ClientSession()
+            self._opening_notes = await self.net.open()
+            self.fleet.settings = self.net.engine_settings(self.plan.scenario.engines)
+            self.client = RouterClient(self.http, self.topo.router_url)
+            self.actions = EngineActions(self.fleet, self.router, self.http, self.router_topology)
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        try:
+            if self.actions is not None:
+                self.actions.resume_all()
+            with contextlib.suppress(Exception):
+                await self.net.close()
+            if self.http is not None:
+                await self.http.close()
+        finally:
+            await self.supervisor.__aexit__(exc_type, exc, tb)
+
+    # ------------------------------------------------------------------ commands
+
+    async def execute(self, command: c.Command, emit: Emit) -> None:
+        handler = getattr(self, f"_do_{type(command).__name__}", None)
+        if handler is None:
+            raise TypeError(f"the real world cannot execute {command!r}")
+        await handler(command, emit)
+
+    def opening_events(self) -> list[e.Event]:
+        notes, self._opening_notes = self._opening_notes, []
+        return notes
+
+    async def _do_StartEngine(self, cmd: c.StartEngine, emit: Emit) -> None:
+        try:
+            proc = await self.fleet.start(cmd.name, cmd.first_start)
+        except Exception as exc:
+            emit(e.EngineFailed(cmd.name, f"{type(exc).__name__}: {exc}"))
+            return
+        state = proc.ready_info if proc.ready_info and "engine_id" in proc.ready_info else None
+        emit(e.EngineUp(cmd.name, state or await self.fleet.state(cmd.name)))
+
+    async def _do_LaunchRouter(self, cmd: c.LaunchRouter, emit: Emit) -> None:
+        try:
+            await self.net.install(self.fleet, emit)
+            rtopo = self.router_topology
+            launch = self.router.launch(rtopo, cmd.settings, list(cmd.registered),
+                                        str(self.out / "router-events.jsonl"))
+            emit(e.WorldNote("router launch", {"argv": launch.argv}))
+            self._router_proc = await self.supervisor.spawn(
+                "router", launch.argv, env=launch.env or None, ready_prefix=launch.ready_prefix,
+                ready_timeout_s=ROUTER_READY_TIMEOUT_S,
+            )
+            await self._wait_router(self._router_proc)
+        except Exception as exc:
+            emit(e.RouterFailed(f"{type(exc).__name__}: {exc}"))
+            return
+        emit(e.RouterUp(has_events=self.router.has_events))
+
+    async def _wait_router(self, proc: ManagedProcess) -> None:
+        """The adapter's readiness check, cut short when the router process exits first."""
+        assert self.http is not None
+        ready = asyncio.create_task(self.router.wait_ready(self.http, self.topo, ROUTER_READY_TIMEOUT_S))
+        exited = asyncio.create_task(proc.wait(ROUTER_READY_TIMEOUT_S + 1.0))
+        try:
+            done, _ = await asyncio.wait({ready, exited}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (ready, exited):
+                if not t.done():
+                    t.cancel()
+        if ready in done:
+            ready.result()
+            return
+        tail = log_tail(proc.log_path).strip().splitlines()[-5:]
+        raise RuntimeError(f"router exited with code {proc.returncode} before serving: {' | '.join(tail)}")
+
+    async def _do_PollWorkers(self, cmd: c.PollWorkers, emit: Emit) -> None:
+        assert self.http is not None
+        workers = await self.router.workers(self.http, self.router_topology)
+        engines: dict[str, str] = {}
+        for w in workers or []:
+            url = str(w.get("url", ""))
+            name = self.router_topology.name_of_url(url)
+            if name is not None:
+                engines[url] = name
+        emit(e.WorkersSeen(None if workers is None else tuple(workers), engines))
+
+    async def _do_PollRouterEvents(self, cmd: c.PollRouterEvents, emit: Emit) -> None:
+        assert self.http is not None
+        got = await self.router.events(self.http, self.router_topology, cmd.since)
+        if got is None:
+            emit(e.RouterEventsSeen(None, cmd.since))
+            return
+        events, nxt = got
+        emit(e.RouterEventsSeen(tuple(events), nxt))
+
+    async def _do_CheckRoutable(self, cmd: c.CheckRoutable, emit: Emit) -> None:
+        """For routers without a worker API: one completion goes through."""
+        assert self.http is not None
+        ok = False
+        try:
+            async with self.http.post(
+                f"{self.topo.router_url}/v1/completions",
+                json={"model": "pdchaos-fake", "prompt": "[pdchaos:warmup:0] ready", "max_tokens": 1},
+                timeout=aiohttp.ClientTimeout(total=2.0),
+            ) as resp:
+                await resp.read()
+                ok = resp.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            ok = False
+        emit(e.RoutableSeen(ok))
+
+    async def _do_SendRequest(self, cmd: c.SendRequest, emit: Emit) -> None:
+        assert self.client is not None
+        emit(await self.client.send(cmd.plan))
+
+    async def _do_CancelRequests(self, cmd: c.CancelRequests, emit: Emit) -> None:
+        if self.client is not None:
+            self.client.cancel_all()
+
+    async def _do_ApplyAction(self, cmd: c.ApplyAction, emit: Emit) -> None:
+        assert self.actions is not None
+        try:
+            if is_network_action(cmd.action):
+                await self.net.apply(cmd.fault, cmd.action, emit)
+            else:
+                await self.actions.apply(cmd.fault, cmd.action, emit)
+        except Exception as exc:  # one broken action must not end the run: it is evidence
+            emit(e.ActionDone(cmd.fault, error=f"{type(exc).__name__}: {exc}"))
+
+    async def _do_SetLinkEnabled(self, cmd: c.SetLinkEnabled, emit: Emit) -> None:
+        await self.net.set_enabled(LinkRef(cmd.engine, cmd.link), cmd.enabled)
+        emit(e.LinkToggled(cmd.fault, cmd.engine, cmd.link, cmd.enabled))
+
+    async def _do_Teardown(self, cmd: c.Teardown, emit: Emit) -> None:
+        resumed: list[str] = []
+        if self.actions is not None:
+            resumed = self.actions.resume_all()
+        # The router first: engines going away must not be the last thing it records.
+        if self._router_proc is not None:
+            await self.supervisor.stop(self._router_proc, grace_s=ROUTER_STOP_GRACE_S)
+        # Engines next, so their records files are final when they are read.
+        await self.supervisor.aclose(grace_s=1.0)
+        emit(e.TornDown(tuple(resumed)))
+
+    async def _do_CollectHandoffs(self, cmd: c.CollectHandoffs, emit: Emit) -> None:
+        """Every engine's provenance records (the `--records` files survive crashes and respawns)."""
+        records: list[dict[str, Any]] = []
+        try:
+            for spec in sorted(self.topo.engines, key=lambda s: s.name):
+                path = self.fleet.records_file(spec.name)
+                if path.exists():
+                    records.extend(read_jsonl(path))
+        except OSError as exc:
+            emit(e.HandoffsCollected(tuple(records), error=str(exc)))
+            return
+        emit(e.HandoffsCollected(tuple(records)))
