@@ -24,9 +24,9 @@ from typing import Any
 # Runnable from a checkout without installation.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.suite import default_suite
 from harness.runner import expand_matrix, run_suite
 from harness.scenario import load_scenarios
+from harness.suite import default_suite
 
 
 def pick_2491(scenarios: list[Any], name: str | None) -> Any | None:

@@ -154,24 +154,22 @@ class ScenarioFile(pytest.File):
             yield item
 
 
-_TAGGED_DIRS = pytest.StashKey[dict[Path, bool]]()
+_DEFAULTS_BY_DIR = pytest.StashKey[dict[Path, set[str]]]()
 
 
 def _in_default_suite(scenario: Any, folder: Path, config: pytest.Config) -> bool:
-    """As `pdchaos run` decides: tagged 'default'; when no scenario of the folder carries that tag, every
-    scenario not tagged 'slow'."""
+    """As `pdchaos run` decides (`harness.suite.default_suite`), over the scenarios of the file's folder."""
     from harness.scenario import ScenarioError, all_scenario_files, scenarios_in_file
+    from harness.suite import default_suite
 
-    tagged = config.stash.setdefault(_TAGGED_DIRS, {})
-    if folder not in tagged:
-        found = False
+    defaults = config.stash.setdefault(_DEFAULTS_BY_DIR, {})
+    if folder not in defaults:
+        found: list[Any] = []
         for f in all_scenario_files(folder):
             with contextlib.suppress(ScenarioError):
-                found = found or any("default" in s.tags for s in scenarios_in_file(f))
-        tagged[folder] = found
-    if tagged[folder]:
-        return "default" in scenario.tags
-    return "slow" not in scenario.tags
+                found += scenarios_in_file(f)
+        defaults[folder] = {s.name for s in default_suite(found)}
+    return scenario.name in defaults[folder]
 
 
 class ScenarioVerdictError(Exception):
@@ -407,16 +405,20 @@ class PDCluster:
 
     async def wait_status(self, name: str, status: str = "ready", timeout_s: float = 10.0) -> dict[str, Any]:
         """Poll the worker API until the engine's worker has `status`; TimeoutError says what was seen."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
+        from pdchaos.waiting import poll_until
+
         seen: Any = None
-        while loop.time() < deadline:
+
+        async def in_status() -> dict[str, Any] | None:
+            nonlocal seen
             w = await self.worker(name)
             seen = None if w is None else w.get("status")
-            if w is not None and seen == status:
-                return w
-            await asyncio.sleep(0.05)
-        raise TimeoutError(f"worker {name} not {status} within {timeout_s:g} s (last seen: {seen})")
+            return w if w is not None and seen == status else None
+
+        found = await poll_until(in_status, timeout_s)
+        if found is None:
+            raise TimeoutError(f"worker {name} not {status} within {timeout_s:g} s (last seen: {seen})")
+        return found
 
     async def completion(self, prompt: str, max_tokens: int = 4, timeout_s: float = 10.0,
                          **extra: Any) -> tuple[int, Any]:

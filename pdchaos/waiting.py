@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -43,3 +44,22 @@ async def wait_true(
     """`poll_until`, raising TimeoutError naming `what` when the condition never held."""
     if not await poll_until(check, timeout_s, interval_s):
         raise TimeoutError(f"{what}: not within {timeout_s:g} s")
+
+
+def poll_until_sync(
+    check: Callable[[], T],
+    timeout_s: float,
+    interval_s: float = 0.05,
+    clock: Clock = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """`poll_until` for code without an event loop (a test driving a subprocess): same contract."""
+    deadline = clock() + max(0.0, timeout_s)
+    while True:
+        value = check()
+        if value:
+            return value
+        left = deadline - clock()
+        if left <= 0:
+            return value
+        sleep(min(interval_s, left))

@@ -4,7 +4,6 @@ vllm-router releases) implement it."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +12,7 @@ import aiohttp
 
 from harness.scenario import RouterSettings
 from harness.topology import Topology
+from pdchaos.waiting import poll_until
 
 READY_PREFIX = "PDCHAOS_ROUTER_READY"
 
@@ -66,22 +66,24 @@ class RouterAdapter:
         statuses: Container[int] | None = None,
     ) -> None:
         """Poll `GET path` every 0.1 s until an answer whose status is in `statuses` (None: any status)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
         last = "no answer"
-        while loop.time() < deadline:
+
+        async def answered() -> bool:
+            nonlocal last
             try:
                 async with session.get(
                     f"{topo.router_url}{path}", timeout=aiohttp.ClientTimeout(total=1.0)
                 ) as resp:
                     await resp.read()
                     if statuses is None or resp.status in statuses:
-                        return
+                        return True
                     last = f"HTTP {resp.status}"
             except (aiohttp.ClientError, TimeoutError) as e:
                 last = f"{type(e).__name__}: {e}"
-            await asyncio.sleep(0.1)
-        raise TimeoutError(f"router {self.name} did not answer {path} within {timeout_s:g} s ({last})")
+            return False
+
+        if not await poll_until(answered, timeout_s, interval_s=0.1):
+            raise TimeoutError(f"router {self.name} did not answer {path} within {timeout_s:g} s ({last})")
 
     # -- reading
 

@@ -1,9 +1,10 @@
 """No process outlives `pdchaos run`: interrupted mid-scenario by SIGINT or SIGTERM (handled: teardown,
 partial report, exit 2) or by SIGKILL (not handled: the children die with it by their parent-death signal).
 
-Each test runs the real CLI on `tests/orphans_scenario.py` (engines, router, a process restart), waits until
-the scenario is under way, signals it, then looks for survivors two ways: every pid/pgid the run recorded in
-its `pids.jsonl` files, and a /proc scan for the run's unique marker (environment or argv).
+Each test runs the real CLI on `tests/scenario_files/orphans_scenario.py` (engines, router, a process
+restart), waits until the scenario is under way, signals it, then looks for survivors two ways: every
+pid/pgid the run recorded in its `pids.jsonl` files, and a /proc scan for the run's unique marker
+(environment or argv).
 """
 
 from __future__ import annotations
@@ -14,18 +15,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers.paths import SCENARIO_FILES
 
 from harness.worlds.real.processes import MARKER_ENV, find_marked_processes, group_alive, pid_alive
 from pdchaos.jsonl import read_jsonl
+from pdchaos.waiting import poll_until_sync
 
-SCENARIO_FILE = Path(__file__).with_name("orphans_scenario.py")
+SCENARIO_FILE = SCENARIO_FILES / "orphans_scenario.py"
 START_TIMEOUT_S = 30.0
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc and PDEATHSIG")
@@ -49,13 +51,10 @@ def _under_way(run_dir: Path) -> bool:
 
 
 def _wait_for(pred, timeout_s: float, what: str, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        if proc.poll() is not None:
-            pytest.fail(f"pdchaos exited early ({proc.returncode}) waiting for {what}:\n{log.read_text()}")
-        time.sleep(0.05)
+    if poll_until_sync(lambda: pred() or proc.poll() is not None, timeout_s) and pred():
+        return
+    if proc.poll() is not None:
+        pytest.fail(f"pdchaos exited early ({proc.returncode}) waiting for {what}:\n{log.read_text()}")
     pytest.fail(f"timed out after {timeout_s} s waiting for {what}:\n{log.read_text()[-3000:]}")
 
 
@@ -69,11 +68,14 @@ def _survivors(run_dir: Path, marker: str) -> list[str]:
 
 
 def _wait_no_survivors(run_dir: Path, marker: str, timeout_s: float) -> list[str]:
-    deadline = time.monotonic() + timeout_s
-    left = _survivors(run_dir, marker)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
+    left: list[str] = []
+
+    def none_left() -> bool:
+        nonlocal left
         left = _survivors(run_dir, marker)
+        return not left
+
+    poll_until_sync(none_left, timeout_s)
     return left
 
 

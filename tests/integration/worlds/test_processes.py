@@ -23,6 +23,7 @@ from harness.worlds.real.processes import (
     pid_alive,
     pids_from_pid_file,
 )
+from pdchaos.waiting import poll_until
 
 PY = sys.executable
 
@@ -32,19 +33,19 @@ def _py(code: str) -> list[str]:
 
 
 async def _gone(pid: int, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not pid_alive(pid):
-            return True
-        await asyncio.sleep(0.02)
-    return not pid_alive(pid)
+    return bool(await poll_until(lambda: not pid_alive(pid), timeout_s, interval_s=0.02))
 
 
 async def _marked_gone(marker: str, timeout_s: float = 5.0) -> list[int]:
     """Marked pids still alive after timeout_s (a process being torn down may show for a moment)."""
-    deadline = time.monotonic() + timeout_s
-    while (left := find_marked_processes(marker)) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    left: list[int] = []
+
+    def none_left() -> bool:
+        nonlocal left
+        left = find_marked_processes(marker)
+        return not left
+
+    await poll_until(none_left, timeout_s)
     return left
 
 

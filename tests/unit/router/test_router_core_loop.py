@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from health_sim import tick
+from helpers.health_sim import tick
 
 from reference_router.core import (
     PARTIAL_READ_CLEARS_ID,

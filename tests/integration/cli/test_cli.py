@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import ROOT, SCENARIO_FILES
 
 from harness import cli
 from harness.history import HistoryRecorder
 
-TESTS = Path(__file__).parent
-PASS_FILE = TESTS / "cli_scenario_pass.py"
-FAIL_FILE = TESTS / "cli_scenario_fail.py"
+PASS_FILE = SCENARIO_FILES / "cli_scenario_pass.py"
+FAIL_FILE = SCENARIO_FILES / "cli_scenario_fail.py"
 
 
 def _main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -133,7 +133,7 @@ def test_default_suite_selection() -> None:
 def _pdchaos(*argv: str, cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "harness.cli", *argv], cwd=cwd, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(TESTS.parent)},
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from health_sim import tick
+from helpers.health_sim import tick
 
 from reference_router.core import (
     STALE_ENGINE_ID,

@@ -25,6 +25,7 @@ from fake_engines.control import EngineControlClient
 from fake_engines.core.generator import expected_chat_completion, expected_completion
 from harness.worlds.real.processes import ManagedProcess, ProcessSupervisor
 from pdchaos.ports import LOOPBACK, free_ports
+from pdchaos.sse import stream_text
 
 
 def find_smg() -> str | None:
@@ -165,17 +166,11 @@ async def _post(smg_url: str, path: str, body: dict[str, Any]) -> tuple[int, str
         return resp.status, await resp.text()
 
 
-def _sse_text(raw: str) -> str:
+def _sse_text(raw: str, chat: bool = False) -> str:
     """Join the choice texts of an SSE stream; the stream must end with [DONE] and carry no error."""
-    events = [ln[len("data: ") :] for ln in raw.splitlines() if ln.startswith("data: ")]
-    assert events and events[-1] == "[DONE]", raw[-500:]
-    parts = []
-    for ev in events[:-1]:
-        chunk = json.loads(ev)
-        assert "error" not in chunk, chunk
-        for choice in chunk.get("choices", []):
-            parts.append(choice.get("text") or choice.get("delta", {}).get("content") or "")
-    return "".join(parts)
+    text, error, done = stream_text(raw, chat)
+    assert done and error is None, raw[-500:]
+    return text
 
 
 async def _records_for(client: EngineControlClient, tag: str) -> list[dict[str, Any]]:

@@ -9,11 +9,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from helpers.paths import SCENARIO_FILES
 
 from harness.pytest_plugin import PDCluster
 from harness.worlds.real.processes import pid_alive
-
-TESTS = Path(__file__).parent
 
 SCENARIO_FILE = '''
 from harness.scenario import Scenario
@@ -101,9 +100,9 @@ def test_bad_router_option_is_a_usage_error(pytester: pytest.Pytester) -> None:
 
 
 def test_bare_option_collects_the_shipped_default_suite(pytester: pytest.Pytester) -> None:
-    from harness.suite import default_suite
     from harness.runner import expand_matrix
     from harness.scenario import load_scenarios
+    from harness.suite import default_suite
 
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
     pytester.makeini(INI + "testpaths = .\n")
@@ -130,7 +129,7 @@ def test_verdicts_become_outcomes_with_junit(pytester: pytest.Pytester, tmp_path
     """Real runs: the passing scenario passes, the failing one fails with the checker's reason, the unknown
     one is skipped (as asked); the junit file carries the verdicts and the run folder gets the reports."""
     for name in ("cli_scenario_pass.py", "cli_scenario_fail.py"):
-        shutil.copy(TESTS / name, pytester.path / name)
+        shutil.copy(SCENARIO_FILES / name, pytester.path / name)
     pytester.makepyfile(unknown_scenario=UNKNOWN_SCENARIO)
     pytester.syspathinsert()
     out = tmp_path / "pdchaos-out"

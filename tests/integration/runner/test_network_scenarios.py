@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.paths import ROOT
 
 from harness.history import load_history
 from harness.runner import expand_matrix, run_scenario
 from harness.scenario import Scenario, load_scenarios
 
-ROOT = Path(__file__).resolve().parent.parent
 slow = pytest.mark.skipif(os.environ.get("PDCHAOS_SLOW") != "1", reason="slow: set PDCHAOS_SLOW=1")
 NETWORK = ["prefill_link_partitioned", "decode_link_wedged", "side_channel_reset_during_pull",
            "slow_side_channel", "side_channel_bandwidth_cap", "prefill_link_flapping"]
