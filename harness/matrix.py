@@ -5,17 +5,7 @@ one folder per cell); cells a router cannot run are skipped with the adapter's r
 says which router ran where, with what it skipped and which settings it took only approximately;
 `reports.compare` turns that into compare.json / compare.html / compare.md.
 
-`pdchaos matrix` (`main` below):
-
-Run scenarios against several routers and write the comparison report.
-
-    pdchaos matrix                                            default suite: reference, newest smg
-    pdchaos matrix --router smg==latest                       newest smg only
-    pdchaos matrix --router smg==1.13.0 --router smg==1.12.0 --router vllm-router
-    pdchaos matrix --compare-only runs/compare-X              re-render compare.* of a matrix
-
-Exit codes as `pdchaos run`: 0 every cell passed, 1 a cell failed, 2 unknown, 3 usage error. Skipped cells
-(a router that cannot run them) are neither.
+`pdchaos matrix` (`main` below; its usage is `_USAGE`).
 """
 
 from __future__ import annotations
