@@ -10,10 +10,10 @@ from typing import Any
 
 import grpc
 
-from fake_engines import grpc_health, model
+from fake_engines import grpc_health
 from fake_engines.config import CONNECTOR_NAMES, KV_ROLES
 from fake_engines.core import tokenizer
-from fake_engines.core.gen_request import GenRequest, RequestError, parse_kv_params
+from fake_engines.core.gen_request import GenRequest, RequestError, decode_prompt_ids, parse_kv_params
 from fake_engines.core.generator import DEFAULT_MAX_TOKENS
 from fake_engines.core.kv_store import BLOCK_SIZE
 from fake_engines.engine import Engine
@@ -51,12 +51,12 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
             if not ids:
                 raise RequestError(400, "tokenized.input_ids is empty")
             try:
-                text = model.decode_prompt_ids(ids)
+                text = decode_prompt_ids(ids)
             except ValueError as exc:
                 raise RequestError(400, str(exc)) from exc
         elif which == "text":
             text = request.text
-            ids = model.tokenize(text)
+            ids = tokenizer.encode(text)
         else:
             raise RequestError(400, "GenerateRequest needs tokenized or text input")
         sp = request.sampling_params

@@ -10,16 +10,13 @@ from typing import Any
 
 from aiohttp import web
 
-from fake_engines import model
-from fake_engines.core.chat import render_chat
 from fake_engines.core.gen_request import (
     GenRequest,
     GenResult,
     RequestError,
+    gen_request_from_openai,
     max_tokens_problem,
-    parse_kv_params,
 )
-from fake_engines.core.generator import DEFAULT_MAX_TOKENS
 from fake_engines.engine import Engine
 
 VERSION = "0.11.0+pdchaos"
@@ -48,15 +45,6 @@ def error_response(status: int, message: str, err_type: str | None = None) -> we
     return web.json_response(error_body(status, message, err_type), status=status)
 
 
-def _int_field(body: dict[str, Any], key: str, default: int | None) -> int | None:
-    v = body.get(key, default)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise RequestError(400, f"{key} must be an integer")
-    return v
-
-
 def _parse_body(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
@@ -65,24 +53,6 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise RequestError(400, "request body must be a JSON object")
     return body
-
-
-def _prompt_of(body: dict[str, Any]) -> tuple[str, list[int]]:
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, str):
-        return prompt, model.tokenize(prompt)
-    if (
-        isinstance(prompt, list)
-        and prompt
-        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
-    ):
-        try:
-            return model.decode_prompt_ids(prompt), [int(t) for t in prompt]
-        except ValueError as exc:
-            raise RequestError(400, str(exc)) from exc
-    raise RequestError(400, "prompt must be a string or a non-empty list of token ids (batches of one)")
 
 
 class HttpSurface:
@@ -164,33 +134,11 @@ class HttpSurface:
     def _gen_request(
         self, body: dict[str, Any], chat: bool, header_id: str | None = None
     ) -> tuple[GenRequest, bool]:
-        if chat:
-            try:
-                text = render_chat(body.get("messages"))  # type: ignore[arg-type]
-            except (ValueError, TypeError) as exc:
-                raise RequestError(400, f"bad messages: {exc}") from exc
-            ids = model.tokenize(text)
-            max_key = (
-                "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-            )
-        else:
-            text, ids = _prompt_of(body)
-            max_key = "max_tokens"
-        max_tokens = _int_field(body, max_key, DEFAULT_MAX_TOKENS)
-        seed = _int_field(body, "seed", self.engine.config.seed)
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise RequestError(400, "stream must be a boolean")
-        if body.get("n", 1) != 1:
-            raise RequestError(400, "only n=1 is supported")
         prefix = "chatcmpl" if chat else "cmpl"
         # Like vLLM: a caller's X-Request-Id (or body request_id) names the request, else a fresh id.
         rid = body.get("request_id") or header_id
         rid = rid if isinstance(rid, str) and rid else f"{prefix}-{uuid.uuid4().hex}"
-        kv = parse_kv_params(body.get("kv_transfer_params"))
-        return GenRequest(
-            rid, text, ids, DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens, seed, kv
-        ), stream
+        return gen_request_from_openai(body, chat, rid, self.engine.config.seed)
 
     async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
         try:

@@ -109,6 +109,24 @@ def build_parser() -> argparse.ArgumentParser:
         "as {port} {prefill_args} {decode_args} (see harness/routers/command.py), or a gateway release: smg, "
         "smg==X.Y.Z, vllm-router[==X.Y.Z]",
     )
+    run.add_argument(
+        "--world", choices=("real", "sim"), default="real",
+        help="real: processes on loopback in real time (default); sim: the same scenarios in simulated time "
+        "(simpy; the reference router's and the fake engines' own cores; exact replay from the seed)",
+    )
+    run.add_argument(
+        "--settings", choices=("scaled", "production"), default=None,
+        help="settings preset: scaled (the scenarios as written, probes every 0.3 s: the real-time default) "
+        "or production (smg's defaults, 60 s probes, vLLM's 480 s transfer timeout; scenario times x600: "
+        "the simulation default)",
+    )
+    run.add_argument(
+        "--inject-bug", metavar="BUG", default=None,
+        help="put a zoo bug back into the reference router for this run (see `pdchaos-router --list-bugs` or "
+        "docs/DESIGN.md §6): the scenarios that guard it must fail",
+    )
+    run.add_argument("--check-determinism", action="store_true",
+                     help="sim: run each cell twice and require byte-identical histories")
     run.add_argument("--out", type=Path, metavar="DIR",
                      help="run folder (default: runs/<timestamp-id>; runs/latest points at the newest)")
     run.add_argument("--seed", type=int, default=0, metavar="N", help="seed for the workload (default 0)")
@@ -164,6 +182,36 @@ def _check_router(spec: str, scenarios: Sequence[Any], named: bool) -> list[Any]
 # ---------------------------------------------------------------- run
 
 
+def _with_bug(bug: str, scenarios: Sequence[Any]) -> list[Any]:
+    from harness.scenario import INJECTABLE_BUGS
+
+    if bug not in INJECTABLE_BUGS:
+        raise UsageError(f"unknown bug {bug!r} for --inject-bug (known: {', '.join(INJECTABLE_BUGS)})")
+    return [s.with_router(inject_bug=bug) for s in scenarios]
+
+
+def _check_sim(spec: str, scenarios: Sequence[Any], named: bool) -> list[Any]:
+    """The scenarios the simulated world can run (it runs the reference router's core)."""
+    from harness.runner import sim_router_name
+    from harness.scenario import ScenarioError
+
+    try:
+        sim_router_name(spec)
+    except ScenarioError as e:
+        raise UsageError(str(e)) from None
+    kept = []
+    for s in scenarios:
+        if "sim" in s.worlds:
+            kept.append(s)
+            continue
+        why = s.world_notes.get("sim", "")
+        if named:
+            raise UsageError(f"scenario {s.name!r} does not run in the simulated world"
+                             + (f": {why}" if why else ""))
+        print(f"pdchaos: skipping {s.name}: real time only" + (f" ({why})" if why else ""), file=sys.stderr)
+    return kept
+
+
 @dataclass
 class RunPlan:
     scenarios: list[Any]
@@ -171,14 +219,24 @@ class RunPlan:
     router: str
     out: Path
     seed: int
+    world: str = "real"
+    settings: str = "scaled"
+    check_determinism: bool = False
 
 
 def plan_run(args: argparse.Namespace) -> RunPlan:
     """Everything that can be wrong with a run, found before any process starts (UsageError)."""
-    from harness.runner import expand_matrix
+    from harness.runner import default_settings, expand_matrix
 
     topologies, scenarios = select_suite(args)
-    scenarios = _check_router(args.router, scenarios, named=bool(args.scenarios))
+    if args.inject_bug is not None:
+        scenarios = _with_bug(args.inject_bug, scenarios)
+    if args.check_determinism and args.world != "sim":
+        raise UsageError("--check-determinism needs --world sim (real time does not replay exactly)")
+    if args.world == "sim":
+        scenarios = _check_sim(args.router, scenarios, named=bool(args.scenarios))
+    else:
+        scenarios = _check_router(args.router, scenarios, named=bool(args.scenarios))
     if not scenarios:
         raise UsageError(f"no scenario of the default suite can run against router {args.router!r}")
     cells = expand_matrix(
@@ -189,7 +247,8 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     )
     from harness.matrix import drop_skipped  # cells a gateway cannot run: said, not run
 
-    cells = drop_skipped(args.router, cells)
+    if args.world == "real":
+        cells = drop_skipped(args.router, cells)
     if not cells:
         wanted = ", ".join(
             f"{k} {v}" for k, v in (("topology", topologies), ("connector", args.connector),
@@ -199,7 +258,8 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     out = args.out if args.out is not None else Path("runs") / _run_id()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"run folder {out} already exists and is not empty")
-    return RunPlan(scenarios, cells, args.router, out, args.seed)
+    return RunPlan(scenarios, cells, args.router, out, args.seed, args.world,
+                   args.settings or default_settings(args.world), args.check_determinism)
 
 
 def _run_id() -> str:
@@ -215,6 +275,8 @@ def _write_run_info(plan: RunPlan, marker: str, argv: Sequence[str], **end: Any)
         "started_at": time.time(),
         "router": plan.router,
         "seed": plan.seed,
+        "world": plan.world,
+        "settings": plan.settings,
         "cells": [
             {"scenario": s.name, "topology": c.topology, "connector": c.connector, "transport": c.transport}
             for s, c in plan.cells
@@ -238,7 +300,8 @@ async def _run_async(plan: RunPlan, show_progress: bool) -> tuple[list[Any], boo
     loop = asyncio.get_running_loop()
     progress = ProgressReporter(plan.out, total=len(plan.cells)) if show_progress else None
     suite = asyncio.create_task(
-        run_suite(plan.scenarios, plan.cells, plan.out, router=plan.router, seed=plan.seed, progress=progress)
+        run_suite(plan.scenarios, plan.cells, plan.out, router=plan.router, seed=plan.seed, progress=progress,
+                  world=plan.world, settings=plan.settings, check_determinism=plan.check_determinism)
     )
     caught: list[int] = []
     signalled = asyncio.Event()
@@ -293,6 +356,8 @@ def _summary_lines(results: Sequence[Any], run_dir: Path) -> list[str]:
         if len(reason) > 160:
             reason = reason[:157] + "..."
         lines.append(f"  {r.status.upper():8} {r.scenario} {cell}{reason}")
+        if r.status != "pass" and getattr(r, "replay", ""):
+            lines.append(f"           replay: {r.replay}")
     s = summarize(list(results))
     lines.append(
         f"pdchaos: {s['total']} cells: {s['pass']} pass, {s['fail']} fail, {s['unknown']} unknown -> "
@@ -348,6 +413,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "connectors": list(s.connectors),
                 "transports": list(s.transports),
                 "tags": list(s.tags),
+                "worlds": list(s.worlds),
+                "world_notes": dict(s.world_notes),
             }
             for s in scenarios
         ]
@@ -357,8 +424,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         flag = "*" if s.name in defaults else " "
         bugs = ", ".join(s.bugs) if s.bugs else "-"
         print(f"{flag} {s.name}  [{' '.join(s.topologies)}; {'/'.join(s.connectors)}; "
-              f"{'/'.join(s.transports)}]  bugs: {bugs}")
+              f"{'/'.join(s.transports)}; worlds: {'/'.join(s.worlds)}]  bugs: {bugs}")
         print(f"    {s.description}")
+        for world, note in sorted(s.world_notes.items()):
+            print(f"    ({world}: {note})")
     print("(* = in the default suite, what `pdchaos run` runs with no scenario named)")
     return EXIT_PASS
 

@@ -3,6 +3,7 @@
 Scenarios as tests (opt-in, so a project's own `pytest` run never runs the chaos suite by accident):
 - `pytest --pdchaos` runs the default suite (scenarios tagged `default`) and nothing else: the shipped
   scenario folder replaces the default test paths.
+- `pytest --pdchaos --pdchaos-world sim` runs them in simulated time (`--pdchaos-settings` picks the preset).
 - `pytest --pdchaos path/to/scenarios/ my_scenarios.py` collects scenario files: `*.py` files in a folder
   named `scenarios` (not starting with `_` or `test_`), and any `.py` file named on the command line. A file
   named explicitly contributes all its scenarios; one found in a folder only its `default` ones, unless
@@ -62,6 +63,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--pdchaos-router", default="reference", metavar="ROUTER",
                     help="router under test: 'reference' or 'cmd:<template>' (as `pdchaos run --router`)")
     group.addoption("--pdchaos-seed", type=int, default=0, metavar="N", help="workload seed")
+    group.addoption("--pdchaos-world", choices=("real", "sim"), default="real",
+                    help="real: processes on loopback (default); sim: simulated time (reference router)")
+    group.addoption("--pdchaos-settings", choices=("scaled", "production"), default=None,
+                    help="settings preset (default: scaled in real time, production in simulation)")
     group.addoption("--pdchaos-out", default=None, metavar="DIR",
                     help="run folder for histories, logs and reports (default: a pytest temp folder)")
     group.addoption("--pdchaos-unknown", choices=("fail", "skip"), default="fail",
@@ -142,7 +147,10 @@ class ScenarioFile(pytest.File):
             scenarios, topologies, _split(cfg.getoption("--pdchaos-connector")),
             _split(cfg.getoption("--pdchaos-transport")),
         )
+        world = cfg.getoption("--pdchaos-world")
         for scenario, cell in cells:
+            if world not in scenario.worlds:
+                continue
             item = ScenarioItem.from_parent(self, name=f"{scenario.name}[{cell.label}]")
             item.scenario = scenario
             item.cell = cell
@@ -189,6 +197,7 @@ class ScenarioItem(pytest.Item):
             run_scenario(
                 self.scenario, self.cell.topology, self.cell.connector, self.cell.transport,
                 cfg.getoption("--pdchaos-router"), out, seed=cfg.getoption("--pdchaos-seed"),
+                world=cfg.getoption("--pdchaos-world"), settings=cfg.getoption("--pdchaos-settings"),
             )
         )
         cfg.stash.setdefault(_RESULTS_KEY, []).append(result)

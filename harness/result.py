@@ -35,6 +35,10 @@ class ScenarioResult:
     bugs: list[str] = field(default_factory=list)
     description: str = ""
     seed: int | None = None
+    world: str = "real"
+    settings: str = "scaled"
+    # The one command that replays this cell (a simulated cell: exactly).
+    replay: str = ""
     status: str | None = None
     reason: str = ""
     run_reason: str = ""
@@ -103,6 +107,9 @@ class ScenarioResult:
             "transport": self.transport,
             "router": self.router,
             "seed": self.seed,
+            "world": self.world,
+            "settings": self.settings,
+            "replay": self.replay,
             "status": self.status,
             "reason": self.reason or (self.overall.reason if self.status != "pass" else ""),
             "run_reason": self.run_reason,
@@ -142,6 +149,9 @@ class ScenarioResult:
             bugs=list(data.get("bugs") or []),
             description=str(data.get("description") or ""),
             seed=data.get("seed"),
+            world=str(data.get("world") or "real"),
+            settings=str(data.get("settings") or "scaled"),
+            replay=str(data.get("replay") or ""),
             reason=str(data.get("reason") or ""),
             run_reason=str(data.get("run_reason") or ""),
             duration_s=data.get("duration_s"),

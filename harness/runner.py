@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import re
+import shlex
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -23,11 +25,16 @@ from harness.checkers import run_checks, validate_expect
 from harness.history import HistoryRecorder
 from harness.result import ScenarioResult
 from harness.routers import RouterAdapter, make_router_adapter
-from harness.scenario import Scenario, ScenarioError, validate
+from harness.scenario import Scenario, ScenarioError, apply_preset, preset, validate
 from harness.session import ScenarioSession
-from harness.topology import allocate
-from harness.verdict import combine
+from harness.topology import PORTS_PER_ENGINE, Topology, allocate, build_topology, parse_topology
+from harness.verdict import Verdict, combine
 from harness.worlds.real.world import RealWorld
+from harness.worlds.sim.world import SimWorld
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+# Simulated engines live on these (never bound) ports.
+SIM_PORT_BASE = 20_000
 
 
 @dataclass
@@ -52,14 +59,32 @@ def expectation_problems(s: Scenario) -> list[str]:
     return [p for x in s.expect for p in validate_expect(x.checker, x.params)]
 
 
-def check_cell(scenario: Scenario, topology: str, connector: str, adapter: RouterAdapter) -> None:
-    """ScenarioError when the scenario cannot run in this cell with this router."""
+WORLD_NAMES = ("real", "sim")
+DEFAULT_SETTINGS = {"real": "scaled", "sim": "production"}
+
+
+def default_settings(world: str) -> str:
+    """The settings preset a world runs at unless told otherwise."""
+    return DEFAULT_SETTINGS[world]
+
+
+def check_cell(scenario: Scenario, topology: str, connector: str, adapter: RouterAdapter | None,
+               world: str = "real") -> None:
+    """ScenarioError when the scenario cannot run in this cell with this router in this world."""
     validate(scenario)
+    if world not in WORLD_NAMES:
+        raise ScenarioError(f"unknown world {world!r} (known: {', '.join(WORLD_NAMES)})")
+    if world not in scenario.worlds:
+        why = scenario.world_notes.get(world, "")
+        raise ScenarioError(f"scenario {scenario.name!r} does not run in the {world} world"
+                            + (f": {why}" if why else ""))
     bad = expectation_problems(scenario)
     if bad:
         raise ScenarioError(f"scenario {scenario.name!r}: " + "; ".join(bad))
     if not scenario.applies_to(topology, connector):
         raise ScenarioError(f"scenario {scenario.name!r} does not apply to {topology}/{connector}")
+    if adapter is None:
+        return
     if scenario.router.inject_bug and not adapter.supports_inject_bug:
         raise ScenarioError(f"router {adapter.name} cannot take inject_bug={scenario.router.inject_bug}")
 
@@ -74,26 +99,47 @@ async def run_scenario(
     seed: int = 0,
     progress: Any = None,
     run_id: str | None = None,
+    world: str = "real",
+    settings: str | None = None,
+    check_determinism: bool = False,
 ) -> ScenarioResult:
-    """Run one cell in real time; always returns a ScenarioResult (verdict `unknown` with a reason when the
-    run broke)."""
+    """Run one cell, in real time (`world="real"`: processes on loopback) or simulated time (`"sim"`), at a
+    settings preset (`settings`: None = the world's default); always returns a ScenarioResult (verdict
+    `unknown` with a reason when the run broke). A simulated run replays exactly: its run id comes from the
+    seed, and `check_determinism` runs it twice and compares the histories byte for byte."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - local folder, once per run
     _clear_previous_run(out)
-    rid = run_id or uuid.uuid4().hex[:8]
+    rid = f"s{seed}" if world == "sim" else (run_id or uuid.uuid4().hex[:8])
     started_wall = time.time()
     adapter: RouterAdapter | None = None
     session: ScenarioSession | None = None
+    reason = ""
+    extra: list[Verdict] = []
     router_name = str(router_adapter)
+    preset_name = settings or DEFAULT_SETTINGS.get(world, "scaled")
     try:
-        adapter = make_router_adapter(router_adapter)
-        router_name = adapter.name
-        check_cell(scenario, topology, connector, adapter)
-        topo = allocate(topology, connector, transport)
-        session = ScenarioSession(scenario, topo, router=adapter.name, seed=seed, run_id=rid,
-                                  history_path=out / "history.jsonl")
-        async with RealWorld(session.plan, adapter, out) as world:
-            await world.run(session)
+        if world == "sim":
+            router_name = sim_router_name(router_adapter)
+        else:
+            adapter = make_router_adapter(router_adapter)
+            router_name = adapter.name
+        check_cell(scenario, topology, connector, adapter, world)
+        scenario = apply_preset(scenario, preset(preset_name))
+        validate(scenario)
+        if world == "sim":
+            topo = sim_topology(topology, connector, transport)
+            session = ScenarioSession(scenario, topo, router=router_name, seed=seed, run_id=rid,
+                                      history_path=out / "history.jsonl", world="sim")
+            await SimWorld(session.plan, out).run(session)
+            if check_determinism:
+                extra.append(await _replay_verdict(scenario, topo, router_name, seed, rid, out))
+        else:
+            assert adapter is not None
+            session = ScenarioSession(scenario, allocate(topology, connector, transport), router=router_name,
+                                      seed=seed, run_id=rid, history_path=out / "history.jsonl")
+            async with RealWorld(session.plan, adapter, out) as real:
+                await real.run(session)
     except asyncio.CancelledError:
         _close(session, "interrupted")
         raise
@@ -110,7 +156,7 @@ async def run_scenario(
     if session is not None:
         _close(session, "error: the run ended before its session did")
         outcome = session.result()
-        verdicts, run_reason, notes = outcome.verdicts, outcome.reason, outcome.notes
+        verdicts, run_reason, notes = outcome.verdicts + extra, outcome.reason, outcome.notes
     else:
         run_reason, notes = reason, []
     overall = combine(verdicts, name=scenario.name)
@@ -126,6 +172,10 @@ async def run_scenario(
         transport=transport,
         router=router_name,
         seed=seed,
+        world=world,
+        settings=preset_name,
+        replay=replay_command(scenario, topology, connector, transport, router_name, seed, world,
+                              preset_name),
         verdict=overall,
         verdicts=verdicts,
         reason=overall.reason if overall.status != "pass" else "",
@@ -139,6 +189,57 @@ async def run_scenario(
         log_dir=out / "logs",
         notes=notes,
     )
+
+
+async def _replay_verdict(scenario: Scenario, topo: Topology, router: str, seed: int, run_id: str,
+                          out: Path) -> Verdict:
+    """Run the simulated cell again and compare the two histories byte for byte (madsim's determinism
+    check): a difference is a harness bug, so the verdicts cannot be trusted (unknown)."""
+    again = out / "replay.history.jsonl"
+    session = ScenarioSession(scenario, topo, router=router, seed=seed, run_id=run_id, history_path=again,
+                              world="sim")
+    await SimWorld(session.plan, out).run(session)
+    first, second = (out / "history.jsonl").read_bytes(), again.read_bytes()
+    digest = hashlib.sha256(first).hexdigest()
+    if first == second:
+        again.unlink()
+        return Verdict.ok("determinism", "the replay gave the same history, byte for byte",
+                          numbers={"sha256": digest, "bytes": len(first)})
+    a, b = first.splitlines(), second.splitlines()
+    line = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    return Verdict.unknown_("determinism", f"the replay's history differs from line {line + 1}",
+                            numbers={"sha256": digest, "replay_sha256": hashlib.sha256(second).hexdigest()},
+                            evidence=[f"replay kept at {again}"])
+
+
+def sim_router_name(spec: str | RouterAdapter) -> str:
+    """The simulated world runs the reference router's core (ScenarioError for anything else)."""
+    if isinstance(spec, RouterAdapter):
+        spec = spec.name
+    if spec in ("reference", "", "pdchaos-router"):
+        return "reference"
+    raise ScenarioError(f"the simulated world runs the reference router only, not {spec!r}")
+
+
+def sim_topology(topology: str, connector: str, transport: str) -> Topology:
+    """A topology on fixed (never bound) ports, so a simulated run replays exactly."""
+    shape = parse_topology(topology)
+    need = (shape.prefills + shape.decodes) * PORTS_PER_ENGINE + 1
+    return build_topology(shape, connector, transport, list(range(SIM_PORT_BASE, SIM_PORT_BASE + need)))
+
+
+def replay_command(s: Scenario, topology: str, connector: str, transport: str, router: str, seed: int,
+                   world: str, settings: str) -> str:
+    """The `pdchaos run` line that runs this cell again (a shipped scenario by name, else its file)."""
+    shipped = Path(s.source).parent.resolve() == SCENARIO_DIR if s.source else True
+    what = s.name if shipped else shlex.quote(s.source)
+    words = ["pdchaos", "run", what, "--topology", topology, "--connector", connector, "--transport",
+             transport, "--world", world, "--settings", settings, "--seed", str(seed)]
+    if router not in ("reference", ""):
+        words += ["--router", shlex.quote(router)]
+    if s.router.inject_bug:
+        words += ["--inject-bug", s.router.inject_bug]
+    return " ".join(words)
 
 
 def _close(session: ScenarioSession | None, reason: str) -> None:
@@ -201,6 +302,9 @@ async def run_suite(
     router: str | RouterAdapter = "reference",
     seed: int = 0,
     progress: Any = None,
+    world: str = "real",
+    settings: str | None = None,
+    check_determinism: bool = False,
 ) -> list[ScenarioResult]:
     """Run every cell in sequence into `out_dir/<scenario>__<cell>/`, point `out_dir/../latest` at out_dir.
     `matrix`: explicit (scenario, cell) pairs, or a dict with optional keys `topologies`, `connectors`,
@@ -220,7 +324,8 @@ async def run_suite(
         res = await run_scenario(
             s, cell.topology, cell.connector, cell.transport, router,
             run_dir / cell_dir_name(s.name, cell), seed=seed, progress=progress,
-            run_id=re.sub(r"[^A-Za-z0-9_-]", "", run_id),
+            run_id=re.sub(r"[^A-Za-z0-9_-]", "", run_id), world=world, settings=settings,
+            check_determinism=check_determinism,
         )
         results.append(res)
     return results

@@ -22,7 +22,7 @@ TRANSPORTS: tuple[Transport, ...] = ("http", "grpc")
 _SHAPE = re.compile(r"^([1-9][0-9]?)p([1-9][0-9]?)d$")
 # Each engine gets http, grpc, control, bootstrap, nixl ports (bootstrap unused by NIXL and by decodes, but a
 # fixed-size block keeps allocation simple and the numbers predictable).
-_PORTS_PER_ENGINE = 5
+PORTS_PER_ENGINE = 5
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def build_topology(
     conn = check_connector(connector)
     tr = check_transport(transport)
     n = sh.prefills + sh.decodes
-    need = n * _PORTS_PER_ENGINE + 1
+    need = n * PORTS_PER_ENGINE + 1
     if len(ports) < need or len(set(ports)) != len(ports):
         raise ValueError(f"topology {sh.name} needs {need} distinct ports, got {len(ports)}")
     engines: list[EngineSpec] = []
@@ -183,7 +183,7 @@ def allocate(shape: Shape | str, connector: str, transport: str, extra: int = 0)
     """A topology on free loopback ports; `extra` more ports are kept in `extra_ports` (e.g. router
     metrics)."""
     sh = parse_topology(shape) if isinstance(shape, str) else shape
-    need = (sh.prefills + sh.decodes) * _PORTS_PER_ENGINE + 1
+    need = (sh.prefills + sh.decodes) * PORTS_PER_ENGINE + 1
     ports = free_ports(need + extra)
     topo = build_topology(sh, connector, transport, ports[:need])
     if extra:

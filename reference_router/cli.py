@@ -78,6 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how often a Ready Mooncake worker's identity is re-checked although its probes "
                         "pass; bounds how long a restart no probe saw keeps a dead engine id (default 30)")
 
+    b = p.add_argument_group("circuit breaker (off unless --cb-failure-threshold is given)")
+    b.add_argument("--cb-failure-threshold", type=int, default=None, metavar="N",
+                   help="consecutive own request failures that open a worker's breaker; enables the breaker "
+                        "(smg's default is 10)")
+    b.add_argument("--cb-timeout-duration-secs", type=float, default=60.0, metavar="S",
+                   help="how long an open breaker keeps its worker out before one trial request (default 60)")
+    b.add_argument("--disable-circuit-breaker", action="store_true",
+                   help="no circuit breaker, whatever --cb-failure-threshold says (the default)")
+
     t = p.add_argument_group("testing")
     t.add_argument("--seed", type=int, default=None, help="seed for the random/power_of_two policies")
     t.add_argument("--inject-bug", action="append", default=[], metavar="NAME",
@@ -121,6 +130,8 @@ def config_from_args(ns: argparse.Namespace) -> RouterConfig:
         success_threshold=ns.health_success_threshold,
         max_probes_in_flight=ns.max_concurrent_health_checks,
         identity_check_interval_s=ns.identity_check_interval_secs,
+        cb_failure_threshold=None if ns.disable_circuit_breaker else ns.cb_failure_threshold,
+        cb_open_s=ns.cb_timeout_duration_secs,
         seed=ns.seed,
         bugs=frozenset(ns.inject_bug),
     )

@@ -1,11 +1,12 @@
-"""Router process settings (from the CLI), and how they become the core's HealthConfig and worker specs."""
+"""Router process settings (from the CLI), and how they become the core's HealthConfig, BreakerConfig and
+worker specs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .core import HealthConfig, Role, WorkerSpec, make_worker_spec
+from .core import BreakerConfig, HealthConfig, Role, WorkerSpec, make_worker_spec
 
 
 class WorkerArg(NamedTuple):
@@ -35,6 +36,9 @@ class RouterConfig:
     success_threshold: int = 2
     max_probes_in_flight: int = 128
     identity_check_interval_s: float = 30.0
+    # Circuit breaker (off by default, unlike smg's, so every scenario without it keeps its behaviour).
+    cb_failure_threshold: int | None = None
+    cb_open_s: float = 60.0
     seed: int | None = None
     bugs: frozenset[str] = field(default_factory=frozenset)
 
@@ -51,6 +55,9 @@ class RouterConfig:
             bugs=self.bugs,
         )
 
+    def breaker(self) -> BreakerConfig:
+        return BreakerConfig(failure_threshold=self.cb_failure_threshold, open_s=self.cb_open_s)
+
     def validate(self) -> None:
         """ValueError for settings no router could serve with."""
         if self.host != "127.0.0.1":
@@ -64,6 +71,7 @@ class RouterConfig:
         if not self.pd and (self.prefill or self.decode):
             raise ValueError("--prefill/--decode need --pd-disaggregation")
         self.health()
+        self.breaker()
 
 
 def initial_specs(cfg: RouterConfig) -> list[WorkerSpec]:

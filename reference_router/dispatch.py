@@ -2,9 +2,10 @@
 
 Every decision lives in `core.dispatch_flow` (which workers, the id-read wait, the sanitised prefill leg and
 its KV params, retry or fail on a prefill's failure and with which answer, the decode's params, the dispatch
-record, releasing the workers). This module tokenizes for gRPC workers, runs each leg over HTTP or gRPC within
-the deadline the flow gives, relays the decode's answer (streaming or not) and records the effects each step
-returns. Every upstream call runs under a deadline, so a wedged worker costs its own requests only (bug #12).
+record, the circuit breakers, releasing the workers). This module tokenizes for gRPC workers, runs each leg
+over HTTP or gRPC within the deadline the flow gives, relays the decode's answer (streaming or not) and
+records the effects each step returns. Every upstream call runs under a deadline, so a wedged worker costs
+its own requests only (bug #12).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class Dispatcher:
         self.clock = clock
         self.policies = LegPolicies.make(cfg.prefill_policy, cfg.decode_policy, cfg.seed)
         self.limits = DispatchLimits(cfg.request_timeout_s, id_read_wait_s=cfg.probe_timeout_s)
+        self.breaker = cfg.breaker()
 
     def _record(self, effects: Effects) -> None:
         emit(effects, self.events, self.metrics, log)
@@ -81,19 +83,23 @@ class Dispatcher:
             self._on_idle_draining(w)
 
     async def handle(self, request: web.Request, endpoint: str, body: dict[str, Any]) -> web.StreamResponse:
-        flow = DispatchFlow(new_request_id(), body, self.registry, self.policies, self.limits, pd=self.cfg.pd)
+        flow = DispatchFlow(new_request_id(), body, self.registry, self.policies, self.limits, pd=self.cfg.pd,
+                            breaker=self.breaker)
         refused = flow.pick(self.clock())
         if refused is not None:
             raise RouterError.from_answer(refused)
         try:
             if not self.cfg.pd:
-                return await self._final_leg(request, flow, flow.regular_leg(), endpoint, None)
+                leg = flow.regular_leg()
+                self._record(leg.effects)
+                return await self._final_leg(request, flow, leg, endpoint, None)
             assert flow.prefill is not None and flow.decode is not None
             prompt = await self._prompt(endpoint, body, flow.prefill, flow.decode)
             final = await self._prefill_until_done(flow, endpoint, prompt)
             return await self._final_leg(request, flow, final, endpoint, prompt)
         finally:
             self._idle(flow.release())
+            self._record(flow.take_effects())
 
     async def _prefill_until_done(self, flow: DispatchFlow, endpoint: str, prompt: Prompt | None) -> FinalLeg:
         """Run the prefill leg (again elsewhere while the flow says so); the decode leg it leads to."""
@@ -119,7 +125,8 @@ class Dispatcher:
     def _finish(
         self, flow: DispatchFlow, exc: UpstreamError | None = None, after_headers: bool = False
     ) -> ErrorAnswer | None:
-        done = flow.final_done(None if exc is None else exc.leg_error(), after_headers=after_headers)
+        done = flow.final_done(None if exc is None else exc.leg_error(), after_headers=after_headers,
+                               now=self.clock())
         self._record(done.effects)
         return done.answer
 

@@ -14,6 +14,9 @@ _HELP: dict[str, tuple[str, str]] = {
         "counter", "Legs that never reached their worker, by leg and outcome (retried, or why not)."
     ),
     "pdchaos_router_mint_skipped_total": ("counter", "Mooncake handoffs not minted, by reason."),
+    "pdchaos_router_breaker_transitions_total": (
+        "counter", "Circuit breaker state changes, by the state entered (closed, open, half_open)."
+    ),
     "pdchaos_router_probes_total": ("counter", "Health probes, by outcome."),
     "pdchaos_router_metadata_reads_total": ("counter", "Worker metadata reads, by outcome."),
     "pdchaos_router_workers": ("gauge", "Registered workers, by role and status."),

@@ -10,22 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from typing import Any
 
 import aiohttp
 import grpc
 
-from .core import MetadataRead, ReadOutcome, Transport, Worker
+from .core import MetadataRead, ReadOutcome, Transport, Worker, parse_bootstrap_query
 from .errors import UpstreamError
 from .transports import Transports
 from .upstream_grpc import we_are_cancelled
 from .upstream_http import get_json, get_status
 
 log = logging.getLogger(__name__)
-
-_DP_SUFFIX = re.compile(r"_dp\d+$")
 
 
 class Prober:
@@ -115,22 +112,6 @@ class Prober:
         except (aiohttp.ClientError, UpstreamError, ValueError, OSError):
             return MetadataRead(ReadOutcome.ERROR)
         return parse_bootstrap_query(payload)
-
-
-def parse_bootstrap_query(payload: Any) -> MetadataRead:
-    """`{"<dp_rank>": {"engine_id": ..., "worker_addr": {...}}}` -> the base engine id and the dp size."""
-    if not isinstance(payload, dict) or not payload:
-        return MetadataRead(ReadOutcome.ERROR)
-    ranks = {k: v for k, v in payload.items() if isinstance(v, dict)}
-    first = ranks.get("0") or (next(iter(ranks.values())) if ranks else None)
-    if first is None:
-        return MetadataRead(ReadOutcome.ERROR)
-    engine_id = first.get("engine_id")
-    if not isinstance(engine_id, str) or not engine_id:
-        return MetadataRead(ReadOutcome.COMPLETE, engine_id=None, dp_size=len(ranks))
-    if len(ranks) > 1:
-        engine_id = _DP_SUFFIX.sub("", engine_id)  # the router ranks it again per request
-    return MetadataRead(ReadOutcome.COMPLETE, engine_id=engine_id, dp_size=len(ranks))
 
 
 def _model_info_request() -> Any:

@@ -60,6 +60,7 @@ class StubState:
     fail_server_info: bool = False
     server_info_delay_s: float = 0.0
     generate_status: int = 200
+    generate_error: str = "stub failure"  # a failed generate's message (a decode's "KV load failed: ...")
     output_text: str = ""
     started_at: float = field(default_factory=time.monotonic)
     nixl_port: int = 5600
@@ -164,7 +165,7 @@ class HttpStubEngine:
         self.state.received.append({"path": request.path, "body": body})
         await self.state.hold_while_hung()
         if self.state.generate_status != 200:
-            return web.json_response({"error": {"message": "stub failure", "code": "stub"}},
+            return web.json_response({"error": {"message": self.state.generate_error, "code": "stub"}},
                                      status=self.state.generate_status)
         chat = request.path.endswith("chat/completions")
         rid = f"cmpl-{uuid.uuid4().hex[:12]}"
@@ -247,7 +248,7 @@ class _Servicer(vllm_engine_pb2_grpc.VllmEngineServicer):  # type: ignore[misc]
         })
         await self.state.hold_while_hung()
         if self.state.generate_status != 200:
-            await context.abort(grpc.StatusCode.INTERNAL, "stub failure")
+            await context.abort(grpc.StatusCode.INTERNAL, self.state.generate_error)
         ids = list(self._tok.encode(self.state.answer_text(), add_special_tokens=False).ids)
         if request.stream:
             half = len(ids) // 2

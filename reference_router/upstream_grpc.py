@@ -128,6 +128,20 @@ class GrpcWorker:
         return complete
 
 
+# gRPC codes an engine answers for the caller's mistake (the HTTP 4xx it stands for): a circuit breaker
+# must not count them against the worker. Every other code may be the worker's own failure.
+_CLIENT_ERROR_CODES = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+}
+
+
 def we_are_cancelled() -> bool:
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
@@ -137,14 +151,16 @@ def grpc_error(target: str, exc: grpc.aio.AioRpcError) -> UpstreamError:
     code = exc.code()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return UpstreamError(f"{target} overran its deadline", 504, "upstream_timeout")
-    if code == grpc.StatusCode.INVALID_ARGUMENT:
-        return UpstreamError(f"{target}: {exc.details()}", 400, "invalid_request", delivery=Delivery.ANSWERED)
     details = exc.details() or ""
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return UpstreamError(f"{target}: {details}", 400, "invalid_request", delivery=Delivery.ANSWERED,
+                             worker_status=400, worker_message=details)
     # UNAVAILABLE also ends calls whose connection broke mid-flight; only a channel that could not connect
     # proves the engine never saw the call.
     delivery = Delivery.NOT_SENT if code == grpc.StatusCode.UNAVAILABLE and _CONNECT_FAILED in details \
         else Delivery.MAYBE_SENT
-    return UpstreamError(f"{target}: {code.name}: {details}", 502, delivery=delivery)
+    return UpstreamError(f"{target}: {code.name}: {details}", 502, delivery=delivery,
+                         worker_status=_CLIENT_ERROR_CODES.get(code), worker_message=details)
 
 
 def build_generate_request(

@@ -48,7 +48,7 @@ async def post_json(
             if resp.status >= 400:
                 raise UpstreamError(
                     f"{url} answered {resp.status}", status=_relay_status(resp.status), body=payload,
-                    delivery=Delivery.ANSWERED,
+                    delivery=Delivery.ANSWERED, worker_status=resp.status,
                 )
             if not isinstance(payload, dict):
                 raise UpstreamError(f"{url} answered non-object JSON")
@@ -94,7 +94,7 @@ async def open_stream(
         finally:
             resp.release()
         raise UpstreamError(f"{url} answered {resp.status}", status=_relay_status(resp.status), body=payload,
-                            delivery=Delivery.ANSWERED)
+                            delivery=Delivery.ANSWERED, worker_status=resp.status)
     return HttpStream(resp, url, timeout_s)
 
 

@@ -51,6 +51,8 @@ def result_from_history(path: str | os.PathLike[str]) -> ScenarioResult:
         verdicts=verdicts,
         bugs=[str(b) for b in run.get("bugs") or h.settings.get("bugs") or []],
         seed=run.get("seed"),
+        world=str(run.get("world") or "real"),
+        settings=str(h.settings.get("preset") or "scaled"),
         run_reason=str((h.ended or {}).get("reason") or "no run_ended"),
         duration_s=round(h.end_t, 3),
         started_at=h.wall_start,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.result import ScenarioResult, summarize
+from pdchaos import __version__
 
 REPORT_JSON = "report.json"
 SCHEMA = "pdchaos.report/1"
@@ -18,6 +19,7 @@ def report_document(results: list[ScenarioResult], run_dir: Path) -> dict[str, A
     return {
         "schema": SCHEMA,
         "generated_at": time.time(),
+        "pdchaos_version": __version__,
         "run_dir": run_dir.name,
         "summary": summarize(results),
         "results": [r.to_dict(base=run_dir) for r in results],

@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from harness.result import ScenarioResult, relative, summarize
+from pdchaos import __version__
 
 JUNIT_XML = "junit.xml"
 
@@ -57,7 +58,9 @@ def junit_tree(results: list[ScenarioResult], run_dir: Path) -> ET.ElementTree:
             time=f"{r.duration_s or 0.0:.3f}",
         )
         props = ET.SubElement(case, "properties")
-        for name, value in (("bugs", ",".join(r.bugs)), ("status", r.status or "")):
+        for name, value in (("bugs", ",".join(r.bugs)), ("status", r.status or ""), ("world", r.world),
+                            ("settings", r.settings), ("seed", str(r.seed)), ("replay", r.replay),
+                            ("pdchaos_version", __version__)):
             ET.SubElement(props, "property", name=name, value=value)
         reason = r.overall.reason or r.status or ""
         if r.status == "fail":

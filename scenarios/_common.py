@@ -4,20 +4,15 @@ longer than a handoff)."""
 
 from __future__ import annotations
 
-from harness.scenario import EngineSettings, Expect, RouterSettings, Workload
+from harness.scenario import Expect, Workload
+from harness.scenario.presets import SCALED_ENGINES, SCALED_ROUTER
 
 ALL_SHAPES = ("1p1d", "1p2d", "2p1d")
 
-ROUTER = RouterSettings(
-    health_interval_s=0.3,
-    health_timeout_s=0.5,
-    failure_threshold=1,
-    success_threshold=1,
-    identity_check_interval_s=1.0,
-    request_timeout_s=8.0,
-)
+# The scaled reference settings (harness.scenario.presets): a preset maps them to its own values.
+ROUTER = SCALED_ROUTER
 
-ENGINES = EngineSettings(transfer_timeout_s=2.0, kv_abort_timeout_s=30.0, handshake_timeout_s=1.0)
+ENGINES = SCALED_ENGINES
 
 WORKLOAD = Workload(
     mode="closed", concurrency=3, duration_s=6.0, stream_fraction=0.3, chat_fraction=0.2, max_tokens=6,

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fake_engines.core.generator import token_pieces
+from fake_engines.core import tokenizer
+from fake_engines.core.chat import render_chat
+from fake_engines.core.generator import DEFAULT_MAX_TOKENS, token_pieces
 
 
 class RequestError(Exception):
@@ -60,3 +62,67 @@ def parse_kv_params(raw: Any) -> dict[str, Any] | None:
 def max_tokens_problem(max_tokens: int) -> str | None:
     """Why `max_tokens` cannot be served (the 400 message), or None."""
     return "max_tokens must be at least 1" if max_tokens < 1 else None
+
+
+def _int_field(body: dict[str, Any], key: str, default: int | None) -> int | None:
+    v = body.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise RequestError(400, f"{key} must be an integer")
+    return v
+
+
+def decode_prompt_ids(ids: list[int]) -> str:
+    """Prompt text of a tokenized request; ValueError on ids outside the vocabulary."""
+    size = tokenizer.vocab_size()
+    if any(not 0 <= int(t) < size for t in ids):
+        raise ValueError(f"token id out of range [0, {size})")
+    return tokenizer.decode(list(ids))
+
+
+def prompt_of(body: dict[str, Any]) -> tuple[str, list[int]]:
+    """A completion's prompt (text, or token ids; batches of one) as text and token ids; 400 otherwise."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str):
+        return prompt, tokenizer.encode(prompt)
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    ):
+        try:
+            return decode_prompt_ids(prompt), [int(t) for t in prompt]
+        except ValueError as exc:
+            raise RequestError(400, str(exc)) from exc
+    raise RequestError(400, "prompt must be a string or a non-empty list of token ids (batches of one)")
+
+
+def gen_request_from_openai(
+    body: dict[str, Any], chat: bool, request_id: str, default_seed: int | None
+) -> tuple[GenRequest, bool]:
+    """An OpenAI completion or chat body as the engine's request, and whether it streams (400s as
+    RequestError). `request_id`: the name the caller gave (else a fresh one, the shell's choice)."""
+    if chat:
+        try:
+            text = render_chat(body.get("messages"))  # type: ignore[arg-type]
+        except (ValueError, TypeError) as exc:
+            raise RequestError(400, f"bad messages: {exc}") from exc
+        ids = tokenizer.encode(text)
+        max_key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    else:
+        text, ids = prompt_of(body)
+        max_key = "max_tokens"
+    max_tokens = _int_field(body, max_key, DEFAULT_MAX_TOKENS)
+    seed = _int_field(body, "seed", default_seed)
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError(400, "stream must be a boolean")
+    if body.get("n", 1) != 1:
+        raise RequestError(400, "only n=1 is supported")
+    kv = parse_kv_params(body.get("kv_transfer_params"))
+    return GenRequest(
+        request_id, text, ids, DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens, seed, kv
+    ), stream

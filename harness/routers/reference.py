@@ -56,6 +56,9 @@ class ReferenceRouter(RouterAdapter):
             argv += ["--max-concurrent-health-checks", str(settings.max_concurrent_health_checks)]
         if settings.identity_check_interval_s is not None:
             argv += ["--identity-check-interval-secs", fmt_seconds(settings.identity_check_interval_s)]
+        if settings.circuit_breaker_failures is not None:
+            argv += ["--cb-failure-threshold", str(settings.circuit_breaker_failures),
+                     "--cb-timeout-duration-secs", fmt_seconds(settings.circuit_breaker_open_s)]
         if self.api_key:
             argv += ["--api-key", self.api_key]
         bugs = [b for b in (settings.inject_bug, *self.extra_bugs) if b]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ def scenarios_in_file(path: str | Path) -> list[Scenario]:
         if not isinstance(s, Scenario):
             raise ScenarioError(f"{p}: SCENARIOS[{i}] is a {type(s).__name__}, not a Scenario")
         validate(s)
-        out.append(s)
+        out.append(replace(s, source=str(p)))
     return out
 
 

@@ -17,12 +17,14 @@ from harness.scenario.conditions import (
     RequestsCompleted,
     WorkerStatus,
 )
+from harness.scenario.presets import PRESETS
 from harness.scenario.settings import EngineSettings, RouterSettings, Workload
 from harness.scenario.timeline import Step
 from harness.topology import CONNECTORS, parse_topology
 from reference_router.core.bugs import KNOWN_BUGS
 
 INJECTABLE_BUGS: tuple[str, ...] = tuple(sorted(KNOWN_BUGS))
+WORLDS: tuple[str, ...] = ("real", "sim")
 
 
 class ScenarioError(ValueError):
@@ -61,6 +63,17 @@ class Scenario:
     tags: tuple[str, ...] = ()
     # Router bugs (`--inject-bug` names) this scenario must fail under: the proof that it guards them.
     catches: tuple[str, ...] = ()
+    # The worlds it runs in, and for each world the scenario cannot run in (or whose verdicts differ from the
+    # other's), why.
+    worlds: tuple[str, ...] = ("real", "sim")
+    world_notes: Mapping[str, str] = field(default_factory=dict)
+    # The settings preset its times are in (`harness.scenario.presets`; set by apply_preset), what a preset
+    # should give it differently, and how often the harness reads the router meanwhile.
+    preset: str = "scaled"
+    preset_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    observe_interval_s: float = 0.15
+    # The file it was loaded from (set by the loader; "" for a scenario built in code).
+    source: str = ""
 
     def applies_to(self, topology: str, connector: str, transport: str | None = None) -> bool:
         ok = topology in self.topologies and connector in self.connectors
@@ -126,6 +139,12 @@ def validate(scenario: Scenario) -> None:
     for tr in scenario.transports:
         if tr not in ("http", "grpc"):
             problems.append(f"bad transport {tr!r}")
+    for world in scenario.worlds:
+        if world not in WORLDS:
+            problems.append(f"unknown world {world!r} (known: {', '.join(WORLDS)})")
+    for name in scenario.preset_overrides:
+        if name not in PRESETS:
+            problems.append(f"preset_overrides names unknown preset {name!r} (known: {', '.join(PRESETS)})")
     for bug in scenario.catches:
         if bug not in INJECTABLE_BUGS:
             problems.append(f"catches unknown bug {bug!r} (known: {', '.join(INJECTABLE_BUGS)})")

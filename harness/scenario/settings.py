@@ -22,6 +22,9 @@ class RouterSettings:
     request_timeout_s: float = 10.0
     inject_bug: str | None = None
     extra_args: tuple[str, ...] = ()
+    # None: no circuit breaker (gateways' production setting: 10 failures, 60 s open).
+    circuit_breaker_failures: int | None = None
+    circuit_breaker_open_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -33,8 +36,9 @@ class EngineSettings:
     handshake_timeout_s: float = 1.0
     load_failure_policy: Literal["fail", "recompute"] = "fail"
     load_time_s: float = 0.0
-    ttft_ms: float = 0.0
-    itl_ms: float = 0.0
+    # The fake engines' timing model (their own defaults): time to first token, inter-token latency.
+    ttft_ms: float = 20.0
+    itl_ms: float = 5.0
     per_engine: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def for_engine(self, name: str) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from harness.checkers import run_checks
 from harness.history import HistoryRecorder, ManualClock
 from harness.scenario import LinkFlap, Observed, Scenario, Timeline, links_in
 from harness.scenario.links import LinkRef, flap_schedule
+from harness.scenario.presets import ACTION_TIMES
 from harness.session import commands as c
 from harness.session import events as e
 from harness.session.arrivals import open_loop_arrivals
@@ -42,9 +43,8 @@ from harness.verdict import Verdict
 
 # A step whose condition never holds is given up this long after the planned end of the run.
 TIMELINE_GRACE_S = 10.0
-# Router workers and events are read this often while the run lasts.
-WORKERS_POLL_S = 0.15
-EVENTS_POLL_S = 0.25
+# Router events are read this much less often than its workers (Scenario.observe_interval_s).
+EVENTS_POLL_RATIO = 5 / 3
 ROUTABLE_RETRY_S = 0.1
 # Backstops for answers a world owes (each command has its own deadline inside the world; these only make
 # sure a broken world cannot hold the run).
@@ -58,6 +58,13 @@ COLLECT_S = 30.0
 LOAD_SLACK_S = 5.0
 # Waiting only on answers: look again this often all the same.
 IDLE_WAKE_S = 1.0
+
+
+def _action_budget(action: Any) -> float:
+    """How long an action may take before the session gives up on the world's answer: its own outage time
+    (a restart's down time, a slow start's refusal...) plus a margin for the world's checks."""
+    own = sum(float(getattr(action, name, 0.0) or 0.0) for name in ACTION_TIMES)
+    return ACTION_S + own
 
 
 class Phase(Enum):
@@ -114,6 +121,7 @@ def scenario_settings(s: Scenario, topo: Topology | None = None) -> dict[str, An
             for st in s.timeline
         ],
         "expect": [{"checker": x.checker, "params": dict(x.params)} for x in s.expect],
+        "preset": s.preset,
     }
     if topo is not None:
         out["engines_layout"] = {
@@ -145,6 +153,7 @@ class ScenarioSession:
         run_id: str = "run",
         history_path: str | Path | None = None,
         bring_up_only: bool = False,
+        world: str = "real",
     ) -> None:
         self.scenario = scenario
         self.topology = topology
@@ -152,6 +161,7 @@ class ScenarioSession:
         self.seed = seed
         self.run_id = run_id
         self.bring_up_only = bring_up_only
+        self.world = world
         self._history_path = history_path
         deferred = set(scenario.deferred_engines)
         start_now = tuple(n for n in topology.names() if n not in deferred)
@@ -172,6 +182,8 @@ class ScenarioSession:
         self._phase_deadline: float | None = None
         self._has_events = False
         # observation
+        self._workers_poll_s = scenario.observe_interval_s
+        self._events_poll_s = scenario.observe_interval_s * EVENTS_POLL_RATIO
         self._workers_poll_at: float | None = None
         self._workers_in_flight = False
         self._events_poll_at: float | None = None
@@ -219,7 +231,8 @@ class ScenarioSession:
         s, topo = self.scenario, self.topology
         self.history.run_started(
             s.name, topo.name, topo.connector, topo.transport, self.router_name, self.seed,
-            scenario_settings(s, topo), run_id=self.run_id, bugs=list(s.bugs),
+            scenario_settings(s, topo), run_id=self.run_id, bugs=list(s.bugs), world=self.world,
+            time_unit="simulated seconds" if self.world == "sim" else "seconds",
         )
         self.phase = Phase.ENGINES
         self._phase_deadline = now + ENGINES_UP_S + max((s.engines.load_time(n) for n in self.plan.start_now),
@@ -274,7 +287,7 @@ class ScenarioSession:
             times.append(self.t0 + self._planned_end)
             times.append(self._load_end + self.scenario.workload.deadline_s + LOAD_SLACK_S)
         if self._action is not None:
-            times.append(self._action[2] + ACTION_S)
+            times.append(self._action[2] + _action_budget(self._action[1]))
         # Anything due by now was handled by the last call: only later times wake the session.
         later = [t for t in times if t is not None and t > now]
         return min(later) if later else now + IDLE_WAKE_S
@@ -344,7 +357,7 @@ class ScenarioSession:
             self._workers_in_flight = False
             self.workers.seen(ev.workers, ev.engines)
             self.observed.worker_status = self.workers.status
-            self._workers_poll_at = now + WORKERS_POLL_S
+            self._workers_poll_at = now + self._workers_poll_s
             if self.workers.supported is False and self.phase is Phase.READY and self._routable_at is None:
                 self._routable_at = now
             return []
@@ -360,7 +373,7 @@ class ScenarioSession:
                     if rev.get("type") != "dispatch":
                         h.router_event(rev)
                 self._events_cursor = max(self._events_cursor, ev.next)
-                self._events_poll_at = now + EVENTS_POLL_S
+                self._events_poll_at = now + self._events_poll_s
             if self.phase is Phase.FINAL_EVENTS:
                 return self._final_events(now)
             return []
@@ -423,7 +436,7 @@ class ScenarioSession:
             return self._on(e.WorkersSeen(None), now)
         if isinstance(cmd, c.PollRouterEvents):
             self._events_in_flight = False
-            self._events_poll_at = now + EVENTS_POLL_S
+            self._events_poll_at = now + self._events_poll_s
             return self._final_events(now) if self.phase is Phase.FINAL_EVENTS else []
         if isinstance(cmd, c.CheckRoutable):
             return self._on(e.RoutableSeen(False), now)
@@ -601,10 +614,10 @@ class ScenarioSession:
     def _steps(self, now: float) -> list[c.Command]:
         assert self.t0 is not None
         if self._action is not None:
-            if now >= self._action[2] + ACTION_S:
-                fault = self._action[0]
-                return self._on(e.ActionDone(fault, error=f"TimeoutError: no answer within {ACTION_S:g} s"),
-                                now)
+            budget = _action_budget(self._action[1])
+            if now >= self._action[2] + budget:
+                late = e.ActionDone(self._action[0], error=f"TimeoutError: no answer within {budget:g} s")
+                return self._on(late, now)
             return []
         tl = now - self.t0
         if not self._queued_steps and not self.timeline.done:

@@ -4,7 +4,8 @@ Modules: workers (model, validation, API record), config (HealthConfig), health 
 engine_id (re-read gate and read outcomes), probes (probe lifecycle), identity (restart detection without a
 failed probe), planner (what to probe now), health_tick (one tick of the health loop as pure steps),
 health_records (the events and counters of health outcomes), connectors (KV handoff params, prefill
-sanitising), policies (worker selection), picking (which worker a leg goes to), retry (which failed legs run
+sanitising), policies (worker selection), picking (which worker a leg goes to), breaker (per-worker circuit
+breaker: which outcomes count, when a worker is kept out and re-admitted), retry (which failed legs run
 again elsewhere), answers (leg failures and error answers as values), dispatch_flow (one request's dispatch
 as a step object), dispatch_records (its events and counters), effects (what a step asks its shell to
 record), registry (worker table), bugs (test-only zoo switches).
@@ -12,11 +13,29 @@ record), registry (worker table), bugs (test-only zoo switches).
 A driver (the asyncio shell, a simulated world) runs health_tick's steps: start_tick() every
 tick_period_s(), then on_probe_done() / on_reread_done() / on_identity_done() as answers come; and one
 DispatchFlow per request: pick(), id_read_wait_s(), prefill_leg(), prefill_failed() or prefill_done(),
-final_done(), release(). Each step returns the Effects (event records, counter increments, warnings) the
-driver records.
+final_done(), release(), take_effects(). Each step returns the Effects (event records, counter increments,
+warnings) the driver records. A circuit breaker is on when DispatchFlow gets breaker=BreakerConfig(n, open_s).
 """
 
 from .answers import ErrorAnswer, LegError
+from .breaker import (
+    KV_LOAD_FAILED,
+    REASON_FAILURES,
+    REASON_OPEN_ELAPSED,
+    REASON_TRIAL_FAILED,
+    REASON_TRIAL_SUCCEEDED,
+    REASON_WORKER_RECOVERED,
+    BreakerConfig,
+    breaker_admits,
+    breaker_failure,
+    breaker_pick,
+    breaker_readmit,
+    breaker_release,
+    breaker_success,
+    breaker_tick,
+    own_failure,
+    recovered,
+)
 from .bugs import KNOWN_BUGS, METADATA_NO_DEADLINE, PARTIAL_READ_CLEARS_ID, STALE_ENGINE_ID, validate_bugs
 from .config import HealthConfig
 from .connectors import (
@@ -42,6 +61,7 @@ from .dispatch_flow import (
     new_request_id,
 )
 from .effects import (
+    BREAKER_TRANSITIONS_TOTAL,
     DISPATCHES_TOTAL,
     LEG_RETRIES_TOTAL,
     METADATA_READS_TOTAL,
@@ -58,6 +78,7 @@ from .engine_id import (
     apply_metadata_read,
     connector_has_id,
     decide_engine_id,
+    parse_bootstrap_query,
     reread_due,
     reread_due_for,
 )
@@ -126,6 +147,8 @@ from .retry import (
 )
 from .workers import (
     MOONCAKE_DEFAULT_BOOTSTRAP_PORT,
+    BreakerRuntime,
+    BreakerState,
     Connector,
     Counters,
     ProbeStage,
@@ -144,8 +167,10 @@ from .workers import (
 )
 
 __all__ = [
+    "BREAKER_TRANSITIONS_TOTAL",
     "DISPATCHES_TOTAL",
     "KNOWN_BUGS",
+    "KV_LOAD_FAILED",
     "LEG_RETRIES_TOTAL",
     "METADATA_NO_DEADLINE",
     "METADATA_READS_TOTAL",
@@ -161,7 +186,15 @@ __all__ = [
     "PARTIAL_READ_CLEARS_ID",
     "POLICY_NAMES",
     "PROBES_TOTAL",
+    "REASON_FAILURES",
+    "REASON_OPEN_ELAPSED",
+    "REASON_TRIAL_FAILED",
+    "REASON_TRIAL_SUCCEEDED",
+    "REASON_WORKER_RECOVERED",
     "STALE_ENGINE_ID",
+    "BreakerConfig",
+    "BreakerRuntime",
+    "BreakerState",
     "Connector",
     "Counters",
     "Delivery",
@@ -216,6 +249,13 @@ __all__ = [
     "avoid_suspects",
     "begin_identity_check",
     "begin_probe",
+    "breaker_admits",
+    "breaker_failure",
+    "breaker_pick",
+    "breaker_readmit",
+    "breaker_release",
+    "breaker_success",
+    "breaker_tick",
     "connector_has_id",
     "decide_engine_id",
     "decide_retry",
@@ -242,6 +282,8 @@ __all__ = [
     "on_identity_done",
     "on_probe_done",
     "on_reread_done",
+    "own_failure",
+    "parse_bootstrap_query",
     "parse_connector",
     "parse_role",
     "pick_worker",
@@ -251,6 +293,7 @@ __all__ = [
     "probe_in_flight",
     "probe_overran",
     "ranked_engine_id",
+    "recovered",
     "reread_due",
     "reread_due_for",
     "reread_timeout_s",

@@ -19,13 +19,18 @@ class ErrorAnswer:
 
 @dataclass(frozen=True)
 class LegError:
-    """A failed leg: the status and code the client would get for it, and how far the request got (only a
-    leg that never reached its worker may run again elsewhere)."""
+    """A failed leg: the status and code the client would get for it, how far the request got (only a leg
+    that never reached its worker may run again elsewhere) and, when known, the worker's own status and
+    error message (None: it gave no answer, or the driver could not tell)."""
 
     status: int
     code: str
     message: str
     delivery: Delivery = Delivery.MAYBE_SENT
+    # What the worker itself answered, when it answered (a relayed 5xx is 502 in `status`): the circuit
+    # breaker tells the worker's own failures from a client's error or a KV load its prefill broke.
+    worker_status: int | None = None
+    worker_message: str | None = None
 
     def answer(self, leg: str) -> ErrorAnswer:
         return ErrorAnswer(self.status, self.code, f"{leg} leg failed: {self.message}")

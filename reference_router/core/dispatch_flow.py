@@ -12,14 +12,21 @@ The driver (the asyncio Dispatcher, a simulated router) performs the legs and ca
                    answered: final = flow.prefill_done(the kv_transfer_params it carried); stop looping
         regular: final = flow.regular_leg()
         run final.body on final.worker within final.timeout_s, relay its answer
-        done = flow.final_done(error or None, after_headers=whether the client already got a 200 stream)
+        done = flow.final_done(error or None, after_headers=whether the client already got a 200 stream,
+                               now=now)
     finally:
         flow.release()                       # workers left idle: a Draining one may now be removed
+        flow.take_effects()                  # what no later step handed out (a request that ended early)
 
 Sequential by design: a prefill failure is answered at once, never after the decode's deadline (bug #9). A
 prefill leg that never reached its worker runs again on another Ready prefill within the request's deadline,
 at most once per prefill (core.retry); the decode leg never runs twice. Every step returns the Effects to
 record (the `dispatch` record once the outcome is known).
+
+With a circuit breaker configured (`breaker=BreakerConfig(...)`, core.breaker) picking skips workers it keeps
+out, pick() takes a half-open worker's one trial, every leg's outcome is recorded into its worker's breaker
+and release() frees a trial the request did not use. pick() has no Effects of its own: what it changed (a
+breaker going half-open) rides on the next step's Effects, or take_effects() when no step follows.
 """
 
 from __future__ import annotations
@@ -31,6 +38,14 @@ from enum import Enum
 from typing import Any
 
 from .answers import ErrorAnswer, LegError
+from .breaker import (
+    BreakerConfig,
+    breaker_admits,
+    breaker_failure,
+    breaker_pick,
+    breaker_release,
+    breaker_success,
+)
 from .connectors import HandoffPlan, UuidFactory, decode_body, plan_handoff, sanitize_prefill_body
 from .dispatch_records import (
     pd_record,
@@ -118,6 +133,7 @@ class DispatchFlow:
         *,
         pd: bool = True,
         new_uuid: UuidFactory = uuid.uuid4,
+        breaker: BreakerConfig | None = None,
     ) -> None:
         self.request_id = request_id
         self.body = body
@@ -135,6 +151,9 @@ class DispatchFlow:
         self._record: dict[str, Any] = {}
         self._held: list[Worker] = []
         self._phase = _Phase.NEW
+        self._breaker = breaker if breaker is not None else BreakerConfig()
+        self._pending = Effects()  # changes made by pick(), handed out with the next step's Effects
+        self._now = 0.0  # the latest `now` a step was given (final_done's when its driver gives none)
 
     # ---- workers ---------------------------------------------------------------------------------------
 
@@ -143,32 +162,53 @@ class DispatchFlow:
         before any leg runs."""
         self._expect(_Phase.NEW)
         self._phase = _Phase.DONE
+        self._now = now
         if not self.pd:
             worker = pick_worker(self._registry, Role.REGULAR, self._policies.regular, now)
             if worker is None:
-                return no_worker_answer(Role.REGULAR)
+                return self._no_worker(Role.REGULAR)
             self.decode = worker
             self._hold(worker)
+            self._pending.extend(breaker_pick(worker, self.request_id, now))
             self._phase = _Phase.PICKED
             return None
         self.deadline = now + self._limits.request_timeout_s
         prefill = pick_worker(self._registry, Role.PREFILL, self._policies.prefill, now)
         if prefill is None:
-            return no_worker_answer(Role.PREFILL)
+            return self._no_worker(Role.PREFILL)
         decode = pick_worker(self._registry, Role.DECODE, self._policies.decode, now)
         if decode is None:
-            return no_worker_answer(Role.DECODE)
+            return self._no_worker(Role.DECODE)
         # Both count the request until it ends: a Mooncake decode pulls from the prefill after the prefill
         # leg answered, so a draining prefill must outlive it.
         self.prefill, self.decode = prefill, decode
         self._hold(prefill)
         self._hold(decode)
+        # Trials are taken only once both legs have a worker: a refused request holds none.
+        self._pending.extend(breaker_pick(prefill, self.request_id, now))
+        self._pending.extend(breaker_pick(decode, self.request_id, now))
         self._phase = _Phase.PICKED
         return None
 
+    def _no_worker(self, role: Role) -> ErrorAnswer:
+        # pick_worker finds none among Ready workers only when breakers keep every one out.
+        return no_worker_answer(role, breaker_open=bool(self._registry.ready(role)))
+
     def release(self) -> tuple[Worker, ...]:
-        """Stop counting the request on its workers (idempotent); returns those left with none."""
+        """Stop counting the request on its workers (idempotent); returns those left with none. A breaker
+        trial the request holds without a verdict (its leg never ran) goes to the next request."""
         return tuple(w for w in list(self._held) if self._release(w))
+
+    def take_effects(self) -> Effects:
+        """What pick() changed that no later step handed out yet (a request that ended before its first leg,
+        e.g. its tokenizer could not be had); empty once a step has."""
+        out, self._pending = self._pending, Effects()
+        return out
+
+    def _step_effects(self, now: float | None = None) -> Effects:
+        if now is not None:
+            self._now = now
+        return self.take_effects()
 
     def _hold(self, worker: Worker, first: bool = False) -> None:
         worker.runtime.in_flight_requests += 1
@@ -177,6 +217,7 @@ class DispatchFlow:
 
     def _release(self, worker: Worker) -> bool:
         self._held.remove(worker)
+        breaker_release(worker, self.request_id)
         rt = worker.runtime
         rt.in_flight_requests -= 1
         if rt.in_flight_requests <= 0:
@@ -205,7 +246,7 @@ class DispatchFlow:
         plan = plan_handoff(prefill, new_uuid=self._new_uuid)
         self._plan = plan
         self._record = pd_record(self.request_id, prefill, decode, plan, self.retried_from)
-        out = Effects()
+        out = self._step_effects(now)
         if plan.mint_skipped:
             record_mint_skipped(out, plan.mint_skipped, self.request_id, prefill)
         self._phase = _Phase.PREFILL
@@ -216,10 +257,11 @@ class DispatchFlow:
         """Retry on another Ready prefill when the leg never reached its worker, else fail the request."""
         self._expect(_Phase.PREFILL)
         failed, _ = self._chosen()
-        out = Effects()
+        out = self._step_effects(now)
         if error.delivery is Delivery.NOT_SENT and mark_suspect(failed, now):
             record_suspect(out, failed, error.message)
-        ready = self._registry.ready(Role.PREFILL)
+        out.extend(breaker_failure(failed, self.request_id, error, now, self._breaker))
+        ready = [w for w in self._registry.ready(Role.PREFILL) if breaker_admits(w, now)]
         decision = decide_retry(error.delivery, [*self.retried_from, failed.id], ready, now, self.deadline)
         nxt = None
         if decision.retry:
@@ -236,6 +278,7 @@ class DispatchFlow:
         idle = (failed,) if self._release(failed) else ()
         self.prefill = nxt
         self._hold(nxt, first=True)
+        out.extend(breaker_pick(nxt, self.request_id, now))
         self._phase = _Phase.PICKED
         return PrefillFailed(out, retry_on=nxt, idle=idle)
 
@@ -246,7 +289,8 @@ class DispatchFlow:
         prefill, decode = self._chosen()
         assert self._plan is not None
         params = self._plan.decode_params(kv_transfer_params)
-        out = Effects()
+        out = self._step_effects()
+        out.extend(breaker_success(prefill, self.request_id, self._breaker))
         if self._plan.connector is Connector.NIXL and params is None:
             problem = HandoffPlan.nixl_relay_problem(kv_transfer_params)
             if problem:
@@ -262,17 +306,23 @@ class DispatchFlow:
         assert self.decode is not None
         self._record = regular_record(self.request_id, self.decode)
         self._phase = _Phase.FINAL
-        return FinalLeg(self.decode, dict(self.body), self._limits.request_timeout_s)
+        return FinalLeg(self.decode, dict(self.body), self._limits.request_timeout_s, self._step_effects())
 
-    def final_done(self, error: LegError | None = None, *, after_headers: bool = False) -> Finished:
+    def final_done(
+        self, error: LegError | None = None, *, after_headers: bool = False, now: float | None = None
+    ) -> Finished:
         """The request's outcome: ok, or the final leg's failure. A failure after a 200 stream began
-        (`after_headers`) is still a 200 to the client: the shell ends the stream with an error chunk."""
+        (`after_headers`) is still a 200 to the client: the shell ends the stream with an error chunk.
+        `now`: when the leg ended (an opened breaker's period starts then); without it, the last step's."""
         self._expect(_Phase.FINAL)
         self._phase = _Phase.DONE
-        out = Effects()
+        out = self._step_effects(now)
+        assert self.decode is not None
         if error is None:
+            out.extend(breaker_success(self.decode, self.request_id, self._breaker))
             record_dispatch(out, self._record, 200, "ok")
             return Finished(out)
+        out.extend(breaker_failure(self.decode, self.request_id, error, self._now, self._breaker))
         if after_headers:
             record_dispatch(out, self._record, 200, "decode_stream_failed", error.message)
             return Finished(out)

@@ -16,6 +16,7 @@ METADATA_READS_TOTAL = "pdchaos_router_metadata_reads_total"
 DISPATCHES_TOTAL = "pdchaos_router_dispatches_total"
 LEG_RETRIES_TOTAL = "pdchaos_router_leg_retries_total"
 MINT_SKIPPED_TOTAL = "pdchaos_router_mint_skipped_total"
+BREAKER_TRANSITIONS_TOTAL = "pdchaos_router_breaker_transitions_total"
 
 
 @dataclass(frozen=True)

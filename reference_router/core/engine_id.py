@@ -14,8 +14,10 @@ successful probe retries (bug #4). A read never clears a known id (bug #3).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from .bugs import PARTIAL_READ_CLEARS_ID, STALE_ENGINE_ID
 from .config import HealthConfig
@@ -134,3 +136,22 @@ def apply_metadata_read(
         if read.uptime_s is not None:
             rt.last_uptime_s = read.uptime_s
     return decision
+
+
+_DP_SUFFIX = re.compile(r"_dp\d+$")
+
+
+def parse_bootstrap_query(payload: Any) -> MetadataRead:
+    """`{"<dp_rank>": {"engine_id": ..., "worker_addr": {...}}}` -> the base engine id and the dp size."""
+    if not isinstance(payload, dict) or not payload:
+        return MetadataRead(ReadOutcome.ERROR)
+    ranks = {k: v for k, v in payload.items() if isinstance(v, dict)}
+    first = ranks.get("0") or (next(iter(ranks.values())) if ranks else None)
+    if first is None:
+        return MetadataRead(ReadOutcome.ERROR)
+    engine_id = first.get("engine_id")
+    if not isinstance(engine_id, str) or not engine_id:
+        return MetadataRead(ReadOutcome.COMPLETE, engine_id=None, dp_size=len(ranks))
+    if len(ranks) > 1:
+        engine_id = _DP_SUFFIX.sub("", engine_id)  # the router ranks it again per request
+    return MetadataRead(ReadOutcome.COMPLETE, engine_id=engine_id, dp_size=len(ranks))

@@ -11,6 +11,10 @@ A driver (the asyncio HealthLoop, a simulated world, a test) runs the same seque
     each s in plan.identity: read metadata under s.timeout_s; on_identity_done(s.worker, s.token, read, now)
         (a check that ends with no read at all: abandon_identity_check)
 
+Circuit breakers (core.breaker) ride on the same steps: start_tick() moves open breakers whose period
+ended to half-open, and on_probe_done() closes the breaker of a worker it promotes back to Ready from
+NotReady or Failed. Neither needs the breaker's settings.
+
 Every step returns the Effects to record. Tokens make a late answer (its probe expired, a newer check
 started) a no-op with no effects, so a driver need not guard against them.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .breaker import breaker_readmit, breaker_tick, recovered
 from .bugs import METADATA_NO_DEADLINE
 from .config import HealthConfig
 from .effects import Effects
@@ -99,8 +104,9 @@ def reread_timeout_s(cfg: HealthConfig) -> float | None:
 
 def start_tick(workers: Iterable[Worker], now: float, cfg: HealthConfig) -> TickPlan:
     """Expire overrun probes, then begin the probes and identity checks due now (within the free slots)."""
+    workers = list(workers)
     plan = plan_probes(workers, now, cfg)
-    out = Effects()
+    out = breaker_tick(workers, now)
     for w in plan.expired:
         was_confirmed = w.runtime.engine_id_confirmed
         expired = expire_probe(w, now, cfg)
@@ -126,6 +132,8 @@ def on_probe_done(
     if result is None:
         return ProbeDone(None, out)
     record_probe(out, worker, result, duration_s)
+    if recovered(result.status_before, result.status_after):
+        out.extend(breaker_readmit(worker))
     if not result.reread_due:
         return ProbeDone(result, out)
     return ProbeDone(result, out, reread_due=True, reread_timeout_s=reread_timeout_s(cfg))

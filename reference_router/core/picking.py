@@ -1,11 +1,13 @@
-"""Which worker a leg goes to: one policy per leg, Ready workers only, settled ids and unsuspected workers
-preferred. A leg with no Ready worker is a prompt 503 `no_available_workers` (bug #8)."""
+"""Which worker a leg goes to: one policy per leg, Ready workers whose circuit breaker admits a request only,
+settled ids and unsuspected workers preferred. A leg with no such worker is a prompt 503
+`no_available_workers` (bug #8)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from .answers import ErrorAnswer
+from .breaker import breaker_admits
 from .policies import SelectionPolicy, make_policy
 from .registry import WorkerRegistry
 from .retry import avoid_suspects
@@ -36,8 +38,9 @@ def id_read_pending(worker: Worker) -> bool:
 
 
 def pick_worker(registry: WorkerRegistry, role: Role, policy: SelectionPolicy, now: float) -> Worker | None:
-    """The worker for a leg of `role`, or None when no worker of that role is Ready."""
-    candidates = registry.ready(role)
+    """The worker for a leg of `role`, or None when no worker of that role is Ready with its breaker admitting
+    a request. Picking takes nothing: the dispatch flow takes a half-open breaker's trial (breaker_pick)."""
+    candidates = [w for w in registry.ready(role) if breaker_admits(w, now)]
     if role is Role.PREFILL:
         # A prefill whose engine-id re-read is still running may be about to learn a new id (it came back
         # from NotReady/Failed, or its id is unconfirmed): prefer one whose id is settled.
@@ -47,5 +50,9 @@ def pick_worker(registry: WorkerRegistry, role: Role, policy: SelectionPolicy, n
     return policy.select(avoid_suspects(candidates), now)
 
 
-def no_worker_answer(role: Role) -> ErrorAnswer:
-    return ErrorAnswer(503, "no_available_workers", f"no Ready {role.value} worker", "service_unavailable")
+def no_worker_answer(role: Role, breaker_open: bool = False) -> ErrorAnswer:
+    """`breaker_open`: Ready workers of the role exist, but every one's circuit breaker keeps it out."""
+    what = f"no Ready {role.value} worker"
+    if breaker_open:
+        what += " with a circuit breaker admitting requests"
+    return ErrorAnswer(503, "no_available_workers", what, "service_unavailable")

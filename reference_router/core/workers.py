@@ -48,6 +48,14 @@ class Status(StrEnum):
     DRAINING = "draining"
 
 
+class BreakerState(StrEnum):
+    """A worker's circuit breaker (core.breaker)."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
 def _enum_value(enum: type[Enum], value: Any, what: str) -> Any:
     if isinstance(value, enum):
         return value
@@ -230,6 +238,16 @@ class Counters:
 
 
 @dataclass
+class BreakerRuntime:
+    """The circuit breaker's memory for one worker; only core.breaker changes it."""
+
+    state: BreakerState = BreakerState.CLOSED
+    failures: int = 0  # consecutive own failures while closed
+    open_until: float | None = None  # while open: when the one trial request may go
+    trial_request: str | None = None  # while half-open: the request holding the one trial
+
+
+@dataclass
 class WorkerRuntime:
     """What the router has learned about a worker; mutated by the server through the core's helpers."""
 
@@ -250,6 +268,7 @@ class WorkerRuntime:
     last_identity_check_at: float | None = None
     last_uptime_s: float | None = None
     in_flight_requests: int = 0
+    breaker: BreakerRuntime = field(default_factory=BreakerRuntime)
 
     @property
     def load(self) -> int:
@@ -342,4 +361,7 @@ def worker_api_dict(worker: Worker) -> dict[str, Any]:
         "labels": dict(worker.spec.labels),
         "priority": worker.spec.priority,
         "dp_size": worker.dp_size,
+        # As of the last step that looked at the clock (a health tick or a pick): an open breaker whose
+        # period just ended shows open until then.
+        "breaker": worker.runtime.breaker.state.value,
     }

@@ -49,10 +49,7 @@ def engine_argv(
         argv += ["--nixl-port", str(spec.nixl_port)]
     if settings.get("load_time_s"):
         argv += ["--load-time-s", f"{settings['load_time_s']:g}"]
-    if settings.get("ttft_ms"):
-        argv += ["--ttft-ms", f"{settings['ttft_ms']:g}"]
-    if settings.get("itl_ms"):
-        argv += ["--itl-ms", f"{settings['itl_ms']:g}"]
+    argv += ["--ttft-ms", f"{settings['ttft_ms']:g}", "--itl-ms", f"{settings['itl_ms']:g}"]
     if settings.get("advertise_side_channel_port"):
         # A proxied side channel (harness.worlds.real.links): decodes are told the proxy's port.
         argv += ["--advertise-side-channel-port", str(settings["advertise_side_channel_port"])]

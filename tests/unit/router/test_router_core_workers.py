@@ -262,6 +262,7 @@ def test_api_dict_shape() -> None:
         "labels",
         "priority",
         "dp_size",
+        "breaker",
     }
     assert d == {
         "id": "w1",
@@ -276,6 +277,7 @@ def test_api_dict_shape() -> None:
         "labels": {"a": "1"},
         "priority": 0,
         "dp_size": 2,
+        "breaker": "closed",
     }
 
 

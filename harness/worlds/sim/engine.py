@@ -1,0 +1,375 @@
+"""A simulated fake engine: the fake engines' own core (`EngineState`, `RequestFlow`) driven in virtual time.
+
+The process around the core is modelled: listening or not (down, loading, crashed), frozen (SIGSTOP:
+connections are accepted, nothing is answered until it is resumed), dying (health 503, then gone). Every
+answer passes the same fault gates as the real servers (`FaultState.gate_delay`); generation follows the
+request flow step by step, its KV handoff crossing the simulated network to the prefill's bootstrap server
+and side channel.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from fake_engines.core.engine_config import EngineConfig
+from fake_engines.core.engine_state import EngineState
+from fake_engines.core.gen_request import GenRequest, GenResult
+from fake_engines.core.handoff import Handshake, PullFrom, QueryBootstrap, WaitUntil
+from fake_engines.core.request_flow import AwaitGate, Finish, Reject, RequestFlow, Sleep
+from fake_engines.core.wire import HandshakeRequest, PullRequest
+from harness.scenario.links import LinkRef
+from harness.topology import EngineSpec
+from harness.worlds.sim.network import CUT, Refused, Reply, SimNetwork
+
+if TYPE_CHECKING:
+    from harness.worlds.sim.world import SimCell
+
+CONNECTOR_NAMES = {"mooncake": "MooncakeConnector", "nixl": "NixlConnector", "none": ""}
+KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer", "both": "kv_both"}
+# Bytes per prompt token of the fakes' KV payload (what a pull carries back).
+KV_BYTES_PER_TOKEN = 64
+
+
+class SimEngine:
+    def __init__(
+        self,
+        cell: SimCell,
+        spec: EngineSpec,
+        settings: dict[str, Any],
+        new_id: Callable[[], uuid.UUID],
+        first_pid: int,
+    ) -> None:
+        self.cell = cell
+        self.env: simpy.Environment = cell.env
+        self.net: SimNetwork = cell.net
+        self.spec = spec
+        self.name = spec.name
+        connector = cell.topology.connector
+        self.config = EngineConfig(
+            name=spec.name,
+            role=spec.role,
+            connector=connector,
+            host=spec.host,
+            http_port=spec.http_port,
+            grpc_port=spec.grpc_port,
+            control_port=spec.control_port,
+            bootstrap_port=spec.bootstrap_port if connector == "mooncake" and spec.role == "prefill" else 0,
+            nixl_port=spec.nixl_port if connector == "nixl" else 0,
+            transfer_timeout_s=float(settings["transfer_timeout_s"]),
+            kv_abort_timeout_s=float(settings["kv_abort_timeout_s"]),
+            handshake_timeout_s=float(settings["handshake_timeout_s"]),
+            load_failure_policy=str(settings["load_failure_policy"]),
+            ttft_ms=float(settings.get("ttft_ms") or 0.0),
+            itl_ms=float(settings.get("itl_ms") or 0.0),
+        )
+        self.state = EngineState(self.config, self.env.now, new_id=new_id, on_record=cell.add_engine_record)
+        self.listening = False
+        self.frozen = False
+        self.exists = False  # a process is there (alive, maybe frozen or dying)
+        self.pid = first_pid
+        self.started_wall: float | None = None
+        self.side_port = 0
+        self._thawed = self.env.event()
+        self._faults_changed = self.env.event()
+        # Insertion-ordered (not a set): the order work is cut in must not depend on memory addresses.
+        self._work: dict[simpy.Process, None] = {}
+        self._exit: simpy.Process | None = None
+
+    # ------------------------------------------------------------------ the process
+
+    def control_state(self) -> dict[str, Any]:
+        """What the engine's control API would say of it (CONTRACTS §1 STATE)."""
+        s = self.state
+        return {
+            "name": self.name,
+            "pid": self.pid if self.exists else None,
+            "role": self.spec.role,
+            "connector": self.config.connector,
+            "engine_id": s.engine_id,
+            "generation": s.identity.generation,
+            "started_at": self.started_wall,
+            "http_port": self.spec.http_port,
+            "grpc_port": self.spec.grpc_port,
+            "bootstrap_port": self.config.bootstrap_port or None,
+            "side_channel_port": self.side_port or None,
+            "nixl_port": self.config.nixl_port or None,
+            "serving": self.listening,
+            "dead": s.dead,
+            "faults": s.faults.as_dict(),
+        }
+
+    def accepting(self) -> bool:
+        return self.listening
+
+    def start(
+        self, refuse_s: float = 0.0, restart: bool = False, engine_id: str | None = None
+    ) -> Generator[Any, Any, None]:
+        """Start (or restart) the process: listeners refuse for `refuse_s`, then serve with a new identity."""
+        self.exists = True
+        if refuse_s > 0:
+            yield self.env.timeout(refuse_s)
+        now = self.env.now
+        if restart:
+            self.state.restart(now, engine_id)
+        else:
+            self.state.start(now)
+        self.started_wall = self.cell.wall(now)
+        if self.config.connector == "mooncake" and self.spec.role == "prefill":
+            self.side_port = self.cell.new_side_port()
+        elif self.config.connector == "nixl" and self.spec.role == "prefill":
+            self.side_port = self.config.nixl_port
+        self.state.side_channel_ports = [self.side_port] if self.side_port else []
+        self.listening = True
+        self._wake_gates()
+
+    def stop(self, exists: bool = False) -> None:
+        """Listeners closed, work in progress cut (its connections reset); `exists`: the process is still
+        there (a restart in progress) or gone."""
+        self.listening = False
+        self.exists = exists
+        self.state.side_channel_ports = []
+        self.side_port = 0
+        for proc in list(self._work):
+            if proc.is_alive:
+                proc.interrupt("engine stopped")
+        self._work.clear()
+        if self.frozen:
+            self.thaw()
+        if self._exit is not None and self._exit.is_alive and not exists:
+            self._exit.interrupt("gone")
+        self._exit = None
+
+    def kill(self) -> None:
+        """SIGKILL: the process is gone; a respawn brings a new one."""
+        self.stop(exists=False)
+
+    def restart(self, down_s: float, engine_id: str | None = None) -> Generator[Any, Any, None]:
+        self.stop(exists=True)
+        yield from self.start(refuse_s=down_s, restart=True, engine_id=engine_id)
+
+    def respawn(self) -> Generator[Any, Any, None]:
+        self.pid += 1
+        yield from self.start(restart=True)
+
+    def die(self, exit_after_s: float) -> dict[str, Any]:
+        changed = self.state.die()
+        self._exit = self.env.process(self._exit_later(exit_after_s))
+        return changed
+
+    def _exit_later(self, delay: float) -> Generator[Any, Any, None]:
+        try:
+            yield self.env.timeout(delay)
+        except simpy.Interrupt:
+            return
+        self._exit = None
+        self.kill()
+
+    def freeze(self) -> None:
+        self.frozen = True
+
+    def thaw(self) -> None:
+        self.frozen = False
+        event, self._thawed = self._thawed, self.env.event()
+        event.succeed()
+
+    def set_fault(self, spec: dict[str, Any]) -> dict[str, Any]:
+        changed = self.state.faults.apply_spec(spec)
+        return changed
+
+    def clear_faults(self, kind: str | None) -> dict[str, Any]:
+        changed = self.state.faults.clear_all() if kind is None else self.state.faults.clear(kind)
+        self._wake_gates()
+        return changed
+
+    def _wake_gates(self) -> None:
+        event, self._faults_changed = self._faults_changed, self.env.event()
+        event.succeed()
+
+    # ------------------------------------------------------------------ serving
+
+    def serve(
+        self, handler: Callable[[], Generator[Any, Any, Reply]]
+    ) -> Callable[[], Generator[Any, Any, Reply]]:
+        """Wrap a handler as a server for `SimNetwork.call`: tracked (a stop cuts it), paused while frozen."""
+
+        def run() -> Generator[Any, Any, Reply]:
+            proc = self.env.active_process
+            if proc is not None:
+                self._work[proc] = None
+            try:
+                yield from self._awake()
+                return (yield from handler())
+            except simpy.Interrupt:
+                return Reply(CUT, 0)
+            except Refused:
+                return Reply(CUT, 0)
+            finally:
+                if proc is not None:
+                    self._work.pop(proc, None)
+
+        return run
+
+    def _awake(self) -> Generator[Any, Any, None]:
+        while self.frozen:
+            yield self._thawed
+
+    def _gate(self, surface: str) -> Generator[Any, Any, None]:
+        """The real servers' fault gate: park while the surface is wedged, then its added latency."""
+        while True:
+            yield from self._awake()
+            delay = self.state.faults.gate_delay(surface)
+            if delay is None:
+                yield self._faults_changed
+                continue
+            if delay > 0:
+                yield self.env.timeout(delay)
+            yield from self._awake()
+            return
+
+    def health(self) -> Generator[Any, Any, Reply]:
+        yield from self._gate("health")
+        return Reply(not self.state.dead, 64)
+
+    def server_info(self) -> Generator[Any, Any, Reply]:
+        """GetServerInfo: ("error", None) under fail_server_info, else the fields a router reads."""
+        yield from self._gate("server_info")
+        s = self.state
+        if s.faults.fail_server_info:
+            return Reply(("error", None), 64)
+        info = {
+            "kv_engine_id": s.reported_engine_id() if self.config.connector != "none" else "",
+            "kv_connector": CONNECTOR_NAMES[self.config.connector],
+            "kv_role": KV_ROLES[self.spec.role] if self.config.connector != "none" else "",
+            "uptime_seconds": s.identity.uptime_s(self.env.now),
+            "data_parallel_size": 1,
+        }
+        return Reply(("ok", info), 256)
+
+    def model_info(self) -> Generator[Any, Any, Reply]:
+        yield from self._gate("metadata")
+        return Reply("ok", 256)
+
+    def bootstrap_query(self) -> Generator[Any, Any, Reply]:
+        yield from self._gate("side_channel")
+        return Reply(self.state.bootstrap_answer(), 256)
+
+    def side_channel(self, msg: Any, port: int) -> Generator[Any, Any, Reply]:
+        if port != self.side_port or not self.side_port:
+            raise Refused("side channel of an earlier start")
+        yield from self._gate("side_channel")
+        answer = self.state.answer_side_channel(msg, self.state.engine_id, self.env.now)
+        payload = KV_BYTES_PER_TOKEN * int(getattr(answer, "n_tokens", 0) or 0)
+        return Reply(answer, 128 + payload)
+
+    def generate(self, req: GenRequest) -> Generator[Any, Any, Reply]:
+        """One generation through the request flow; the reply is the flow's final step (Finish or Reject)."""
+        flow = RequestFlow(self.state, req)
+        step = flow.next_step()
+        try:
+            while not isinstance(step, Finish | Reject):
+                step = yield from self._perform(flow, step)
+        except simpy.Interrupt:
+            flow.abort()
+            raise
+        if isinstance(step, Finish):
+            return Reply(step.result, 512 + 8 * len(step.result.token_ids))
+        return Reply(step, 256)
+
+    def generate_answer(self, req: GenRequest, stream: bool) -> Generator[Any, Any, Reply]:
+        """A generation leg as the HTTP/gRPC surfaces answer it: a non-streamed answer leaves once its last
+        token is out; a streamed one starts with the first (the caller paces the rest)."""
+        reply = yield from self.generate(req)
+        if not stream and isinstance(reply.value, GenResult):
+            result: GenResult = reply.value
+            rest = result.itl_s * max(0, len(result.token_ids) - 1)
+            if rest > 0:
+                yield self.env.timeout(rest)
+                yield from self._awake()
+        return reply
+
+    def _perform(self, flow: RequestFlow, step: Any) -> Generator[Any, Any, Any]:
+        env, cell = self.env, self.cell
+        if isinstance(step, AwaitGate):
+            yield from self._gate(step.surface)
+            return flow.on_gate_passed(env.now, cell.wall(env.now))
+        if isinstance(step, Sleep):
+            if step.seconds > 0:
+                yield env.timeout(step.seconds)
+            yield from self._awake()
+            return flow.on_slept(env.now, cell.wall(env.now))
+        if isinstance(step, WaitUntil):
+            yield env.timeout(max(0.0, step.deadline - env.now))
+            yield from self._awake()
+            return flow.on_deadline(env.now, cell.wall(env.now))
+        if isinstance(step, QueryBootstrap):
+            prefill = cell.engine_at_url(step.url)
+            result = yield from self._call_prefill(
+                prefill, "bootstrap", lambda p: p.bootstrap_query(), 128, step.timeout_s
+            )
+            yield from self._awake()
+            error = None if result.ok else _transport_error(result.error)
+            return flow.on_query_result(
+                result.value if result.ok else None, env.now, cell.wall(env.now), error=error
+            )
+        if isinstance(step, Handshake):
+            prefill = cell.engine_at_port(step.port)
+            msg = HandshakeRequest(step.engine_id)
+            result = yield from self._call_prefill(
+                prefill, "side_channel", lambda p: p.side_channel(msg, step.port), 128, step.timeout_s
+            )
+            yield from self._awake()
+            return flow.on_handshake_result(
+                result.value if result.ok else None,
+                env.now,
+                cell.wall(env.now),
+                error=None if result.ok else _transport_error(result.error),
+            )
+        if isinstance(step, PullFrom):
+            prefill = cell.engine_at_port(step.port)
+            msg = PullRequest(step.engine_id, step.transfer_key)
+            result = yield from self._call_prefill(
+                prefill, "side_channel", lambda p: p.side_channel(msg, step.port), 128, step.timeout_s
+            )
+            yield from self._awake()
+            return flow.on_pull_result(
+                result.value if result.ok else None,
+                env.now,
+                cell.wall(env.now),
+                error=None if result.ok else _transport_error(result.error),
+            )
+        raise RuntimeError(f"unknown request flow step {step!r}")
+
+    def _call_prefill(
+        self,
+        prefill: SimEngine | None,
+        link: str,
+        handler: Callable[[SimEngine], Any],
+        nbytes: int,
+        timeout_s: float,
+    ) -> Generator[Any, Any, Any]:
+        if prefill is None:
+            from harness.worlds.sim.network import CallResult
+
+            yield self.env.timeout(0)
+            return CallResult(error="refused")
+        ref = LinkRef(prefill.name, link)
+        return (
+            yield from self.net.call(
+                ref, prefill.accepting, prefill.serve(lambda: handler(prefill)), nbytes, timeout_s
+            )
+        )
+
+
+def _transport_error(error: str | None) -> str:
+    """How the real decode's transport names a failed call (the plans tell a timeout from the rest)."""
+    if error == "timeout":
+        return "timeout"
+    return {
+        "refused": "ConnectionRefusedError: connection refused",
+        "reset": "ConnectionResetError: connection reset by peer",
+        "closed": "IncompleteReadError: connection closed",
+    }.get(error or "", error or "error")

@@ -1,0 +1,520 @@
+"""The simulated reference router: the reference router's own core (`reference_router.core`) in virtual time.
+
+The health loop runs the core's tick (`start_tick`, `on_probe_done`, `on_reread_done`, `on_identity_done`)
+every `tick_period_s`, each probe and metadata read crossing the simulated network under the deadline the
+core gives; a request runs the core's `DispatchFlow`, its legs calls to the engines. What the client sees
+follows the real shells per transport (the same statuses, error codes, 200 streams that end with an error
+chunk). Router events are stamped with the virtual wall clock; dispatch events are not kept (the session
+drops them: the engines' records say more).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from fake_engines.core.gen_request import GenRequest, GenResult, RequestError, gen_request_from_openai
+from fake_engines.core.request_flow import Reject
+from harness.scenario import RouterSettings
+from harness.scenario.links import LinkRef
+from harness.session.requests import RequestPlan
+from harness.worlds.sim.network import CallResult, Reply, SimNetwork
+from reference_router.core import (
+    BreakerConfig,
+    Delivery,
+    DispatchFlow,
+    DispatchLimits,
+    Effects,
+    ErrorAnswer,
+    HealthConfig,
+    IdentityStart,
+    LegError,
+    LegPolicies,
+    MetadataRead,
+    ProbeStart,
+    ReadOutcome,
+    Role,
+    Status,
+    Transport,
+    Worker,
+    WorkerRegistry,
+    abandon_identity_check,
+    make_worker_spec,
+    new_request_id,
+    on_identity_done,
+    on_probe_done,
+    on_reread_done,
+    parse_bootstrap_query,
+    set_draining,
+    spec_from_json,
+    start_tick,
+    tick_period_s,
+    worker_api_dict,
+)
+from reference_router.core.bugs import validate_bugs
+
+if TYPE_CHECKING:
+    from harness.worlds.sim.engine import SimEngine
+    from harness.worlds.sim.world import SimCell
+
+# The real router's default identity-check interval when none is given (reference_router CLI).
+DEFAULT_IDENTITY_INTERVAL_S = 30.0
+# The real dispatcher's poll while a request waits for its prefill's engine-id re-read.
+ID_READ_POLL_S = 0.005
+
+
+@dataclass(frozen=True)
+class ClientAnswer:
+    """What the client got: HTTP status, the text when it is a good answer, the error it read, and when the
+    first and the last byte of the answer arrived (seconds after sending)."""
+
+    status: int
+    text: str | None = None
+    error: str | None = None
+    ttft_s: float = 0.0
+    latency_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and self.error is None and self.text is not None
+
+
+def health_config(settings: RouterSettings) -> HealthConfig:
+    bugs = validate_bugs([settings.inject_bug] if settings.inject_bug else [])
+    return HealthConfig(
+        failure_threshold=settings.failure_threshold,
+        success_threshold=settings.success_threshold,
+        probe_timeout_s=settings.health_timeout_s,
+        interval_s=settings.health_interval_s,
+        max_probes_in_flight=settings.max_concurrent_health_checks or 128,
+        metadata_timeout_s=settings.health_timeout_s,
+        identity_check_interval_s=settings.identity_check_interval_s or DEFAULT_IDENTITY_INTERVAL_S,
+        bugs=bugs,
+    )
+
+
+class SimRouter:
+    def __init__(
+        self,
+        cell: SimCell,
+        settings: RouterSettings,
+        registered: tuple[str, ...],
+        new_uuid: Callable[[], uuid.UUID],
+    ) -> None:
+        self.cell = cell
+        self.env: simpy.Environment = cell.env
+        self.net: SimNetwork = cell.net
+        self.settings = settings
+        self.cfg = health_config(settings)
+        self.transport = cell.topology.transport
+        self.connector = cell.topology.connector
+        self.new_uuid = new_uuid
+        self.registry = WorkerRegistry()
+        self.events: list[dict[str, Any]] = []
+        self.policies = LegPolicies.make(settings.prefill_policy, settings.decode_policy, cell.seed)
+        self.limits = DispatchLimits(settings.request_timeout_s, id_read_wait_s=settings.health_timeout_s)
+        self.breaker = BreakerConfig(settings.circuit_breaker_failures, settings.circuit_breaker_open_s)
+        self._probes: dict[str, simpy.Process] = {}
+        self._loop: simpy.Process | None = None
+        for name in registered:
+            self._add(self._spec(name))
+
+    # ------------------------------------------------------------------ workers
+
+    def _spec(self, name: str) -> Any:
+        spec = self.cell.topology.engine(name)
+        boot = spec.bootstrap_port if spec.role == "prefill" and self.connector == "mooncake" else None
+        return make_worker_spec(
+            spec.url(self.transport), spec.role, connector=self.connector, bootstrap_port=boot
+        )
+
+    def _add(self, spec: Any) -> Worker:
+        worker = self.registry.add(spec)
+        self._emit(
+            "status_change",
+            worker=worker.id,
+            url=spec.url,
+            role=spec.role.value,
+            **{"from": None, "to": worker.status.value},
+        )
+        return worker
+
+    def _emit(self, type_: str, **fields: Any) -> None:
+        self.events.append({"ts": self.cell.wall(self.env.now), "type": type_, **fields})
+
+    def record(self, effects: Effects) -> None:
+        for ev in effects.events:
+            if ev.type != "dispatch":
+                self._emit(ev.type, **ev.fields)
+
+    def workers(self) -> list[dict[str, Any]]:
+        return [worker_api_dict(w) for w in self.registry.all()]
+
+    def engine_of(self, worker: Worker) -> SimEngine | None:
+        return self.cell.engine_at_url(worker.spec.url)
+
+    def add_worker(self, name: str) -> tuple[int, Any]:
+        spec = self.cell.topology.engine(name)
+        body: dict[str, Any] = {
+            "url": spec.url(self.transport),
+            "role": spec.role,
+            "connector": self.connector,
+        }
+        if spec.role == "prefill" and self.connector == "mooncake":
+            body["bootstrap_port"] = spec.bootstrap_port
+        try:
+            worker = self._add(spec_from_json(body))
+        except ValueError as exc:
+            return 400, {"error": {"message": str(exc), "code": "invalid_worker"}}
+        return 201, worker_api_dict(worker)
+
+    def _worker_of(self, name: str) -> Worker | None:
+        url = self.cell.topology.engine(name).url(self.transport)
+        return next((w for w in self.registry.all() if w.spec.url == url), None)
+
+    def patch_worker(self, name: str, body: dict[str, Any]) -> tuple[int, Any]:
+        worker = self._worker_of(name)
+        if worker is None:
+            return 404, {"error": f"no worker for {name}"}
+        try:
+            self.registry.update(worker.id, body)
+        except ValueError as exc:
+            return 400, {"error": {"message": str(exc), "code": "invalid_update"}}
+        return 200, worker_api_dict(worker)
+
+    def remove_worker(self, name: str) -> tuple[int, Any]:
+        worker = self._worker_of(name)
+        if worker is None:
+            return 404, {"error": f"no worker for {name}"}
+        before = set_draining(worker)
+        if before is not Status.DRAINING:
+            self._emit(
+                "status_change",
+                worker=worker.id,
+                url=worker.spec.url,
+                **{"from": before.value, "to": Status.DRAINING.value},
+            )
+        answer = worker_api_dict(worker)
+        self._maybe_remove(worker)
+        return 200, answer
+
+    def _maybe_remove(self, worker: Worker) -> None:
+        """A Draining worker goes once its last in-flight request ended."""
+        if worker.runtime.status is not Status.DRAINING or worker.runtime.in_flight_requests > 0:
+            return
+        if self.registry.remove(worker.id) is None:
+            return
+        proc = self._probes.pop(worker.id, None)
+        if proc is not None and proc.is_alive:
+            proc.interrupt("removed")
+        self._emit(
+            "status_change",
+            worker=worker.id,
+            url=worker.spec.url,
+            **{"from": Status.DRAINING.value, "to": "removed"},
+        )
+
+    # ------------------------------------------------------------------ health loop
+
+    def start(self) -> None:
+        self._loop = self.env.process(self._health_loop())
+
+    def stop(self) -> None:
+        for proc in [self._loop, *self._probes.values()]:
+            if proc is not None and proc.is_alive:
+                proc.interrupt("router stopped")
+        self._probes.clear()
+
+    def _health_loop(self) -> Generator[Any, Any, None]:
+        period = tick_period_s(self.cfg)
+        try:
+            while True:
+                plan = start_tick(self.registry.all(), self.env.now, self.cfg)
+                for w in plan.expired:
+                    proc = self._probes.pop(w.id, None)
+                    if proc is not None and proc.is_alive:
+                        proc.interrupt("probe expired")
+                self.record(plan.effects)
+                for p in plan.probes:
+                    self._probes[p.worker.id] = self.env.process(self._probe(p))
+                for i in plan.identity:
+                    self.env.process(self._identity(i))
+                yield self.env.timeout(period)
+        except simpy.Interrupt:
+            return
+
+    def _probe(self, start: ProbeStart) -> Generator[Any, Any, None]:
+        worker, token = start.worker, start.token
+        try:
+            t0 = self.env.now
+            engine = self.engine_of(worker)
+            result = yield from self._call(engine, "serve", lambda e: e.health(), 128, start.timeout_s)
+            ok = result.ok and bool(result.value)
+            done = on_probe_done(worker, token, ok, self.env.now - t0, self.env.now, self.cfg)
+            self.record(done.effects)
+            if not done.reread_due:
+                return
+            read = yield from self._read_metadata(worker, done.reread_timeout_s)
+            self.record(on_reread_done(worker, token, read, self.env.now, self.cfg).effects)
+        except simpy.Interrupt:
+            return
+
+    def _identity(self, start: IdentityStart) -> Generator[Any, Any, None]:
+        worker = start.worker
+        try:
+            read = yield from self._read_metadata(worker, start.timeout_s)
+            self.record(on_identity_done(worker, start.token, read, self.env.now).effects)
+        except simpy.Interrupt:
+            pass
+        finally:
+            abandon_identity_check(worker, start.token, self.env.now)
+
+    def _read_metadata(self, worker: Worker, timeout_s: float | None) -> Generator[Any, Any, MetadataRead]:
+        """GetServerInfo (then GetModelInfo to tell a partial read), or an HTTP prefill's bootstrap `/query`;
+        as the real prober, never raising for worker trouble."""
+        t0 = self.env.now
+        engine = self.engine_of(worker)
+        if worker.spec.transport is Transport.GRPC:
+            res = yield from self._call(engine, "serve", lambda e: e.server_info(), 128, timeout_s)
+            if res.error == "timeout":
+                read = MetadataRead(ReadOutcome.TIMEOUT)
+            elif not res.ok:
+                read = MetadataRead(ReadOutcome.ERROR)
+            elif res.value[0] == "error":
+                left = None if timeout_s is None else max(0.0, timeout_s - (self.env.now - t0))
+                more = yield from self._call(engine, "serve", lambda e: e.model_info(), 128, left)
+                read = MetadataRead(ReadOutcome.PARTIAL if more.ok else ReadOutcome.ERROR)
+                if more.error == "timeout" and timeout_s is not None:
+                    read = MetadataRead(ReadOutcome.TIMEOUT)
+            else:
+                info = res.value[1]
+                read = MetadataRead(
+                    ReadOutcome.COMPLETE,
+                    engine_id=info["kv_engine_id"] or None,
+                    connector=info["kv_connector"],
+                    kv_role=info["kv_role"] or None,
+                    dp_size=info["data_parallel_size"] or None,
+                    uptime_s=info["uptime_seconds"] if info["uptime_seconds"] > 0 else None,
+                )
+        elif worker.spec.bootstrap_port is None:
+            yield self.env.timeout(0)
+            read = MetadataRead(ReadOutcome.COMPLETE)
+        else:
+            res = yield from self._call(
+                engine, "bootstrap", lambda e: e.bootstrap_query(), 128, timeout_s, accepting_bootstrap=True
+            )
+            if res.error == "timeout":
+                read = MetadataRead(ReadOutcome.TIMEOUT)
+            elif not res.ok:
+                read = MetadataRead(ReadOutcome.ERROR)
+            else:
+                read = parse_bootstrap_query(res.value)
+        return MetadataRead(
+            read.outcome,
+            read.engine_id,
+            read.connector,
+            read.kv_role,
+            read.dp_size,
+            read.uptime_s,
+            duration_s=self.env.now - t0,
+        )
+
+    def _call(
+        self,
+        engine: SimEngine | None,
+        link: str,
+        handler: Callable[[SimEngine], Any],
+        nbytes: int,
+        timeout_s: float | None,
+        accepting_bootstrap: bool = False,
+    ) -> Generator[Any, Any, CallResult]:
+        if engine is None:
+            yield self.env.timeout(0)
+            return CallResult(error="refused")
+        accepting = engine.accepting
+        return (
+            yield from self.net.call(
+                LinkRef(engine.name, link),
+                accepting,
+                engine.serve(lambda: handler(engine)),
+                nbytes,
+                timeout_s,
+            )
+        )
+
+    # ------------------------------------------------------------------ requests
+
+    def handle(self, plan: RequestPlan) -> Generator[Any, Any, ClientAnswer]:
+        """One client request through the router, from the client's side (times are since it was sent)."""
+        t0 = self.env.now
+        body = dict(plan.body)
+        flow = DispatchFlow(
+            new_request_id(self.new_uuid),
+            body,
+            self.registry,
+            self.policies,
+            self.limits,
+            pd=True,
+            new_uuid=self.new_uuid,
+            breaker=self.breaker,
+        )
+        refused = flow.pick(self.env.now)
+        if refused is not None:
+            yield self.env.timeout(2 * _hop())
+            return _error_answer(refused, self.env.now - t0)
+        try:
+            while True:
+                wait_s = flow.id_read_wait_s()
+                waited = 0.0
+                while wait_s > 0 and not flow.id_read_settled() and waited < wait_s:
+                    yield self.env.timeout(ID_READ_POLL_S)
+                    waited += ID_READ_POLL_S
+                leg = flow.prefill_leg(self.env.now)
+                self.record(leg.effects)
+                result = yield from self._leg(
+                    leg.worker, leg.body, plan.chat, leg.timeout_s, f"{flow.request_id}-p"
+                )
+                if isinstance(result, LegError):
+                    failed = flow.prefill_failed(result, self.env.now)
+                    self.record(failed.effects)
+                    for w in failed.idle:
+                        self._maybe_remove(w)
+                    if failed.answer is not None:
+                        return _error_answer(failed.answer, self.env.now - t0)
+                    continue
+                final = flow.prefill_done(result.kv_transfer_params)
+                self.record(final.effects)
+                break
+            return (yield from self._final_leg(flow, final.worker, final.body, plan, final.timeout_s, t0))
+        finally:
+            for w in flow.release():
+                self._maybe_remove(w)
+            self.record(flow.take_effects())
+
+    def _final_leg(
+        self,
+        flow: DispatchFlow,
+        worker: Worker,
+        body: dict[str, Any],
+        plan: RequestPlan,
+        timeout_s: float,
+        t0: float,
+    ) -> Generator[Any, Any, ClientAnswer]:
+        engine = self.engine_of(worker)
+        stream = bool(body.get("stream"))
+        result = yield from self._call_generate(engine, body, plan.chat, timeout_s, flow.request_id)
+        if isinstance(result, Reply) and isinstance(result.value, GenResult):
+            self.record(flow.final_done(now=self.env.now).effects)
+            gen: GenResult = result.value
+            first = self.env.now - t0
+            rest = gen.itl_s * max(0, len(gen.token_ids) - 1)
+            if stream:
+                yield self.env.timeout(rest)
+                return ClientAnswer(200, gen.text, None, ttft_s=first, latency_s=self.env.now - t0)
+            return ClientAnswer(200, gen.text, None, ttft_s=first, latency_s=first)
+        error = result if isinstance(result, LegError) else _rejected(result.value, self.transport)
+        if stream and self.transport == "http" and isinstance(result, Reply):
+            # The engine had answered 200 and streams the error as a chunk; the router relays it as is.
+            self.record(flow.final_done(now=self.env.now).effects)
+            err = result.value
+            return ClientAnswer(200, None, err.message, ttft_s=self.env.now - t0, latency_s=self.env.now - t0)
+        if stream and self.transport == "http" and error.status == 504 and self._headers_sent(engine):
+            self.record(flow.final_done(error, after_headers=True, now=self.env.now).effects)
+            return ClientAnswer(
+                200, None, error.message, ttft_s=self.env.now - t0, latency_s=self.env.now - t0
+            )
+        done = flow.final_done(error, now=self.env.now)
+        self.record(done.effects)
+        assert done.answer is not None
+        return _error_answer(done.answer, self.env.now - t0)
+
+    @staticmethod
+    def _headers_sent(engine: SimEngine | None) -> bool:
+        """An HTTP streaming answer starts (200, headers) before generation; a frozen or gone process sends
+        nothing."""
+        return engine is not None and engine.listening and not engine.frozen
+
+    def _leg(
+        self, worker: Worker, body: dict[str, Any], chat: bool, timeout_s: float, grpc_id: str
+    ) -> Generator[Any, Any, GenResult | LegError]:
+        engine = self.engine_of(worker)
+        result = yield from self._call_generate(engine, body, chat, timeout_s, grpc_id)
+        if isinstance(result, LegError):
+            return result
+        if isinstance(result.value, GenResult):
+            return result.value
+        return _rejected(result.value, self.transport)
+
+    def _call_generate(
+        self, engine: SimEngine | None, body: dict[str, Any], chat: bool, timeout_s: float, grpc_id: str
+    ) -> Generator[Any, Any, Reply | LegError]:
+        """A generation leg: the engine's reply (a result or its rejection), or how the call failed."""
+        rid = (
+            grpc_id if self.transport == "grpc" else f"{'chatcmpl' if chat else 'cmpl'}-{self.new_uuid().hex}"
+        )
+        try:
+            req, _stream = gen_request_from_openai(body, chat, rid, None)
+        except RequestError as exc:
+            yield self.env.timeout(_hop())
+            return Reply(Reject(exc.status, exc.message, exc.err_type))
+        nbytes = 256 + 4 * len(req.prompt_text)
+        res = yield from self._call(
+            engine, "serve", lambda e: e.generate_answer(req, bool(body.get("stream"))), nbytes, timeout_s
+        )
+        if res.ok:
+            return Reply(res.value)
+        return _transport_leg_error(res, engine, self.transport, timeout_s)
+
+
+def _hop() -> float:
+    from harness.worlds.sim.network import HOP_S
+
+    return HOP_S
+
+
+def _transport_leg_error(
+    res: CallResult, engine: SimEngine | None, transport: str, timeout_s: float
+) -> LegError:
+    """A leg whose call failed, as the real shells classify it (only a refused connect is NOT_SENT)."""
+    where = engine.name if engine is not None else "worker"
+    if res.error == "timeout":
+        return LegError(504, "upstream_timeout", f"{where} timed out after {timeout_s:g}s")
+    if res.error == "refused":
+        what = "failed to connect" if transport == "grpc" else "ClientConnectorError: connection refused"
+        return LegError(502, "upstream_error", f"{where}: {what}", Delivery.NOT_SENT)
+    return LegError(502, "upstream_error", f"{where}: connection {res.error}")
+
+
+def _rejected(reject: Reject, transport: str) -> LegError:
+    """An engine's error answer as the router relays it. HTTP: a 4xx relayed, the rest 502, answered.
+    gRPC: the engine's status becomes a code and back (deadline -> 504, invalid argument -> 400 answered,
+    the rest 502; not-found/conflict/exhausted keep their status for the breaker as client errors)."""
+    status, message = reject.status, reject.message
+    if transport == "grpc":
+        if status == 504:
+            return LegError(504, "upstream_timeout", f"overran its deadline: {message}")
+        if status == 400:
+            return LegError(400, "invalid_request", message, Delivery.ANSWERED, worker_status=400,
+                            worker_message=message)
+        client = status if status in (404, 409, 429) else None
+        return LegError(502, "upstream_error", message, worker_status=client, worker_message=message)
+    relayed = status if 400 <= status < 500 else 502
+    return LegError(relayed, "upstream_error", f"answered {status}: {message}", Delivery.ANSWERED,
+                    worker_status=status, worker_message=message)
+
+
+def _error_answer(answer: ErrorAnswer, elapsed: float) -> ClientAnswer:
+    return ClientAnswer(
+        answer.status, None, f"{answer.code}: {answer.message}", ttft_s=elapsed, latency_s=elapsed
+    )
+
+
+def is_role(worker: Worker, role: Role) -> bool:
+    return worker.spec.role is role
+
+
+__all__ = ["ClientAnswer", "GenRequest", "SimRouter", "health_config"]

@@ -1,0 +1,556 @@
+"""The simulated world: a cell in simpy's virtual time, the same session driving it as in real time.
+
+Engines are the fake engines' core (`engine.SimEngine`), the router the reference router's core
+(`router.SimRouter`, with its `--inject-bug` switches), links the toxic stages of the embedded Toxiproxy
+(`network.SimNetwork`). Every command of the session is a simpy process; the events it reports wake the
+session's driver, which hands them over in order. Nothing here reads a clock or an unseeded random source:
+engine ids, transfer ids and request ids come from a generator seeded by the run's seed, the wall clock is
+a fixed epoch plus virtual time, so the same scenario, cell and seed give the same history, byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import uuid
+from collections import deque
+from collections.abc import Callable, Generator
+from pathlib import Path
+from typing import Any
+
+import simpy
+
+from harness.scenario import (
+    AddWorker,
+    Crash,
+    Die,
+    EngineFault,
+    Heal,
+    PatchWorker,
+    RemoveWorker,
+    Respawn,
+    Restart,
+    SlowStart,
+    StartEngine,
+    Wedge,
+)
+from harness.scenario.links import (
+    HealLink,
+    LinkFlap,
+    LinkRef,
+    Partition,
+    fault_kind,
+    fault_params,
+    is_network_action,
+    toxics_for,
+)
+from harness.session import CellPlan, ScenarioSession
+from harness.session import commands as c
+from harness.session import events as e
+from harness.topology import Topology
+from harness.worlds.base import Emit, World
+from harness.worlds.sim.engine import SimEngine
+from harness.worlds.sim.network import HOP_S, CallResult, SimNetwork
+from harness.worlds.sim.router import SimRouter
+
+# Virtual wall clock at t = 0 (2026-01-01T00:00:00Z): records stamped with it replay exactly.
+WALL_EPOCH = 1_767_225_600.0
+# Mooncake side channels bind a random port per start; here they come from this range, in order.
+SIDE_PORT_BASE = 40_000
+ROUTER_START_S = 0.05
+# A cancelled run (Ctrl-C) gets this long, in wall time, to tear down in virtual time.
+CANCEL_WAIT_S = 30.0
+PROBE_WINDOW_S = 0.3
+
+
+class SimCell:
+    """One cell's simulated systems, shared by the engines, the router and the world's commands."""
+
+    def __init__(self, env: simpy.Environment, plan: CellPlan) -> None:
+        self.env = env
+        self.plan = plan
+        self.topology: Topology = plan.topology
+        self.seed = plan.seed
+        self.net = SimNetwork(env, plan.links, plan.seed)
+        self._rng = random.Random(f"pdchaos-sim:{plan.seed}:{plan.scenario.name}:{plan.topology.name}")
+        self.records: dict[str, list[dict[str, Any]]] = {}
+        self._next_side_port = SIDE_PORT_BASE
+        self.engines: dict[str, SimEngine] = {}
+        self._by_port: dict[int, str] = {}
+        for n, spec in enumerate(self.topology.engines):
+            settings = plan.scenario.engines.for_engine(spec.name)
+            self.engines[spec.name] = SimEngine(self, spec, settings, self.new_uuid, first_pid=1000 + 100 * n)
+            for port in (spec.http_port, spec.grpc_port, spec.bootstrap_port, spec.nixl_port):
+                self._by_port[port] = spec.name
+        self.router: SimRouter | None = None
+
+    def wall(self, now: float) -> float:
+        return WALL_EPOCH + now
+
+    def new_uuid(self) -> uuid.UUID:
+        return uuid.UUID(int=self._rng.getrandbits(128), version=4)
+
+    def new_side_port(self) -> int:
+        port = self._next_side_port
+        self._next_side_port += 1
+        return port
+
+    def add_engine_record(self, record: dict[str, Any]) -> None:
+        self.records.setdefault(str(record.get("engine")), []).append(record)
+
+    def engine_at_url(self, url: str) -> SimEngine | None:
+        try:
+            port = int(url.rstrip("/").rsplit(":", 1)[1].split("/", 1)[0])
+        except (IndexError, ValueError):
+            return None
+        return self.engine_at_port(port)
+
+    def engine_at_port(self, port: int) -> SimEngine | None:
+        name = self._by_port.get(port)
+        if name is not None:
+            return self.engines[name]
+        for engine in self.engines.values():
+            if engine.side_port == port and port:
+                return engine
+        return None
+
+
+class SimWorld(World):
+    kind = "sim"
+
+    def __init__(self, plan: CellPlan, out_dir: Path | None = None) -> None:
+        self.plan = plan
+        self.out = out_dir
+        self.env = simpy.Environment()
+        self.cell = SimCell(self.env, plan)
+        self._clients: dict[simpy.Process, None] = {}  # ordered: replays must not depend on addresses
+        self._cancelled = False
+
+    def clock(self) -> float:
+        return float(self.env.now)
+
+    def wall(self) -> float:
+        return self.cell.wall(self.env.now)
+
+    async def run(self, session: ScenarioSession) -> None:
+        """Run the session on a worker thread, so the event loop stays free for progress and signals; a
+        cancelled run tears down in virtual time before the cancellation goes on."""
+        done = asyncio.get_running_loop().run_in_executor(None, self.run_session, session)
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            self._cancelled = True
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(done, CANCEL_WAIT_S)
+            raise
+
+    def run_session(self, session: ScenarioSession) -> None:
+        """Drive the session to its end in virtual time (synchronously: nothing here waits on the OS)."""
+        driver = self.env.process(self._drive(session))
+        self.env.run(until=driver)
+
+    async def execute(self, command: c.Command, emit: Emit) -> None:
+        raise TypeError("the simulated world executes commands in virtual time: use run_session()")
+
+    # ------------------------------------------------------------------ the driver
+
+    def _drive(self, session: ScenarioSession) -> Generator[Any, Any, None]:
+        env = self.env
+        inbox: deque[e.Event] = deque()
+        wake = [env.event()]
+
+        def emit(event: e.Event) -> None:
+            inbox.append(event)
+            if not wake[0].triggered:
+                wake[0].succeed()
+
+        def dispatch(cmds: list[c.Command]) -> None:
+            for cmd in cmds:
+                env.process(self._run_command(cmd, emit))
+
+        dispatch(session.start(env.now, self.cell.wall(env.now)))
+        interrupted = False
+        while not session.done:
+            if self._cancelled and not interrupted:
+                interrupted = True
+                dispatch(session.interrupt(env.now))
+            if inbox:
+                dispatch(session.handle(inbox.popleft(), env.now))
+                continue
+            nxt = session.next_wakeup(env.now)
+            if wake[0].triggered:
+                wake[0] = env.event()
+            delay = 1.0 if nxt is None else max(0.0, nxt - env.now)
+            yield env.any_of([wake[0], env.timeout(delay)])
+            if not inbox:
+                dispatch(session.poll(env.now))
+
+    def _run_command(self, cmd: c.Command, emit: Emit) -> Generator[Any, Any, None]:
+        handler = getattr(self, f"_do_{type(cmd).__name__}", None)
+        if handler is None:
+            emit(e.CommandFailed(cmd, f"the simulated world cannot execute {type(cmd).__name__}"))
+            return
+        try:
+            yield from handler(cmd, emit)
+        except simpy.Interrupt:
+            return
+        except Exception as exc:  # a bug in the model is evidence, never a hang
+            emit(e.CommandFailed(cmd, f"{type(exc).__name__}: {exc}"))
+
+    # ------------------------------------------------------------------ set-up and observation
+
+    def _do_StartEngine(self, cmd: c.StartEngine, emit: Emit) -> Generator[Any, Any, None]:
+        engine = self.cell.engines[cmd.name]
+        load = self.plan.scenario.engines.load_time(cmd.name) if cmd.first_start else 0.0
+        yield from engine.start(refuse_s=load)
+        emit(e.EngineUp(cmd.name, engine.control_state()))
+
+    def _do_LaunchRouter(self, cmd: c.LaunchRouter, emit: Emit) -> Generator[Any, Any, None]:
+        router = SimRouter(self.cell, cmd.settings, cmd.registered, self.cell.new_uuid)
+        self.cell.router = router
+        emit(
+            e.WorldNote(
+                "router launch", {"router": "reference (simulated)", "inject_bug": cmd.settings.inject_bug}
+            )
+        )
+        yield self.env.timeout(ROUTER_START_S)
+        router.start()
+        emit(e.RouterUp(has_events=True))
+
+    def _router(self) -> SimRouter:
+        assert self.cell.router is not None, "the router is not launched"
+        return self.cell.router
+
+    def _do_PollWorkers(self, cmd: c.PollWorkers, emit: Emit) -> Generator[Any, Any, None]:
+        yield self.env.timeout(2 * HOP_S)
+        workers = self._router().workers()
+        engines = {}
+        for w in workers:
+            engine = self.cell.engine_at_url(str(w["url"]))
+            if engine is not None:
+                engines[str(w["url"])] = engine.name
+        emit(e.WorkersSeen(tuple(workers), engines))
+
+    def _do_PollRouterEvents(self, cmd: c.PollRouterEvents, emit: Emit) -> Generator[Any, Any, None]:
+        yield self.env.timeout(2 * HOP_S)
+        events = self._router().events
+        emit(e.RouterEventsSeen(tuple(events[cmd.since :]), len(events)))
+
+    def _do_CheckRoutable(self, cmd: c.CheckRoutable, emit: Emit) -> Generator[Any, Any, None]:
+        emit(e.RoutableSeen(True))
+        yield self.env.timeout(0)
+
+    def _do_SendRequest(self, cmd: c.SendRequest, emit: Emit) -> Generator[Any, Any, None]:
+        proc = self.env.active_process
+        if proc is not None:
+            self._clients[proc] = None
+        plan = cmd.plan
+        env = self.env
+        try:
+            handling = env.process(self._router().handle(plan))
+            deadline = env.timeout(plan.deadline_s)
+            yield env.any_of([handling, deadline])
+            if handling.triggered:
+                answer = handling.value
+                emit(
+                    e.RequestDone(
+                        plan.seq,
+                        status=answer.status,
+                        ok=answer.ok,
+                        text=answer.text,
+                        error=answer.error,
+                        latency_s=answer.latency_s,
+                        ttft_s=answer.ttft_s,
+                    )
+                )
+                return
+            handling.interrupt("client gave up")
+            emit(
+                e.RequestDone(
+                    plan.seq,
+                    status=0,
+                    ok=False,
+                    latency_s=plan.deadline_s,
+                    timed_out=True,
+                    error=f"no complete answer within the {plan.deadline_s:g} s deadline",
+                )
+            )
+        finally:
+            if proc is not None:
+                self._clients.pop(proc, None)
+
+    def _do_CancelRequests(self, cmd: c.CancelRequests, emit: Emit) -> Generator[Any, Any, None]:
+        for proc in list(self._clients):
+            if proc.is_alive:
+                proc.interrupt("cancelled")
+        yield self.env.timeout(0)
+
+    def _do_Teardown(self, cmd: c.Teardown, emit: Emit) -> Generator[Any, Any, None]:
+        resumed = sorted(n for n, eng in self.cell.engines.items() if eng.frozen)
+        for name in resumed:
+            self.cell.engines[name].thaw()
+        if self.cell.router is not None:
+            self.cell.router.stop()
+        for engine in self.cell.engines.values():
+            engine.kill()
+        yield self.env.timeout(0)
+        emit(e.TornDown(tuple(resumed)))
+
+    def _do_CollectHandoffs(self, cmd: c.CollectHandoffs, emit: Emit) -> Generator[Any, Any, None]:
+        records: list[dict[str, Any]] = []
+        for name in sorted(self.cell.engines):
+            records.extend(self.cell.records.get(name, []))
+        yield self.env.timeout(0)
+        emit(e.HandoffsCollected(tuple(records)))
+
+    def _do_SetLinkEnabled(self, cmd: c.SetLinkEnabled, emit: Emit) -> Generator[Any, Any, None]:
+        state = self.cell.net.link(LinkRef(cmd.engine, cmd.link))
+        if state is not None:
+            state.enabled = cmd.enabled
+        yield self.env.timeout(0)
+        emit(e.LinkToggled(cmd.fault, cmd.engine, cmd.link, cmd.enabled))
+
+    # ------------------------------------------------------------------ actions
+
+    def _do_ApplyAction(self, cmd: c.ApplyAction, emit: Emit) -> Generator[Any, Any, None]:
+        actions = SimActions(self, emit)
+        try:
+            if is_network_action(cmd.action):
+                yield from actions.network(cmd.fault, cmd.action)
+            else:
+                yield from actions.engine(cmd.fault, cmd.action)
+        except (KeyError, ValueError) as exc:
+            emit(e.ActionDone(cmd.fault, error=f"{type(exc).__name__}: {exc}"))
+
+
+class SimActions:
+    """Timeline actions on the simulated cell, each verified against the model (the world's evidence)."""
+
+    def __init__(self, world: SimWorld, emit: Emit) -> None:
+        self.world = world
+        self.env = world.env
+        self.cell = world.cell
+        self.emit = emit
+
+    def _state(self, engine: SimEngine) -> dict[str, Any]:
+        st = engine.control_state()
+        self.emit(e.EngineState(engine.name, st))
+        return st
+
+    def _health(self, engine: SimEngine) -> Generator[Any, Any, str]:
+        """What a direct `GET /health` sees within the probe window: ok:<status>, refused or timeout."""
+        res: CallResult = yield from self.cell.net.call(
+            None, engine.accepting, engine.serve(engine.health), 64, PROBE_WINDOW_S
+        )
+        if res.ok:
+            return "ok:200" if res.value else "ok:503"
+        return "timeout" if res.error == "timeout" else "refused"
+
+    def engine(self, fid: str, a: Any) -> Generator[Any, Any, None]:
+        eng = self.cell.engines[a.target]
+        emit = self.emit
+        verified, evidence = True, {}
+        if isinstance(a, Restart | SlowStart):
+            before = eng.control_state()
+            down = a.down_s if isinstance(a, Restart) else a.refuse_s
+            if isinstance(a, Restart):
+                params = (
+                    {"down_s": a.down_s, "mode": "control", "engine_id": a.engine_id}
+                    if a.mode == "control"
+                    else {"down_s": a.down_s, "mode": "process"}
+                )
+                kind = "restart"
+            else:
+                params, kind = {"refuse_s": a.refuse_s}, "slow_start"
+            changed = {"engine_id": {"old": before["engine_id"]}}
+            if isinstance(a, Restart) and a.mode == "process":
+                changed["pid"] = {"old": eng.pid}
+            emit(e.FaultApplied(fid, kind, eng.name, params, changed))
+            if isinstance(a, Restart) and a.mode == "process":
+                eng.kill()
+                yield self.env.timeout(a.down_s)
+                yield from eng.respawn()
+            else:
+                yield from eng.restart(down, getattr(a, "engine_id", None))
+            after = self._state(eng)
+            ev = _identity_evidence(before, after)
+            refused = True if down >= 0.2 or (isinstance(a, Restart) and a.mode == "process") else None
+            ev.update(refused_while_down=refused, serving_port_open=eng.listening)
+            emit(e.FaultVerified(fid, bool(ev["new_engine_id"]) and eng.listening, ev))
+        elif isinstance(a, Crash):
+            emit(e.FaultApplied(fid, "crash", eng.name, {"mode": a.mode}, {"pid": {"old": eng.pid}}))
+            eng.kill()
+            yield self.env.timeout(HOP_S)
+            emit(
+                e.FaultVerified(fid, True, {"returncode": -9 if a.mode == "signal" else 137, "refused": True})
+            )
+        elif isinstance(a, Die):
+            changed = eng.die(a.exit_after_s)
+            emit(e.FaultApplied(fid, "die", eng.name, {"exit_after_s": a.exit_after_s}, changed))
+            health = yield from self._health(eng)
+            emit(e.FaultVerified(fid, health in ("ok:503", "refused"), {"health": health}))
+        elif isinstance(a, Respawn):
+            eng.kill()
+            emit(e.FaultApplied(fid, "respawn", eng.name, {}))
+            yield from eng.respawn()
+            after = self._state(eng)
+            emit(e.FaultVerified(fid, eng.listening, {"engine_id": after["engine_id"], "pid": eng.pid}))
+        elif isinstance(a, StartEngine):
+            emit(e.FaultApplied(fid, "start_engine", eng.name, {}))
+            yield from eng.start(refuse_s=self.cell.plan.scenario.engines.load_time(eng.name))
+            after = self._state(eng)
+            emit(e.FaultVerified(fid, eng.listening, {"engine_id": after["engine_id"]}))
+        elif isinstance(a, Wedge) and a.mode == "sigstop":
+            eng.freeze()
+            emit(
+                e.FaultApplied(
+                    fid, "wedge", eng.name, {"surface": "all", "mode": "sigstop"}, {"pid": eng.pid}
+                )
+            )
+            probe = yield from self._health(eng)
+            emit(e.FaultVerified(fid, probe == "timeout", {"state": "T", "health_probe": probe}))
+        elif isinstance(a, Wedge | EngineFault):
+            kind = "wedge" if isinstance(a, Wedge) else a.kind
+            params = {"surface": a.surface} if isinstance(a, Wedge) else dict(a.params)
+            changed = eng.set_fault({"fault": kind, **params})
+            shown = {"surface": a.surface, "mode": "control"} if isinstance(a, Wedge) else params
+            emit(e.FaultApplied(fid, kind, eng.name, shown, changed))
+            st = self._state(eng)
+            listed = kind in (st.get("faults") or {})
+            ev: dict[str, Any] = (
+                {"listed": listed} if isinstance(a, Wedge) else {"listed": listed, "faults": st.get("faults")}
+            )
+            ok = listed
+            if isinstance(a, Wedge) and a.surface in ("all", "health"):
+                probe = yield from self._health(eng)
+                ev["health_probe"] = probe
+                ok = ok and probe == "timeout"
+            if kind == "no_engine_id":
+                ev["engine_id_reported"] = st.get("engine_id")
+            emit(e.FaultVerified(fid, ok, ev))
+        elif isinstance(a, Heal):
+            if eng.frozen and a.kind in (None, "wedge"):
+                eng.thaw()
+                evidence["sigcont"] = True
+            eng.clear_faults(a.kind)
+            st = self._state(eng)
+            remaining = st.get("faults") or {}
+            evidence["remaining"] = remaining
+            verified = a.kind not in remaining if a.kind else not remaining
+            yield self.env.timeout(0)
+        elif isinstance(a, PatchWorker | AddWorker | RemoveWorker):
+            yield from self._worker_api(fid, a)
+        else:
+            raise ValueError(f"unknown action {a!r}")
+        emit(e.ActionDone(fid, verified=verified, evidence=evidence))
+
+    def _worker_api(self, fid: str, a: Any) -> Generator[Any, Any, None]:
+        router = self.world._router()
+        yield self.env.timeout(2 * HOP_S)
+        before = next(
+            (
+                w
+                for w in router.workers()
+                if self.cell.engine_at_url(str(w["url"])) is not None
+                and self.cell.engine_at_url(str(w["url"])).name == a.target
+            ),
+            None,
+        )  # type: ignore[union-attr]
+        if isinstance(a, PatchWorker):
+            status, body = router.patch_worker(a.target, dict(a.body))
+            self.emit(e.FaultApplied(fid, "patch_worker", a.target, dict(a.body), {"status": status}))
+            after = body if 200 <= status < 300 else None
+            kept = {
+                k: (before or {}).get(k) == (after or {}).get(k)
+                for k in ("connector", "role", "bootstrap_port", "kv_engine_id", "url")
+            }
+            applied = all((after or {}).get(k) == v for k, v in a.body.items())
+            self.emit(
+                e.FaultVerified(
+                    fid,
+                    200 <= status < 300 and applied,
+                    {"status": status, "kept": kept, "applied": applied, "after": after},
+                )
+            )
+        elif isinstance(a, AddWorker):
+            status, body = router.add_worker(a.target)
+            self.emit(e.FaultApplied(fid, "add_worker", a.target, {}, {"status": status}))
+            self.emit(e.FaultVerified(fid, 200 <= status < 300, {"status": status, "worker": body}))
+        else:
+            status, body = router.remove_worker(a.target)
+            self.emit(e.FaultApplied(fid, "remove_worker", a.target, {}, {"status": status}))
+            self.emit(e.FaultVerified(fid, 200 <= status < 300, {"status": status, "answer": body}))
+
+    def network(self, fid: str, a: Any) -> Generator[Any, Any, None]:
+        net = self.cell.net
+        if isinstance(a, HealLink):
+            refs = [r for r in net.links if r.engine == a.target and (a.link is None or r.link == a.link)]
+            if not refs:
+                raise ValueError(f"heal {a.target}.{a.link or '*'}: no faulted link")
+            evidence = {}
+            for ref in refs:
+                net.clean(ref)
+                state = net.links[ref]
+                evidence[ref.label] = {"toxics": [t.name for t in state.toxics], "enabled": state.enabled}
+            yield self.env.timeout(0)
+            self.emit(e.ActionDone(fid, verified=True, evidence=evidence))
+            return
+        ref = LinkRef(a.target, a.link)
+        state = net.link(ref)
+        if state is None:
+            raise ValueError(f"link {ref.label} has no fault point (this cell's connector has no such link)")
+        toxics = toxics_for(a, fid)
+        params: dict[str, Any] = {**fault_params(a), "proxy": f"sim:{ref.label}"}
+        if not toxics:
+            state.enabled = False
+        else:
+            params["toxics"] = [t.body() for t in toxics]
+            net.add_toxics(ref, toxics)
+        self.emit(
+            e.FaultApplied(fid, fault_kind(a), ref.engine, {**params, "link": ref.link}, {}, link=ref.link)
+        )
+        listed = sorted(t.name for t in state.toxics)
+        ok = all(t.name in listed for t in toxics)
+        if not toxics:
+            ok = not state.enabled
+            probe = "refused"
+        elif isinstance(a, Partition):
+            probe = "silent"
+        else:
+            probe = "answered"
+        if isinstance(a, LinkFlap):
+            probe = "refused"
+        yield self.env.timeout(0)
+        self.emit(
+            e.FaultVerified(
+                fid,
+                ok,
+                {
+                    "proxy": params["proxy"],
+                    "enabled": state.enabled,
+                    "toxics": listed,
+                    "probe": probe,
+                    "ok": ok,
+                },
+            )
+        )
+        self.emit(e.ActionDone(fid))
+
+
+def _identity_evidence(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    old, new = before.get("engine_id"), after.get("engine_id")
+    return {
+        "old_engine_id": old,
+        "engine_id": new,
+        "new_engine_id": bool(new) and new != old,
+        "generation": after.get("generation"),
+        "side_channel_port": after.get("side_channel_port"),
+    }
+
+
+def make_world(plan: CellPlan, out_dir: Path | None = None) -> SimWorld:
+    return SimWorld(plan, out_dir)
+
+
+WorldFactory = Callable[[CellPlan, Path], World]
