@@ -104,6 +104,8 @@ async def _main(args: argparse.Namespace) -> int:
     out = Path(tempfile.mkdtemp(prefix="pdchaos-agreement-"))
     bad = 0
     for row in rows(list(scen.values())):
+        if args.only and row.scenario not in args.only:
+            continue
         entry = table.setdefault(row.key, {})
         why = scen[row.scenario].world_notes.get("sim", "")
         if why:
@@ -126,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--world", choices=("both", "real", "sim"), default="both")
     ap.add_argument("--dry-run", action="store_true", help="do not rewrite the table")
+    ap.add_argument("--only", nargs="+", metavar="SCENARIO", help="only these scenarios' rows")
     return asyncio.run(_main(ap.parse_args(argv)))
 
 

@@ -34,7 +34,9 @@ SCENARIOS = [
         connectors=("mooncake",),
         router=ROUTER,
         engines=ENGINES,
-        workload=WORKLOAD,
+        # Long enough that, with the stale id bug, stale handoffs go on past the grace window whatever the
+        # timing of the restart (the handoff checker then catches it in both worlds, not by luck).
+        workload=replace(WORKLOAD, duration_s=7.5),
         timeline=(Step("restart", Restart("prefill-0", down_s=0.6), At(1.5)),),
         expect=_MOONCAKE_RESTART_EXPECT,
     ),
@@ -62,7 +64,9 @@ SCENARIOS = [
         connectors=("mooncake",),
         router=ROUTER,
         engines=ENGINES,
-        workload=WORKLOAD,
+        # Long enough that, with the stale id bug, stale handoffs go on past the grace window whatever the
+        # timing of the restart (the handoff checker then catches it in both worlds, not by luck).
+        workload=replace(WORKLOAD, duration_s=7.5),
         timeline=(Step("restart", Restart("prefill-0", down_s=0.3, mode="process"), At(1.5)),),
         expect=_MOONCAKE_RESTART_EXPECT,
     ),
@@ -111,7 +115,9 @@ SCENARIOS = [
         connectors=("mooncake",),
         router=ROUTER,
         engines=ENGINES,
-        workload=WORKLOAD,
+        # Long enough that, with the stale id bug, stale handoffs go on past the grace window whatever the
+        # timing of the restart (the handoff checker then catches it in both worlds, not by luck).
+        workload=replace(WORKLOAD, duration_s=8.5),
         timeline=(Step("slow_start", SlowStart("prefill-0", refuse_s=1.5), At(1.5)),),
         expect=(
             *BASE_EXPECT,

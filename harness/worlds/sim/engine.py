@@ -32,6 +32,10 @@ CONNECTOR_NAMES = {"mooncake": "MooncakeConnector", "nixl": "NixlConnector", "no
 KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer", "both": "kv_both"}
 # Bytes per prompt token of the fakes' KV payload (what a pull carries back).
 KV_BYTES_PER_TOKEN = 64
+# A new engine process takes this long to serve (interpreter, imports, listeners; measured ~0.5 s on the fake
+# engines), an in-process restart this long to close and reopen its listeners.
+PROCESS_START_S = 0.5
+LISTENERS_RESTART_S = 0.02
 
 
 class SimEngine:
@@ -106,12 +110,15 @@ class SimEngine:
         return self.listening
 
     def start(
-        self, refuse_s: float = 0.0, restart: bool = False, engine_id: str | None = None
+        self, refuse_s: float = 0.0, restart: bool = False, engine_id: str | None = None,
+        new_process: bool = True,
     ) -> Generator[Any, Any, None]:
-        """Start (or restart) the process: listeners refuse for `refuse_s`, then serve with a new identity."""
+        """Start (or restart) the engine: listeners refuse for `refuse_s` (plus a new process's start-up),
+        then serve with a new identity."""
         self.exists = True
-        if refuse_s > 0:
-            yield self.env.timeout(refuse_s)
+        wait = refuse_s + (PROCESS_START_S if new_process else LISTENERS_RESTART_S)
+        if wait > 0:
+            yield self.env.timeout(wait)
         now = self.env.now
         if restart:
             self.state.restart(now, engine_id)
@@ -149,7 +156,7 @@ class SimEngine:
 
     def restart(self, down_s: float, engine_id: str | None = None) -> Generator[Any, Any, None]:
         self.stop(exists=True)
-        yield from self.start(refuse_s=down_s, restart=True, engine_id=engine_id)
+        yield from self.start(refuse_s=down_s, restart=True, engine_id=engine_id, new_process=False)
 
     def respawn(self) -> Generator[Any, Any, None]:
         self.pid += 1
