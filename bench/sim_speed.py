@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.runner import run_scenario
-from harness.scenario import At, Expect, Partition, HealLink, Restart, Scenario, Step, Workload
+from harness.scenario import At, Expect, HealLink, Partition, Restart, Scenario, Step, Workload
 
 # The scenarios below are written at production time already: the preset must not stretch them again.
 AS_WRITTEN = {"production": {"time_scale": 1.0}}
@@ -70,16 +70,20 @@ async def measure(label: str, s: Scenario, topology: str, out: Path) -> None:
     r = await run_scenario(s, topology, "mooncake", "http", "reference", out, world="sim",
                            settings="production")
     wall = time.perf_counter() - t0
-    hist = out / "history.jsonl"
-    size = hist.stat().st_size if hist.exists() else 0
-    requests = 0
-    with open(hist, "rb") as fh:
-        requests = sum(1 for line in fh if b'"type": "request_completed"' in line or
-                       b'"type":"request_completed"' in line)
+    size, requests = history_size(out / "history.jsonl")
     sim_s = s.workload.duration_s
     print(f"{label}: wall {wall:.1f} s for {sim_s:.0f} simulated s = {sim_s / wall:.0f}x real time; "
-          f"{requests} requests ({requests / wall:.0f}/wall s); history {size / 1e6:.1f} MB; verdict {r.status}"
-          + (f" ({r.reason[:120]})" if r.status != "pass" else ""), flush=True)
+          f"{requests} requests ({requests / wall:.0f}/wall s); history {size / 1e6:.1f} MB; "
+          f"verdict {r.status}" + (f" ({r.reason[:120]})" if r.status != "pass" else ""), flush=True)
+
+
+def history_size(path: Path) -> tuple[int, int]:
+    """(bytes, completed requests) of a history file."""
+    if not path.exists():
+        return 0, 0
+    with open(path, "rb") as fh:
+        requests = sum(1 for line in fh if b"request_completed" in line)
+    return path.stat().st_size, requests
 
 
 def main() -> int:
