@@ -11,9 +11,11 @@ from typing import Any
 
 
 class JsonlWriter:
-    """Thread-safe line writer; each record is flushed so a crash loses at most the line being written."""
+    """Thread-safe line writer; each record is flushed so a crash loses at most the line being written
+    (`flush_each=False`: buffered, for a writer nothing outside reads while it runs, e.g. a simulation)."""
 
-    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None, flush_each: bool = True) -> None:
+        self._flush_each = flush_each
         self._lock = threading.Lock()
         self._fh = None
         if path is not None:
@@ -26,7 +28,13 @@ class JsonlWriter:
         line = json.dumps(record, separators=(",", ":"), sort_keys=True, default=str)
         with self._lock:
             self._fh.write(line + "\n")
-            self._fh.flush()
+            if self._flush_each:
+                self._fh.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                self._fh.flush()
 
     def close(self) -> None:
         with self._lock:

@@ -56,6 +56,7 @@ class EngineState:
         *,
         new_id: Callable[[], uuid.UUID] = uuid.uuid4,
         on_record: RecordSink | None = None,
+        keep_records: bool = True,
     ) -> None:
         self.config = config
         self._new_id = new_id
@@ -75,6 +76,8 @@ class EngineState:
         self.generation_tokens_total = 0
         self.outcome_counts: dict[str, int] = {}
         self.last_receive = 0.0
+        # keep_records=False: records go to `on_record` only (a simulation hands them on as they come).
+        self._keep_records = keep_records
         self.records: list[dict[str, Any]] = []
 
     # -- identity and lifecycle -----------------------------------------------------------------------------
@@ -162,7 +165,8 @@ class EngineState:
             connector=cfg.connector,
             **fields,
         )
-        self.records.append(rec)
+        if self._keep_records:
+            self.records.append(rec)
         self.outcome_counts[rec["outcome"]] = self.outcome_counts.get(rec["outcome"], 0) + 1
         if self.on_record is not None:
             self.on_record(rec)

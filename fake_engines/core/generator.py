@@ -22,7 +22,7 @@ DEFAULT_MAX_TOKENS = 16
 
 def prompt_digest(token_ids: Sequence[int]) -> str:
     """Hex sha256 of the token ids (comma-joined decimal), first 16 chars."""
-    return hashlib.sha256(",".join(str(int(t)) for t in token_ids).encode()).hexdigest()[:16]
+    return hashlib.sha256(",".join(map(str, map(int, token_ids))).encode()).hexdigest()[:16]
 
 
 def output_digest(token_ids: Sequence[int]) -> str:
@@ -50,13 +50,18 @@ def generate_ids(kv_digest: str, max_tokens: int, seed: int | None = None) -> li
     harness must be able to predict unseeded requests too."""
     if max_tokens < 0:
         raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+    return list(_generate_ids(kv_digest, max_tokens, 0 if seed is None else int(seed)))
+
+
+@lru_cache(maxsize=8192)
+def _generate_ids(kv_digest: str, max_tokens: int, s: int) -> tuple[int, ...]:
+    # The decode generates it and the harness predicts it: compute it once.
     words = word_token_ids()
-    s = 0 if seed is None else int(seed)
     out = []
     for i in range(max_tokens):
         h = hashlib.sha256(f"{kv_digest}:{s}:{i}".encode()).digest()
         out.append(words[int.from_bytes(h[:8], "big") % len(words)])
-    return out
+    return tuple(out)
 
 
 def token_pieces(ids: Sequence[int]) -> list[str]:

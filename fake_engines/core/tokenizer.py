@@ -35,7 +35,14 @@ def load_tokenizer() -> Tokenizer:
 
 def encode(text: str) -> list[int]:
     """Token ids of ``text``; special tokens written in the text become their single ids, nothing is added."""
-    return list(load_tokenizer().encode(text, add_special_tokens=False).ids)
+    return list(_encode(text))
+
+
+@lru_cache(maxsize=8192)
+def _encode(text: str) -> tuple[int, ...]:
+    # A prompt is tokenized by each engine that serves it and by the harness checking the answer: once is
+    # enough (a simulation serves hundreds of thousands).
+    return tuple(load_tokenizer().encode(text, add_special_tokens=False).ids)
 
 
 def decode(ids: Sequence[int]) -> str:

@@ -132,6 +132,14 @@ class TornDown:
 
 
 @dataclass(frozen=True)
+class HandoffsSeen:
+    """Handoff provenance records the engines made since the last ones reported (a world that can see them
+    as they are made reports them so; the rest come with `HandoffsCollected`)."""
+
+    records: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
 class HandoffsCollected:
     """Every engine's handoff provenance records (`error`: they could not be read)."""
 
@@ -163,6 +171,7 @@ Event = (
     | ActionDone
     | LinkToggled
     | TornDown
+    | HandoffsSeen
     | HandoffsCollected
     | CommandFailed
 )

@@ -212,6 +212,7 @@ class ScenarioSession:
         self.ok = 0
         self._load_end = 0.0
         self._load_noted = False
+        self._handoffs_seen = 0
 
     # ------------------------------------------------------------------ the interface
 
@@ -225,7 +226,11 @@ class ScenarioSession:
             raise RuntimeError("session already started")
         self.clock.set(now)
         wall = now if wall_now is None else wall_now
-        self.history = HistoryRecorder(self._history_path, self.clock, start=now, wall_clock=lambda: wall)
+        # A real run's history is flushed line by line (a killed run keeps it); a simulated one is written
+        # buffered (nothing reads it while it runs, and a crash replays from the seed).
+        sim = self.world == "sim"
+        self.history = HistoryRecorder(self._history_path, self.clock, start=now, wall_clock=lambda: wall,
+                                       flush_each=not sim, keep=not sim)
         self.ledger = FaultLedger(self.history)
         self.workers = WorkerWatch(self.history)
         s, topo = self.scenario, self.topology
@@ -410,6 +415,11 @@ class ScenarioSession:
                 self.phase = Phase.COLLECT
                 self._phase_deadline = now + COLLECT_S
                 return [c.CollectHandoffs()]
+            return []
+        if isinstance(ev, e.HandoffsSeen):
+            for rec in ev.records:
+                h.handoff(rec)
+            self._handoffs_seen += len(ev.records)
             return []
         if isinstance(ev, e.HandoffsCollected):
             if self.phase is Phase.COLLECT:
@@ -760,7 +770,7 @@ class ScenarioSession:
         for rec in ev.records:
             h.handoff(rec)
         if ev.error is None:
-            h.note(f"collected {len(ev.records)} handoff records")
+            h.note(f"collected {self._handoffs_seen + len(ev.records)} handoff records")
         else:
             h.note(f"handoff records unreadable: {ev.error}")
         h.run_ended(self.reason)

@@ -23,7 +23,17 @@ from fake_engines.core.request_flow import AwaitGate, Finish, Reject, RequestFlo
 from fake_engines.core.wire import HandshakeRequest, PullRequest
 from harness.scenario.links import LinkRef
 from harness.topology import EngineSpec
-from harness.worlds.sim.network import CUT, Refused, Reply, SimNetwork
+from harness.worlds.sim.network import (
+    CUT,
+    HOP_S,
+    CallResult,
+    Deadline,
+    Refused,
+    Reply,
+    SimNetwork,
+    wait,
+    wait_event,
+)
 
 if TYPE_CHECKING:
     from harness.worlds.sim.world import SimCell
@@ -70,7 +80,9 @@ class SimEngine:
             ttft_ms=float(settings.get("ttft_ms") or 0.0),
             itl_ms=float(settings.get("itl_ms") or 0.0),
         )
-        self.state = EngineState(self.config, self.env.now, new_id=new_id, on_record=cell.add_engine_record)
+        self.state = EngineState(
+            self.config, self.env.now, new_id=new_id, on_record=cell.add_engine_record, keep_records=False
+        )
         self.listening = False
         self.frozen = False
         self.exists = False  # a process is there (alive, maybe frozen or dying)
@@ -79,8 +91,10 @@ class SimEngine:
         self.side_port = 0
         self._thawed = self.env.event()
         self._faults_changed = self.env.event()
-        # Insertion-ordered (not a set): the order work is cut in must not depend on memory addresses.
-        self._work: dict[simpy.Process, None] = {}
+        # The processes inside this engine's handlers (insertion-ordered: the order work is cut in must not
+        # depend on memory addresses), and the interrupt cause that says "this engine stopped".
+        self._work: dict[object, simpy.Process] = {}
+        self._stop = ("stop", spec.name)
         self._exit: simpy.Process | None = None
 
     # ------------------------------------------------------------------ the process
@@ -110,7 +124,10 @@ class SimEngine:
         return self.listening
 
     def start(
-        self, refuse_s: float = 0.0, restart: bool = False, engine_id: str | None = None,
+        self,
+        refuse_s: float = 0.0,
+        restart: bool = False,
+        engine_id: str | None = None,
         new_process: bool = True,
     ) -> Generator[Any, Any, None]:
         """Start (or restart) the engine: listeners refuse for `refuse_s` (plus a new process's start-up),
@@ -140,9 +157,9 @@ class SimEngine:
         self.exists = exists
         self.state.side_channel_ports = []
         self.side_port = 0
-        for proc in list(self._work):
+        for proc in list(self._work.values()):
             if proc.is_alive:
-                proc.interrupt("engine stopped")
+                proc.interrupt(self._stop)
         self._work.clear()
         if self.frozen:
             self.thaw()
@@ -199,51 +216,51 @@ class SimEngine:
     # ------------------------------------------------------------------ serving
 
     def serve(
-        self, handler: Callable[[], Generator[Any, Any, Reply]]
-    ) -> Callable[[], Generator[Any, Any, Reply]]:
-        """Wrap a handler as a server for `SimNetwork.call`: tracked (a stop cuts it), paused while frozen."""
+        self, handler: Callable[[float | None], Generator[Any, Any, Reply]], deadline: float | None
+    ) -> Generator[Any, Any, Reply]:
+        """Run a handler in the caller's process (`SimNetwork.call`): registered while it runs, so a stop of
+        this engine cuts it (the connection resets); paused while the process is frozen; every wait of it
+        bounded by the caller's `deadline`."""
+        proc = self.env.active_process
+        token = object()
+        if proc is not None:
+            self._work[token] = proc
+        try:
+            yield from self._awake(deadline)
+            return (yield from handler(deadline))
+        except simpy.Interrupt as stop:
+            if stop.cause is not self._stop:
+                raise
+            return Reply(CUT, 0)
+        except Refused:
+            return Reply(CUT, 0)
+        finally:
+            self._work.pop(token, None)
 
-        def run() -> Generator[Any, Any, Reply]:
-            proc = self.env.active_process
-            if proc is not None:
-                self._work[proc] = None
-            try:
-                yield from self._awake()
-                return (yield from handler())
-            except simpy.Interrupt:
-                return Reply(CUT, 0)
-            except Refused:
-                return Reply(CUT, 0)
-            finally:
-                if proc is not None:
-                    self._work.pop(proc, None)
-
-        return run
-
-    def _awake(self) -> Generator[Any, Any, None]:
+    def _awake(self, deadline: float | None) -> Generator[Any, Any, None]:
         while self.frozen:
-            yield self._thawed
+            yield from wait_event(self.env, self._thawed, deadline)
 
-    def _gate(self, surface: str) -> Generator[Any, Any, None]:
+    def _gate(self, surface: str, deadline: float | None) -> Generator[Any, Any, None]:
         """The real servers' fault gate: park while the surface is wedged, then its added latency."""
         while True:
-            yield from self._awake()
+            yield from self._awake(deadline)
             delay = self.state.faults.gate_delay(surface)
             if delay is None:
-                yield self._faults_changed
+                yield from wait_event(self.env, self._faults_changed, deadline)
                 continue
             if delay > 0:
-                yield self.env.timeout(delay)
-            yield from self._awake()
+                yield from wait(self.env, delay, deadline)
+                yield from self._awake(deadline)
             return
 
-    def health(self) -> Generator[Any, Any, Reply]:
-        yield from self._gate("health")
+    def health(self, deadline: float | None) -> Generator[Any, Any, Reply]:
+        yield from self._gate("health", deadline)
         return Reply(not self.state.dead, 64)
 
-    def server_info(self) -> Generator[Any, Any, Reply]:
+    def server_info(self, deadline: float | None) -> Generator[Any, Any, Reply]:
         """GetServerInfo: ("error", None) under fail_server_info, else the fields a router reads."""
-        yield from self._gate("server_info")
+        yield from self._gate("server_info", deadline)
         s = self.state
         if s.faults.fail_server_info:
             return Reply(("error", None), 64)
@@ -256,117 +273,103 @@ class SimEngine:
         }
         return Reply(("ok", info), 256)
 
-    def model_info(self) -> Generator[Any, Any, Reply]:
-        yield from self._gate("metadata")
+    def model_info(self, deadline: float | None) -> Generator[Any, Any, Reply]:
+        yield from self._gate("metadata", deadline)
         return Reply("ok", 256)
 
-    def bootstrap_query(self) -> Generator[Any, Any, Reply]:
-        yield from self._gate("side_channel")
+    def bootstrap_query(self, deadline: float | None) -> Generator[Any, Any, Reply]:
+        yield from self._gate("side_channel", deadline)
         return Reply(self.state.bootstrap_answer(), 256)
 
-    def side_channel(self, msg: Any, port: int) -> Generator[Any, Any, Reply]:
+    def side_channel(self, msg: Any, port: int, deadline: float | None) -> Generator[Any, Any, Reply]:
         if port != self.side_port or not self.side_port:
             raise Refused("side channel of an earlier start")
-        yield from self._gate("side_channel")
+        yield from self._gate("side_channel", deadline)
         answer = self.state.answer_side_channel(msg, self.state.engine_id, self.env.now)
         payload = KV_BYTES_PER_TOKEN * int(getattr(answer, "n_tokens", 0) or 0)
         return Reply(answer, 128 + payload)
 
-    def generate(self, req: GenRequest) -> Generator[Any, Any, Reply]:
-        """One generation through the request flow; the reply is the flow's final step (Finish or Reject)."""
+    def generate(self, req: GenRequest, stream: bool, deadline: float | None) -> Generator[Any, Any, Reply]:
+        """One generation leg through the request flow, answered as the HTTP/gRPC surfaces do: the reply is
+        the flow's final step (Finish or Reject); a non-streamed answer leaves once its last token is out, a
+        streamed one with the first (the caller paces the rest). A caller gone or a stop aborts the flow
+        (no record, as a cancelled request)."""
         flow = RequestFlow(self.state, req)
         step = flow.next_step()
         try:
             while not isinstance(step, Finish | Reject):
-                step = yield from self._perform(flow, step)
-        except simpy.Interrupt:
+                step = yield from self._perform(flow, step, deadline)
+        except (simpy.Interrupt, Deadline):
             flow.abort()
             raise
-        if isinstance(step, Finish):
-            return Reply(step.result, 512 + 8 * len(step.result.token_ids))
-        return Reply(step, 256)
+        if isinstance(step, Reject):
+            return Reply(step, 256)
+        result: GenResult = step.result
+        rest = result.itl_s * max(0, len(result.token_ids) - 1)
+        if not stream and rest > 0:
+            yield from wait(self.env, rest, deadline)
+            yield from self._awake(deadline)
+        return Reply(result, 512 + 8 * len(result.token_ids))
 
-    def generate_answer(self, req: GenRequest, stream: bool) -> Generator[Any, Any, Reply]:
-        """A generation leg as the HTTP/gRPC surfaces answer it: a non-streamed answer leaves once its last
-        token is out; a streamed one starts with the first (the caller paces the rest)."""
-        reply = yield from self.generate(req)
-        if not stream and isinstance(reply.value, GenResult):
-            result: GenResult = reply.value
-            rest = result.itl_s * max(0, len(result.token_ids) - 1)
-            if rest > 0:
-                yield self.env.timeout(rest)
-                yield from self._awake()
-        return reply
-
-    def _perform(self, flow: RequestFlow, step: Any) -> Generator[Any, Any, Any]:
+    def _perform(self, flow: RequestFlow, step: Any, deadline: float | None) -> Generator[Any, Any, Any]:
         env, cell = self.env, self.cell
         if isinstance(step, AwaitGate):
-            yield from self._gate(step.surface)
+            yield from self._gate(step.surface, deadline)
             return flow.on_gate_passed(env.now, cell.wall(env.now))
         if isinstance(step, Sleep):
-            if step.seconds > 0:
-                yield env.timeout(step.seconds)
-            yield from self._awake()
+            yield from wait(env, step.seconds, deadline)
+            yield from self._awake(deadline)
             return flow.on_slept(env.now, cell.wall(env.now))
         if isinstance(step, WaitUntil):
-            yield env.timeout(max(0.0, step.deadline - env.now))
-            yield from self._awake()
+            yield from wait(env, step.deadline - env.now, deadline)
+            yield from self._awake(deadline)
             return flow.on_deadline(env.now, cell.wall(env.now))
         if isinstance(step, QueryBootstrap):
             prefill = cell.engine_at_url(step.url)
             result = yield from self._call_prefill(
-                prefill, "bootstrap", lambda p: p.bootstrap_query(), 128, step.timeout_s
+                prefill, "bootstrap", lambda p, d: p.bootstrap_query(d), step.timeout_s, deadline
             )
-            yield from self._awake()
+            yield from self._awake(deadline)
             error = None if result.ok else _transport_error(result.error)
             return flow.on_query_result(
                 result.value if result.ok else None, env.now, cell.wall(env.now), error=error
             )
-        if isinstance(step, Handshake):
+        if isinstance(step, Handshake | PullFrom):
             prefill = cell.engine_at_port(step.port)
-            msg = HandshakeRequest(step.engine_id)
+            msg = (
+                HandshakeRequest(step.engine_id)
+                if isinstance(step, Handshake)
+                else PullRequest(step.engine_id, step.transfer_key)
+            )
             result = yield from self._call_prefill(
-                prefill, "side_channel", lambda p: p.side_channel(msg, step.port), 128, step.timeout_s
+                prefill,
+                "side_channel",
+                lambda p, d: p.side_channel(msg, step.port, d),
+                step.timeout_s,
+                deadline,
             )
-            yield from self._awake()
-            return flow.on_handshake_result(
-                result.value if result.ok else None,
-                env.now,
-                cell.wall(env.now),
-                error=None if result.ok else _transport_error(result.error),
-            )
-        if isinstance(step, PullFrom):
-            prefill = cell.engine_at_port(step.port)
-            msg = PullRequest(step.engine_id, step.transfer_key)
-            result = yield from self._call_prefill(
-                prefill, "side_channel", lambda p: p.side_channel(msg, step.port), 128, step.timeout_s
-            )
-            yield from self._awake()
-            return flow.on_pull_result(
-                result.value if result.ok else None,
-                env.now,
-                cell.wall(env.now),
-                error=None if result.ok else _transport_error(result.error),
-            )
+            yield from self._awake(deadline)
+            value = result.value if result.ok else None
+            error = None if result.ok else _transport_error(result.error)
+            if isinstance(step, Handshake):
+                return flow.on_handshake_result(value, env.now, cell.wall(env.now), error=error)
+            return flow.on_pull_result(value, env.now, cell.wall(env.now), error=error)
         raise RuntimeError(f"unknown request flow step {step!r}")
 
     def _call_prefill(
         self,
         prefill: SimEngine | None,
         link: str,
-        handler: Callable[[SimEngine], Any],
-        nbytes: int,
+        handler: Callable[[SimEngine, float | None], Generator[Any, Any, Reply]],
         timeout_s: float,
-    ) -> Generator[Any, Any, Any]:
+        deadline: float | None,
+    ) -> Generator[Any, Any, CallResult]:
         if prefill is None:
-            from harness.worlds.sim.network import CallResult
-
-            yield self.env.timeout(0)
+            yield from wait(self.env, HOP_S, deadline)
             return CallResult(error="refused")
-        ref = LinkRef(prefill.name, link)
         return (
             yield from self.net.call(
-                ref, prefill.accepting, prefill.serve(lambda: handler(prefill)), nbytes, timeout_s
+                LinkRef(prefill.name, link), prefill, lambda d: handler(prefill, d), 128, timeout_s, deadline
             )
         )
 

@@ -23,15 +23,55 @@ from harness.toxiproxy.toxics import ToxicSpec
 # One-way latency of a hop on loopback (connect + write + read of a small message).
 HOP_S = 0.0002
 
-Server = Callable[[], Generator[Any, Any, "Reply"]]
-
 
 class Refused(Exception):
     """Nothing accepts connections there (engine down or loading, link disabled)."""
 
 
-# What a server answers when its work was cut (its process stopped, its caller gone): the connection resets.
+class Deadline(Exception):
+    """A wait reached the deadline `at` of a caller: the work unwinds to the call that set it (a closed
+    connection cancels the server's work, as in the real servers)."""
+
+    def __init__(self, at: float) -> None:
+        super().__init__(at)
+        self.at = at
+
+
+# What a server answers when its work was cut (its process stopped): the connection resets.
 CUT = object()
+
+
+def earliest(*deadlines: float | None) -> float | None:
+    found = [d for d in deadlines if d is not None]
+    return min(found) if found else None
+
+
+def wait(env: simpy.Environment, delay: float, deadline: float | None) -> Generator[Any, Any, None]:
+    """Let `delay` pass (inf: forever), unless `deadline` comes first (then Deadline)."""
+    end = env.now + max(0.0, delay)
+    if deadline is not None and end > deadline:
+        if deadline > env.now:
+            yield env.timeout(deadline - env.now)
+        raise Deadline(deadline)
+    if end == float("inf"):
+        yield env.event()  # a wait with no end and no deadline: the process hangs, as a real one would
+    elif end > env.now:
+        yield env.timeout(end - env.now)
+
+
+def wait_event(
+    env: simpy.Environment, event: simpy.Event, deadline: float | None
+) -> Generator[Any, Any, None]:
+    """Wait for `event`, unless `deadline` comes first (then Deadline)."""
+    if deadline is None:
+        yield event
+        return
+    if env.now >= deadline:
+        raise Deadline(deadline)
+    timer = env.timeout(deadline - env.now)
+    yield env.any_of([event, timer])
+    if not event.triggered:
+        raise Deadline(deadline)
 
 
 @dataclass(frozen=True)
@@ -130,63 +170,42 @@ class SimNetwork:
     def call(
         self,
         ref: LinkRef | None,
-        accepting: Callable[[], bool],
-        server: Server,
+        server: Any,
+        handler: Callable[[float | None], Generator[Any, Any, Reply]],
         request_bytes: int,
         timeout_s: float | None,
+        outer: float | None = None,
     ) -> Generator[Any, Any, CallResult]:
-        """One request/answer over `ref` (None: a hop no fault sits on) to a server that `accepting()` says
-        listens. A simpy process body: `result = yield from network.call(...)`."""
+        """One request/answer over `ref` (None: a hop no fault sits on) to `server` (an engine: `accepting()`,
+        `serve(handler, deadline)`), within `timeout_s`, inside a caller whose own deadline is `outer`. Runs
+        in the caller's process: `result = yield from network.call(...)`. The caller's deadline passing
+        raises Deadline past this call; the call's own gives a "timeout" result."""
         env = self.env
         start = env.now
+        own = None if timeout_s is None else start + max(0.0, timeout_s)
+        deadline = earliest(own, outer)
         state = self.links.get(ref) if ref is not None else None
-        if (state is not None and not state.enabled) or not accepting():
-            yield env.timeout(HOP_S)
+        if (state is not None and not state.enabled) or not server.accepting():
+            yield from wait(env, HOP_S, outer)
             return CallResult(error="refused", elapsed=env.now - start)
         if state is not None:
             state.connections += 1
-        done = env.event()
-        exchange = env.process(self._exchange(ref, server, request_bytes, done))
-        waits: list[simpy.Event] = [done]
-        if timeout_s is not None:
-            waits.append(env.timeout(max(0.0, timeout_s)))
-        yield env.any_of(waits)
-        if done.triggered:
-            result: CallResult = done.value
-            return CallResult(result.value, result.error, env.now - start)
-        if exchange.is_alive:
-            exchange.interrupt("caller gave up")
-        return CallResult(error="timeout", elapsed=env.now - start)
-
-    def _exchange(
-        self, ref: LinkRef | None, server: Server, request_bytes: int, done: simpy.Event
-    ) -> Generator[Any, Any, None]:
-        env = self.env
         try:
             up = self.transit(ref, "upstream", request_bytes, env.now)
             if up.arrive is None:
-                if up.broken is not None:
-                    yield env.timeout(max(0.0, (up.at or env.now) - env.now))
-                    done.succeed(CallResult(error=up.broken))
-                return  # silent: only the caller's timeout ends it
-            yield env.timeout(max(0.0, up.arrive - env.now))
-            work = env.process(server())
-            try:
-                reply: Reply = yield work
-            except simpy.Interrupt:
-                if work.is_alive:
-                    work.interrupt("connection closed")
-                raise
+                yield from wait(env, float("inf") if up.at is None else up.at - env.now, deadline)
+                return CallResult(error=up.broken, elapsed=env.now - start)
+            yield from wait(env, up.arrive - env.now, deadline)
+            reply: Reply = yield from server.serve(handler, deadline)
             if reply.value is CUT:
-                done.succeed(CallResult(error="reset"))
-                return
+                return CallResult(error="reset", elapsed=env.now - start)
             down = self.transit(ref, "downstream", reply.nbytes, env.now)
             if down.arrive is None:
-                if down.broken is not None:
-                    yield env.timeout(max(0.0, (down.at or env.now) - env.now))
-                    done.succeed(CallResult(error=down.broken))
-                return
-            yield env.timeout(max(0.0, down.arrive - env.now))
-            done.succeed(CallResult(reply.value))
-        except simpy.Interrupt:
-            return
+                yield from wait(env, float("inf") if down.at is None else down.at - env.now, deadline)
+                return CallResult(error=down.broken, elapsed=env.now - start)
+            yield from wait(env, down.arrive - env.now, deadline)
+            return CallResult(reply.value, elapsed=env.now - start)
+        except Deadline as passed:
+            if own is not None and passed.at == own:
+                return CallResult(error="timeout", elapsed=env.now - start)
+            raise

@@ -22,7 +22,7 @@ from fake_engines.core.request_flow import Reject
 from harness.scenario import RouterSettings
 from harness.scenario.links import LinkRef
 from harness.session.requests import RequestPlan
-from harness.worlds.sim.network import CallResult, Reply, SimNetwork
+from harness.worlds.sim.network import HOP_S, CallResult, Reply, SimNetwork, wait
 from reference_router.core import (
     BreakerConfig,
     Delivery,
@@ -252,7 +252,7 @@ class SimRouter:
         try:
             t0 = self.env.now
             engine = self.engine_of(worker)
-            result = yield from self._call(engine, "serve", lambda e: e.health(), 128, start.timeout_s)
+            result = yield from self._call(engine, "serve", lambda e, d: e.health(d), 128, start.timeout_s)
             ok = result.ok and bool(result.value)
             done = on_probe_done(worker, token, ok, self.env.now - t0, self.env.now, self.cfg)
             self.record(done.effects)
@@ -279,14 +279,14 @@ class SimRouter:
         t0 = self.env.now
         engine = self.engine_of(worker)
         if worker.spec.transport is Transport.GRPC:
-            res = yield from self._call(engine, "serve", lambda e: e.server_info(), 128, timeout_s)
+            res = yield from self._call(engine, "serve", lambda e, d: e.server_info(d), 128, timeout_s)
             if res.error == "timeout":
                 read = MetadataRead(ReadOutcome.TIMEOUT)
             elif not res.ok:
                 read = MetadataRead(ReadOutcome.ERROR)
             elif res.value[0] == "error":
                 left = None if timeout_s is None else max(0.0, timeout_s - (self.env.now - t0))
-                more = yield from self._call(engine, "serve", lambda e: e.model_info(), 128, left)
+                more = yield from self._call(engine, "serve", lambda e, d: e.model_info(d), 128, left)
                 read = MetadataRead(ReadOutcome.PARTIAL if more.ok else ReadOutcome.ERROR)
                 if more.error == "timeout" and timeout_s is not None:
                     read = MetadataRead(ReadOutcome.TIMEOUT)
@@ -305,7 +305,7 @@ class SimRouter:
             read = MetadataRead(ReadOutcome.COMPLETE)
         else:
             res = yield from self._call(
-                engine, "bootstrap", lambda e: e.bootstrap_query(), 128, timeout_s, accepting_bootstrap=True
+                engine, "bootstrap", lambda e, d: e.bootstrap_query(d), 128, timeout_s
             )
             if res.error == "timeout":
                 read = MetadataRead(ReadOutcome.TIMEOUT)
@@ -327,29 +327,25 @@ class SimRouter:
         self,
         engine: SimEngine | None,
         link: str,
-        handler: Callable[[SimEngine], Any],
+        handler: Callable[[SimEngine, float | None], Generator[Any, Any, Reply]],
         nbytes: int,
         timeout_s: float | None,
-        accepting_bootstrap: bool = False,
+        outer: float | None = None,
     ) -> Generator[Any, Any, CallResult]:
         if engine is None:
-            yield self.env.timeout(0)
+            yield from wait(self.env, HOP_S, outer)
             return CallResult(error="refused")
-        accepting = engine.accepting
         return (
             yield from self.net.call(
-                LinkRef(engine.name, link),
-                accepting,
-                engine.serve(lambda: handler(engine)),
-                nbytes,
-                timeout_s,
+                LinkRef(engine.name, link), engine, lambda d: handler(engine, d), nbytes, timeout_s, outer
             )
         )
 
     # ------------------------------------------------------------------ requests
 
-    def handle(self, plan: RequestPlan) -> Generator[Any, Any, ClientAnswer]:
-        """One client request through the router, from the client's side (times are since it was sent)."""
+    def handle(self, plan: RequestPlan, client_deadline: float) -> Generator[Any, Any, ClientAnswer]:
+        """One client request through the router, from the client's side (times are since it was sent). The
+        client's deadline passing raises Deadline out of it (the client hung up: nothing more is done)."""
         t0 = self.env.now
         body = dict(plan.body)
         flow = DispatchFlow(
@@ -364,19 +360,19 @@ class SimRouter:
         )
         refused = flow.pick(self.env.now)
         if refused is not None:
-            yield self.env.timeout(2 * _hop())
+            yield from wait(self.env, 2 * HOP_S, client_deadline)
             return _error_answer(refused, self.env.now - t0)
         try:
             while True:
                 wait_s = flow.id_read_wait_s()
                 waited = 0.0
                 while wait_s > 0 and not flow.id_read_settled() and waited < wait_s:
-                    yield self.env.timeout(ID_READ_POLL_S)
+                    yield from wait(self.env, ID_READ_POLL_S, client_deadline)
                     waited += ID_READ_POLL_S
                 leg = flow.prefill_leg(self.env.now)
                 self.record(leg.effects)
                 result = yield from self._leg(
-                    leg.worker, leg.body, plan.chat, leg.timeout_s, f"{flow.request_id}-p"
+                    leg.worker, leg.body, plan.chat, leg.timeout_s, f"{flow.request_id}-p", client_deadline
                 )
                 if isinstance(result, LegError):
                     failed = flow.prefill_failed(result, self.env.now)
@@ -389,7 +385,11 @@ class SimRouter:
                 final = flow.prefill_done(result.kv_transfer_params)
                 self.record(final.effects)
                 break
-            return (yield from self._final_leg(flow, final.worker, final.body, plan, final.timeout_s, t0))
+            return (
+                yield from self._final_leg(
+                    flow, final.worker, final.body, plan, final.timeout_s, t0, client_deadline
+                )
+            )
         finally:
             for w in flow.release():
                 self._maybe_remove(w)
@@ -403,17 +403,20 @@ class SimRouter:
         plan: RequestPlan,
         timeout_s: float,
         t0: float,
+        client_deadline: float,
     ) -> Generator[Any, Any, ClientAnswer]:
         engine = self.engine_of(worker)
         stream = bool(body.get("stream"))
-        result = yield from self._call_generate(engine, body, plan.chat, timeout_s, flow.request_id)
+        result = yield from self._call_generate(
+            engine, body, plan.chat, timeout_s, flow.request_id, client_deadline
+        )
         if isinstance(result, Reply) and isinstance(result.value, GenResult):
             self.record(flow.final_done(now=self.env.now).effects)
             gen: GenResult = result.value
             first = self.env.now - t0
             rest = gen.itl_s * max(0, len(gen.token_ids) - 1)
             if stream:
-                yield self.env.timeout(rest)
+                yield from wait(self.env, rest, client_deadline)
                 return ClientAnswer(200, gen.text, None, ttft_s=first, latency_s=self.env.now - t0)
             return ClientAnswer(200, gen.text, None, ttft_s=first, latency_s=first)
         error = result if isinstance(result, LegError) else _rejected(result.value, self.transport)
@@ -439,10 +442,16 @@ class SimRouter:
         return engine is not None and engine.listening and not engine.frozen
 
     def _leg(
-        self, worker: Worker, body: dict[str, Any], chat: bool, timeout_s: float, grpc_id: str
+        self,
+        worker: Worker,
+        body: dict[str, Any],
+        chat: bool,
+        timeout_s: float,
+        grpc_id: str,
+        client_deadline: float,
     ) -> Generator[Any, Any, GenResult | LegError]:
         engine = self.engine_of(worker)
-        result = yield from self._call_generate(engine, body, chat, timeout_s, grpc_id)
+        result = yield from self._call_generate(engine, body, chat, timeout_s, grpc_id, client_deadline)
         if isinstance(result, LegError):
             return result
         if isinstance(result.value, GenResult):
@@ -450,7 +459,13 @@ class SimRouter:
         return _rejected(result.value, self.transport)
 
     def _call_generate(
-        self, engine: SimEngine | None, body: dict[str, Any], chat: bool, timeout_s: float, grpc_id: str
+        self,
+        engine: SimEngine | None,
+        body: dict[str, Any],
+        chat: bool,
+        timeout_s: float,
+        grpc_id: str,
+        client_deadline: float,
     ) -> Generator[Any, Any, Reply | LegError]:
         """A generation leg: the engine's reply (a result or its rejection), or how the call failed."""
         rid = (
@@ -459,21 +474,16 @@ class SimRouter:
         try:
             req, _stream = gen_request_from_openai(body, chat, rid, None)
         except RequestError as exc:
-            yield self.env.timeout(_hop())
+            yield from wait(self.env, HOP_S, client_deadline)
             return Reply(Reject(exc.status, exc.message, exc.err_type))
         nbytes = 256 + 4 * len(req.prompt_text)
+        stream = bool(body.get("stream"))
         res = yield from self._call(
-            engine, "serve", lambda e: e.generate_answer(req, bool(body.get("stream"))), nbytes, timeout_s
+            engine, "serve", lambda e, d: e.generate(req, stream, d), nbytes, timeout_s, client_deadline
         )
         if res.ok:
             return Reply(res.value)
         return _transport_leg_error(res, engine, self.transport, timeout_s)
-
-
-def _hop() -> float:
-    from harness.worlds.sim.network import HOP_S
-
-    return HOP_S
 
 
 def _transport_leg_error(
@@ -498,13 +508,20 @@ def _rejected(reject: Reject, transport: str) -> LegError:
         if status == 504:
             return LegError(504, "upstream_timeout", f"overran its deadline: {message}")
         if status == 400:
-            return LegError(400, "invalid_request", message, Delivery.ANSWERED, worker_status=400,
-                            worker_message=message)
+            return LegError(
+                400, "invalid_request", message, Delivery.ANSWERED, worker_status=400, worker_message=message
+            )
         client = status if status in (404, 409, 429) else None
         return LegError(502, "upstream_error", message, worker_status=client, worker_message=message)
     relayed = status if 400 <= status < 500 else 502
-    return LegError(relayed, "upstream_error", f"answered {status}: {message}", Delivery.ANSWERED,
-                    worker_status=status, worker_message=message)
+    return LegError(
+        relayed,
+        "upstream_error",
+        f"answered {status}: {message}",
+        Delivery.ANSWERED,
+        worker_status=status,
+        worker_message=message,
+    )
 
 
 def _error_answer(answer: ErrorAnswer, elapsed: float) -> ClientAnswer:

@@ -51,7 +51,7 @@ from harness.session import events as e
 from harness.topology import Topology
 from harness.worlds.base import Emit, World
 from harness.worlds.sim.engine import SimEngine
-from harness.worlds.sim.network import HOP_S, CallResult, SimNetwork
+from harness.worlds.sim.network import HOP_S, CallResult, Deadline, SimNetwork
 from harness.worlds.sim.router import SimRouter
 
 # Virtual wall clock at t = 0 (2026-01-01T00:00:00Z): records stamped with it replay exactly.
@@ -59,6 +59,7 @@ WALL_EPOCH = 1_767_225_600.0
 # Mooncake side channels bind a random port per start; here they come from this range, in order.
 SIDE_PORT_BASE = 40_000
 ROUTER_START_S = 0.05
+CANCELLED = "cancelled"
 # A cancelled run (Ctrl-C) gets this long, in wall time, to tear down in virtual time.
 CANCEL_WAIT_S = 30.0
 PROBE_WINDOW_S = 0.3
@@ -74,7 +75,8 @@ class SimCell:
         self.seed = plan.seed
         self.net = SimNetwork(env, plan.links, plan.seed)
         self._rng = random.Random(f"pdchaos-sim:{plan.seed}:{plan.scenario.name}:{plan.topology.name}")
-        self.records: dict[str, list[dict[str, Any]]] = {}
+        # Records made and not yet handed to the session (it gets them as they come: a long run keeps none).
+        self.pending_records: list[dict[str, Any]] = []
         self._next_side_port = SIDE_PORT_BASE
         self.engines: dict[str, SimEngine] = {}
         self._by_port: dict[int, str] = {}
@@ -97,7 +99,7 @@ class SimCell:
         return port
 
     def add_engine_record(self, record: dict[str, Any]) -> None:
-        self.records.setdefault(str(record.get("engine")), []).append(record)
+        self.pending_records.append(record)
 
     def engine_at_url(self, url: str) -> SimEngine | None:
         try:
@@ -171,7 +173,11 @@ class SimWorld(World):
 
         dispatch(session.start(env.now, self.cell.wall(env.now)))
         interrupted = False
+        cell = self.cell
         while not session.done:
+            if cell.pending_records:
+                seen, cell.pending_records = tuple(cell.pending_records), []
+                dispatch(session.handle(e.HandoffsSeen(seen), env.now))
             if self._cancelled and not interrupted:
                 interrupted = True
                 dispatch(session.interrupt(env.now))
@@ -246,32 +252,39 @@ class SimWorld(World):
         if proc is not None:
             self._clients[proc] = None
         plan = cmd.plan
-        env = self.env
+        start = self.env.now
         try:
-            handling = env.process(self._router().handle(plan))
-            deadline = env.timeout(plan.deadline_s)
-            yield env.any_of([handling, deadline])
-            if handling.triggered:
-                answer = handling.value
+            answer = yield from self._router().handle(plan, start + plan.deadline_s)
+            emit(
+                e.RequestDone(
+                    plan.seq,
+                    status=answer.status,
+                    ok=answer.ok,
+                    text=answer.text,
+                    error=answer.error,
+                    latency_s=answer.latency_s,
+                    ttft_s=answer.ttft_s,
+                )
+            )
+        except simpy.Interrupt as why:
+            if why.cause != CANCELLED:
+                # A stop meant for a handler the request had just left: its connection was reset.
                 emit(
                     e.RequestDone(
                         plan.seq,
-                        status=answer.status,
-                        ok=answer.ok,
-                        text=answer.text,
-                        error=answer.error,
-                        latency_s=answer.latency_s,
-                        ttft_s=answer.ttft_s,
+                        status=0,
+                        ok=False,
+                        latency_s=self.env.now - start,
+                        error=f"connection reset ({why.cause})",
                     )
                 )
-                return
-            handling.interrupt("client gave up")
+        except Deadline:
             emit(
                 e.RequestDone(
                     plan.seq,
                     status=0,
                     ok=False,
-                    latency_s=plan.deadline_s,
+                    latency_s=self.env.now - start,
                     timed_out=True,
                     error=f"no complete answer within the {plan.deadline_s:g} s deadline",
                 )
@@ -283,7 +296,7 @@ class SimWorld(World):
     def _do_CancelRequests(self, cmd: c.CancelRequests, emit: Emit) -> Generator[Any, Any, None]:
         for proc in list(self._clients):
             if proc.is_alive:
-                proc.interrupt("cancelled")
+                proc.interrupt(CANCELLED)
         yield self.env.timeout(0)
 
     def _do_Teardown(self, cmd: c.Teardown, emit: Emit) -> Generator[Any, Any, None]:
@@ -298,11 +311,9 @@ class SimWorld(World):
         emit(e.TornDown(tuple(resumed)))
 
     def _do_CollectHandoffs(self, cmd: c.CollectHandoffs, emit: Emit) -> Generator[Any, Any, None]:
-        records: list[dict[str, Any]] = []
-        for name in sorted(self.cell.engines):
-            records.extend(self.cell.records.get(name, []))
         yield self.env.timeout(0)
-        emit(e.HandoffsCollected(tuple(records)))
+        records, self.cell.pending_records = tuple(self.cell.pending_records), []
+        emit(e.HandoffsCollected(records))
 
     def _do_SetLinkEnabled(self, cmd: c.SetLinkEnabled, emit: Emit) -> Generator[Any, Any, None]:
         state = self.cell.net.link(LinkRef(cmd.engine, cmd.link))
@@ -340,9 +351,7 @@ class SimActions:
 
     def _health(self, engine: SimEngine) -> Generator[Any, Any, str]:
         """What a direct `GET /health` sees within the probe window: ok:<status>, refused or timeout."""
-        res: CallResult = yield from self.cell.net.call(
-            None, engine.accepting, engine.serve(engine.health), 64, PROBE_WINDOW_S
-        )
+        res: CallResult = yield from self.cell.net.call(None, engine, engine.health, 64, PROBE_WINDOW_S)
         if res.ok:
             return "ok:200" if res.value else "ok:503"
         return "timeout" if res.error == "timeout" else "refused"
