@@ -16,6 +16,7 @@ from harness.checkers.stats import latency_summary
 from harness.history import History, load_history
 from harness.result import ScenarioResult, relative, summarize
 from harness.verdict import Verdict
+from pdchaos import __version__
 from reports.plot import timeline_png
 
 REPORT_HTML = "report.html"
@@ -228,7 +229,7 @@ def render_html(results: list[ScenarioResult], run_dir: Path, plots: bool = True
     body = [
         f"<h1>{esc(title)}</h1>",
         f"<p>Overall {badge(s['status'])} &mdash; {esc(counts)}. Unknown means the harness could not tell: "
-        "it is not a pass.</p>",
+        f"it is not a pass. pdchaos {esc(__version__)}.</p>",
         _summary_table(results),
         *(_section(r, run_dir, plots) for r in results),
     ]
