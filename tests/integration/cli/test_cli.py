@@ -50,6 +50,11 @@ def _one_line_error(err: str) -> str:
         (["run", str(PASS_FILE), "--topology", "2p2d"], "no selected scenario applies to topology"),
         (["run", str(PASS_FILE), "--transport", "grpc"], "no selected scenario applies to transport grpc"),
         (["report", "/nonexistent/run/dir"], "no run folder"),
+        (["run", "--check-determinism"], "--check-determinism needs --world sim"),
+        (["run", "--world", "sim", "--router", "smg==1.13.0"], "reference router only"),
+        (["run", "--inject-bug", "no_such_bug"], "unknown bug 'no_such_bug'"),
+        (["run", "--world", "moon"], "invalid choice: 'moon'"),
+        (["run", "--settings", "staging"], "invalid choice: 'staging'"),
         (["bogus"], "invalid choice: 'bogus'"),
     ],
 )
@@ -74,8 +79,12 @@ def test_bad_scenario_files_are_configuration_errors(
         "from harness.scenario import Scenario\n"
         "SCENARIOS = [Scenario(name='w', description='d', topologies=('1p1d',), connectors=('rdma',))]\n"
     )
-    for path, needle in ((broken, "failed to import"), (empty, "defines no SCENARIOS"),
-                         (wrong, "bad connector 'rdma'"), (tmp_path / "missing.py", "no such scenario file")):
+    for path, needle in (
+        (broken, "failed to import"),
+        (empty, "defines no SCENARIOS"),
+        (wrong, "bad connector 'rdma'"),
+        (tmp_path / "missing.py", "no such scenario file"),
+    ):
         code, _, err = _main(capsys, "run", str(path))
         assert code == cli.EXIT_USAGE, err
         line = _one_line_error(err)
@@ -132,8 +141,12 @@ def test_default_suite_selection() -> None:
 
 def _pdchaos(*argv: str, cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", *argv], cwd=cwd, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        [sys.executable, "-m", "harness.cli", *argv],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 
 
@@ -216,3 +229,59 @@ def test_inject_bug_scenarios_need_the_reference_router(
     assert cli._check_router("cmd:true", [buggy, plain], named=False) == [plain]
     assert "skipping b" in capsys.readouterr().err
     assert cli._check_router("reference", [buggy, plain], named=True) == [buggy, plain]
+
+
+def test_sim_runs_replay_and_fail_with_the_bug(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--world sim`: production settings by default, a replay command per cell, exit 1 with a bug."""
+    out = tmp_path / "sim"
+    code, stdout, _err = _main(
+        capsys,
+        "run",
+        "prefill_restart_mooncake",
+        "--world",
+        "sim",
+        "--topology",
+        "1p1d",
+        "--transport",
+        "http",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--check-determinism",
+    )
+    assert code == cli.EXIT_PASS, stdout
+    doc = json.loads((out / "report.json").read_text())
+    (res,) = doc["results"]
+    assert (res["world"], res["settings"]) == ("sim", "production") and doc["pdchaos_version"]
+    assert res["replay"].startswith("pdchaos run prefill_restart_mooncake --topology 1p1d")
+    assert "--world sim --settings production --seed 0" in res["replay"]
+    assert any(v["name"] == "determinism" and v["status"] == "pass" for v in res["verdicts"])
+    assert "simulated seconds" in (out / "report.html").read_text()
+    bad = tmp_path / "bad"
+    code, stdout, _err = _main(
+        capsys,
+        "run",
+        "prefill_restart_mooncake",
+        "--world",
+        "sim",
+        "--topology",
+        "1p1d",
+        "--transport",
+        "http",
+        "--out",
+        str(bad),
+        "--no-progress",
+        "--inject-bug",
+        "stale_engine_id",
+    )
+    assert code == cli.EXIT_FAIL, stdout
+    assert (
+        "replay: pdchaos run prefill_restart_mooncake" in stdout and "--inject-bug stale_engine_id" in stdout
+    )
+
+
+def test_list_says_which_worlds(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _err = _main(capsys, "list", "--json")
+    assert code == cli.EXIT_PASS
+    worlds = {s["name"]: s["worlds"] for s in json.loads(out)}
+    assert worlds["prefill_restart_mooncake"] == ["real", "sim"]
