@@ -24,7 +24,8 @@ from typing import Any
 # Runnable from a checkout without installation.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.runner import expand_matrix, run_suite
+from harness.parallel import run_suite
+from harness.runner import expand_matrix
 from harness.scenario import load_scenarios
 from harness.suite import default_suite
 

@@ -1,4 +1,5 @@
-"""`pdchaos-engine`: run one fake engine until SIGTERM/SIGINT (or a crash/death fault)."""
+"""`pdchaos-engine`: run one fake engine until SIGTERM/SIGINT (or a crash/death fault). SIGTERM is a graceful
+stop: the engine refuses new work and exits once its in-flight requests and pending KV pulls are done."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ READY_PREFIX = "PDCHAOS_ENGINE_READY"
 
 async def serve(config: EngineConfig) -> int:
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    # SIGTERM: graceful stop (finish in-flight requests and the KV pulls decodes still owe, then exit);
+    # SIGINT or a second SIGTERM: stop now.
+    stop, now = asyncio.Event(), asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, lambda: now.set() if stop.is_set() else stop.set())
+    loop.add_signal_handler(signal.SIGINT, lambda: (stop.set(), now.set()))
     stopper = asyncio.create_task(stop.wait())
     starter = asyncio.create_task(start_engine(config, process_exit=True))
     # A stop during the load time must not wait for the load to finish.
@@ -33,6 +36,12 @@ async def serve(config: EngineConfig) -> int:
     print(f"{READY_PREFIX} {json.dumps(handle.state(), separators=(',', ':'))}", flush=True)
     closer = asyncio.create_task(handle.wait_closed())
     await asyncio.wait({stopper, closer}, return_when=asyncio.FIRST_COMPLETED)
+    if stop.is_set() and not now.is_set() and not closer.done():
+        drainer = asyncio.create_task(handle.drain())
+        hurry = asyncio.create_task(now.wait())
+        await asyncio.wait({drainer, hurry, closer}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (drainer, hurry):
+            task.cancel()
     stopper.cancel()
     closer.cancel()
     await handle.close(exit_code=handle.exit_code)

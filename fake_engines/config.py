@@ -7,8 +7,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
+import sys
+from collections.abc import Sequence
+from typing import Any
 
+from fake_engines.core.bugs import ENGINE_BUGS, engine_bug_names, validate_engine_bugs
 from fake_engines.core.engine_config import Connector, EngineConfig, Role
+from pdchaos.bugs import list_text
 
 __all__ = [
     "CONNECTOR_NAMES",
@@ -52,11 +58,28 @@ surfaces: health = GET /health, HealthCheck, grpc.health.v1;
   server_info = GetServerInfo only; generate = /v1/completions, /v1/chat/completions, Generate, Abort;
   side_channel = Mooncake bootstrap /query and KV pulls, NIXL handshakes and pulls;
   all = every one of them (the control API is never faulted).
-Every control call needs "Authorization: Bearer TOKEN" when a token is set and answers
+Every control call needs "Authorization: Bearer TOKEN" (--control-token, env PDCHAOS_CONTROL_TOKEN, or the
+random one printed at start; --control-open for none) and answers
 {"ok": true, "changed": {...}, "state": {...}}. A restart starts with no protocol faults, like a new process.
+Signals: SIGTERM is a graceful stop (health turns 503, new requests get 503, in-flight requests finish and
+the KV decodes have yet to pull stays served, then exit; bounded by the KV abort timeout); SIGINT or a second
+SIGTERM stops at once.
 Exit status: 0 after SIGTERM/SIGINT, 1 after /control/die, killed by SIGKILL after /control/crash,
 2 on bad flags or ports that cannot be bound.
+Bug switches (test-only, off by default): --inject-bug NAME puts a known engine bug back; --list-bugs
+shows them.
 """
+
+
+class _ListBugs(argparse.Action):
+    """`--list-bugs`: print the engine bug switches and exit 0 (before the required flags are checked)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        print(list_text(ENGINE_BUGS.values()), file=sys.stdout, flush=True)
+        parser.exit(0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--control-token",
         default=None,
-        help="bearer token for the control API (default: env PDCHAOS_CONTROL_TOKEN, else none)",
+        help="bearer token for the control API (default: env PDCHAOS_CONTROL_TOKEN, else a random one, "
+        "printed on stderr at start)",
+    )
+    p.add_argument(
+        "--control-open",
+        action="store_true",
+        help="serve the control API without a token: anyone on this machine can then restart, crash or "
+        "wedge the engine (not with --control-token)",
     )
     p.add_argument(
         "--bootstrap-port",
@@ -144,6 +174,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="default sampling seed")
     p.add_argument("--records", default=None, help="handoff provenance JSONL file")
     p.add_argument(
+        "--inject-bug",
+        action="append",
+        default=[],
+        metavar="NAME",
+        choices=engine_bug_names(),
+        help="test-only: put a known engine bug back (repeatable; --list-bugs shows them)",
+    )
+    p.add_argument("--list-bugs", action=_ListBugs, help="print the engine bug switches and exit")
+    p.add_argument(
         "--log-level",
         default="WARNING",
         type=str.upper,
@@ -153,6 +192,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def control_token(parser: argparse.ArgumentParser, a: argparse.Namespace) -> str | None:
+    """The control API's token: the flag's, else the environment's, else none with `--control-open`, else a
+    random one, printed on stderr (the control API restarts, crashes and wedges the engine: it is never
+    open by accident)."""
+    given = a.control_token if a.control_token is not None else os.environ.get("PDCHAOS_CONTROL_TOKEN")
+    if a.control_open:
+        if a.control_token is not None:
+            parser.error("--control-open and --control-token exclude each other")
+        return None
+    if given or not a.control_port:
+        return given or None
+    token = secrets.token_urlsafe(18)
+    print(f"pdchaos-engine: control API token (no --control-token given): {token}", file=sys.stderr,
+          flush=True)
+    return token
+
+
 def config_from_args(argv: list[str] | None = None) -> EngineConfig:
     parser = build_parser()
     a = parser.parse_args(argv)
@@ -160,9 +216,7 @@ def config_from_args(argv: list[str] | None = None) -> EngineConfig:
         parser.error("at least one of --http-port / --grpc-port must be set")
     if a.host not in ("127.0.0.1", "localhost"):
         parser.error("--host must be a loopback address (127.0.0.1)")
-    token = (
-        a.control_token if a.control_token is not None else os.environ.get("PDCHAOS_CONTROL_TOKEN") or None
-    )
+    token = control_token(parser, a)
     bootstrap = a.bootstrap_port if a.connector == "mooncake" and a.role in ("prefill", "both") else 0
     return EngineConfig(
         role=a.role,
@@ -189,4 +243,5 @@ def config_from_args(argv: list[str] | None = None) -> EngineConfig:
         seed=a.seed,
         records=a.records,
         log_level=a.log_level,
+        bugs=validate_engine_bugs(a.inject_bug),
     )

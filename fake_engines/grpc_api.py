@@ -13,14 +13,22 @@ import grpc
 from fake_engines import grpc_health
 from fake_engines.config import CONNECTOR_NAMES, KV_ROLES
 from fake_engines.core import tokenizer
-from fake_engines.core.gen_request import GenRequest, RequestError, decode_prompt_ids, parse_kv_params
+from fake_engines.core.gen_request import (
+    MAX_MODEL_LEN,
+    GenRequest,
+    RequestError,
+    budget_problem,
+    decode_prompt_ids,
+    encode_bounded,
+    parse_kv_params,
+)
 from fake_engines.core.generator import DEFAULT_MAX_TOKENS
 from fake_engines.core.kv_store import BLOCK_SIZE
 from fake_engines.engine import Engine
 from pdchaos.proto import SERVICE_NAME, common_pb2, vllm_engine_pb2, vllm_engine_pb2_grpc
 
 TOKENIZER_CHUNK_BYTES = 64 * 1024
-MAX_CONTEXT = 32768
+MAX_CONTEXT = MAX_MODEL_LEN
 
 _CODES = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
@@ -56,7 +64,7 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
                 raise RequestError(400, str(exc)) from exc
         elif which == "text":
             text = request.text
-            ids = tokenizer.encode(text)
+            ids = encode_bounded(text)
         else:
             raise RequestError(400, "GenerateRequest needs tokenized or text input")
         sp = request.sampling_params
@@ -77,6 +85,9 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
                 "remote_host": typed.remote_host,
                 "remote_port": typed.remote_port,
             }
+        problem = budget_problem(ids, int(max_tokens))
+        if problem is not None:
+            raise RequestError(400, problem)
         rid = request.request_id or f"grpc-{time.monotonic_ns()}"
         return GenRequest(rid, text, ids, int(max_tokens), seed, kv)
 
@@ -124,8 +135,9 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
     # -- health and metadata --------------------------------------------------------------------------------
     async def HealthCheck(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await self.engine.faults.gate("health")
-        if self.engine.state.dead:
-            return vllm_engine_pb2.HealthCheckResponse(healthy=False, message="engine dead")
+        if not self.engine.state.healthy:
+            message = "engine dead" if self.engine.state.dead else "shutting down"
+            return vllm_engine_pb2.HealthCheckResponse(healthy=False, message=message)
         return vllm_engine_pb2.HealthCheckResponse(healthy=True, message="ok")
 
     async def GetModelInfo(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -237,7 +249,7 @@ def make_grpc_server(engine: Engine, host: str, port: int) -> tuple[grpc.aio.Ser
         await engine.faults.gate("health")
         if service not in ("", SERVICE_NAME):
             return grpc_health.SERVICE_UNKNOWN
-        return grpc_health.NOT_SERVING if engine.state.dead else grpc_health.SERVING
+        return grpc_health.SERVING if engine.state.healthy else grpc_health.NOT_SERVING
 
     server.add_generic_rpc_handlers((grpc_health.health_handler(status_of),))
     bound = server.add_insecure_port(f"{host}:{port}")

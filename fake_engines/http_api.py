@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from fake_engines.core.gen_request import (
+    MAX_MODEL_LEN,
     GenRequest,
     GenResult,
     RequestError,
@@ -20,7 +21,6 @@ from fake_engines.core.gen_request import (
 from fake_engines.engine import Engine
 
 VERSION = "0.11.0+pdchaos"
-MAX_MODEL_LEN = 32768
 
 _ERROR_TYPES = {
     400: "BadRequestError",
@@ -50,6 +50,8 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RequestError(400, f"malformed JSON body: {exc}") from exc
+    except RecursionError:
+        raise RequestError(400, "malformed JSON body: nested too deeply") from None
     if not isinstance(body, dict):
         raise RequestError(400, "request body must be a JSON object")
     return body
@@ -73,8 +75,8 @@ class HttpSurface:
 
     async def health(self, request: web.Request) -> web.Response:
         await self.engine.faults.gate("health")
-        if self.engine.state.dead:
-            return web.Response(status=503, text="engine dead")
+        if not self.engine.state.healthy:
+            return web.Response(status=503, text="engine dead" if self.engine.state.dead else "shutting down")
         return web.Response(status=200)
 
     async def models(self, request: web.Request) -> web.Response:

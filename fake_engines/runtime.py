@@ -22,13 +22,16 @@ from fake_engines.control import control_app
 from fake_engines.core.identity import rank_engine_ids
 from fake_engines.engine import Engine
 from fake_engines.grpc_api import make_grpc_server
-from fake_engines.http_api import HttpSurface
+from fake_engines.http_api import HttpSurface, error_body
 from fake_engines.kv_channel import SideChannelServer
+from pdchaos.aiohttp_errors import answer_parser_errors_as_json
 from pdchaos.ports import free_port
 
 log = logging.getLogger(__name__)
 
 _SHUTDOWN_S = 0.2
+# How often a graceful stop looks again whether its in-flight work is done.
+_DRAIN_POLL_S = 0.02
 
 
 def _kill_self() -> None:
@@ -101,6 +104,7 @@ class EngineHandle:
             "control_port": self.control_port or None,
             "serving": self.serving,
             "dead": e.state.dead,
+            "draining": e.state.draining,
             "faults": e.state.faults.as_dict(),
         }
 
@@ -154,6 +158,8 @@ class EngineHandle:
     async def _start_app(self, app: web.Application, port: int) -> int:
         runner = web.AppRunner(app, shutdown_timeout=_SHUTDOWN_S, access_log=None, handle_signals=False)
         await runner.setup()
+        # Like vLLM, every error is JSON, aiohttp's own parse errors included.
+        answer_parser_errors_as_json(runner, error_body)
         self._runners.append(runner)
         site = web.TCPSite(runner, self.config.host, port, reuse_address=True)
         await site.start()
@@ -213,6 +219,20 @@ class EngineHandle:
         if cleared:
             changed["faults_cleared"] = cleared
         return changed
+
+    async def drain(self) -> dict[str, Any]:
+        """Graceful stop (SIGTERM): refuse new work and wait until the core says in-flight requests and the
+        KV decodes have yet to pull are done (bounded by the core's drain rule). The caller closes after."""
+        state, now = self.engine.state, self.engine.now
+        start = now()
+        held, running = state.store.live(start), state.active
+        state.begin_drain(start)
+        while not state.drained(now()):
+            await asyncio.sleep(max(0.0, min(_DRAIN_POLL_S, state.drain_wake(now()) - now())))
+        waited = now() - start
+        log.warning("graceful stop: %d KV held and %d request(s) running at SIGTERM; done after %.3f s "
+                    "(%d KV left unpulled)", held, running, waited, state.store.live(now()))
+        return {"held_kv": held, "running": running, "waited_s": round(waited, 3)}
 
     def crash(self) -> dict[str, Any]:
         """SIGKILL itself shortly after the answer has gone out (in process: close everything at once)."""

@@ -23,6 +23,7 @@ from typing import Any
 
 from harness.runner import run_scenario
 from harness.scenario import Scenario, load_scenarios
+from harness.scenario.bugs import with_bugs
 
 TABLE = Path(__file__).resolve().parent.parent / "tests" / "data" / "agreement.json"
 # The run's own verdicts: they are about the harness, not the router (they must pass in both worlds).
@@ -59,7 +60,7 @@ def rows(scenarios: list[Scenario] | None = None) -> list[Row]:
 async def verdicts(row: Row, world: str, out: Path, scenarios: dict[str, Scenario]) -> dict[str, str]:
     s = scenarios[row.scenario]
     if row.bug:
-        s = s.with_router(inject_bug=row.bug)
+        s = with_bugs(s, [row.bug])
     res = await run_scenario(s, row.topology, row.connector, row.transport, "reference",
                              out / world / row.key.replace("[", "_").replace("]", "_").replace("+", "_"),
                              world=world, settings="scaled")

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
 from harness.suite import (
     UsageError,
     default_suite,
@@ -121,9 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
         "the simulation default)",
     )
     run.add_argument(
-        "--inject-bug", metavar="BUG", default=None,
-        help="put a zoo bug back into the reference router for this run (see `pdchaos-router --list-bugs` or "
-        "docs/DESIGN.md §6): the scenarios that guard it must fail",
+        "--inject-bug", metavar="BUG", action="append", default=[],
+        help="put a known bug back for this run (repeatable): a router switch (the reference router only) "
+        "or an engine switch (any router); `pdchaos zoo --list` lists them all. The scenarios that guard it "
+        "must fail",
     )
     run.add_argument("--check-determinism", action="store_true",
                      help="sim: run each cell twice and require byte-identical histories")
@@ -131,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run folder (default: runs/<timestamp-id>; runs/latest points at the newest)")
     run.add_argument("--seed", type=int, default=0, metavar="N", help="seed for the workload (default 0)")
     run.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
+    run.add_argument("--jobs", type=jobs_arg, default=None, metavar="N", help=JOBS_HELP)
 
     lst = sub.add_parser("list", help="list scenarios with their descriptions and bug ids",
                          description="List the scenarios pdchaos knows.")
@@ -138,13 +141,21 @@ def build_parser() -> argparse.ArgumentParser:
     lst.add_argument("--json", action="store_true", help="machine-readable output")
 
     rep = sub.add_parser("report", help="re-render the reports of a run folder",
-                         description="Re-render report.json, junit.xml and report.html of a run folder; "
-                         "cells whose result was never saved are judged from their history.")
+                         description="Re-render junit.xml and report.html of a run folder (report.json "
+                         "only when the run wrote none: the run's own is kept); cells whose result was never "
+                         "saved are judged from their history.")
     rep.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    rep.add_argument("--recheck", action="store_true", help="judge every history afresh")
+    rep.add_argument("--recheck", action="store_true",
+                     help="judge every history afresh; the new reports go beside the run's own "
+                     "(report.recheck.json, junit.recheck.xml, report.recheck.html), which stay as they are")
 
+    sub.add_parser("zoo", help="run the suite once per bug switch: which scenario catches each known bug",
+                   description="The bug zoo (see `pdchaos zoo --help`).", add_help=False)
     sub.add_parser("matrix", help="run scenarios against several routers and compare them",
                    description="The router matrix (see `pdchaos matrix --help`).", add_help=False)
+    sub.add_parser("sweep", help="run a sweep file (scenarios x cells x routers x worlds x engines) and "
+                   "compare it with a baseline", description="Sweeps (see `pdchaos sweep --help`).",
+                   add_help=False)
     return p
 
 
@@ -153,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_router(spec: str, scenarios: Sequence[Any], named: bool) -> list[Any]:
     """The scenarios this router can run. A scenario that puts a bug back into the reference router
-    (`inject_bug`) cannot run against another router: an error when the user named it, else left out."""
+    (`inject_bugs`) cannot run against another router: an error when the user named it, else left out."""
     from harness.routers import CommandRouter, RouterAdapterError, make_router_adapter
 
     try:
@@ -166,7 +177,7 @@ def _check_router(spec: str, scenarios: Sequence[Any], named: bool) -> list[Any]
             raise UsageError(f"router command {exe!r} not found or not executable")
     kept = []
     for s in scenarios:
-        bug = getattr(s.router, "inject_bug", None)
+        bug = ", ".join(s.router.inject_bugs)
         if bug and not adapter.supports_inject_bug:
             if named:
                 raise UsageError(
@@ -182,12 +193,14 @@ def _check_router(spec: str, scenarios: Sequence[Any], named: bool) -> list[Any]
 # ---------------------------------------------------------------- run
 
 
-def _with_bug(bug: str, scenarios: Sequence[Any]) -> list[Any]:
-    from harness.scenario import INJECTABLE_BUGS
+def _with_bugs(bugs: Sequence[str], scenarios: Sequence[Any]) -> list[Any]:
+    from harness.scenario.bugs import split_bugs, with_bugs
 
-    if bug not in INJECTABLE_BUGS:
-        raise UsageError(f"unknown bug {bug!r} for --inject-bug (known: {', '.join(INJECTABLE_BUGS)})")
-    return [s.with_router(inject_bug=bug) for s in scenarios]
+    try:
+        split_bugs(bugs)
+    except ValueError as e:
+        raise UsageError(f"--inject-bug: {e}") from None
+    return [with_bugs(s, bugs) for s in scenarios]
 
 
 def _check_sim(spec: str, scenarios: Sequence[Any], named: bool) -> list[Any]:
@@ -222,6 +235,7 @@ class RunPlan:
     world: str = "real"
     settings: str = "scaled"
     check_determinism: bool = False
+    jobs: int = 1
 
 
 def plan_run(args: argparse.Namespace) -> RunPlan:
@@ -229,8 +243,8 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     from harness.runner import default_settings, expand_matrix
 
     topologies, scenarios = select_suite(args)
-    if args.inject_bug is not None:
-        scenarios = _with_bug(args.inject_bug, scenarios)
+    if args.inject_bug:
+        scenarios = _with_bugs(args.inject_bug, scenarios)
     if args.check_determinism and args.world != "sim":
         raise UsageError("--check-determinism needs --world sim (real time does not replay exactly)")
     if args.world == "sim":
@@ -255,11 +269,25 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
                                     ("transport", args.transport)) if v
         )
         raise UsageError(f"no selected scenario applies to {wanted or 'any cell'}")
+    settings = args.settings or default_settings(args.world)
+    _check_at_preset(scenarios, settings)
     out = args.out if args.out is not None else Path("runs") / _run_id()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"run folder {out} already exists and is not empty")
-    return RunPlan(scenarios, cells, args.router, out, args.seed, args.world,
-                   args.settings or default_settings(args.world), args.check_determinism)
+    return RunPlan(scenarios, cells, args.router, out, args.seed, args.world, settings,
+                   args.check_determinism)
+
+
+def _check_at_preset(scenarios: Sequence[Any], settings: str) -> None:
+    """Each scenario as it will run (its times and settings at the preset, overrides applied) is valid: a
+    bad `preset_overrides` entry is found now, not in the middle of the suite."""
+    from harness.scenario import ScenarioError, apply_preset, preset, validate
+
+    for s in scenarios:
+        try:
+            validate(apply_preset(s, preset(settings)))
+        except (ScenarioError, TypeError, ValueError) as e:
+            raise UsageError(f"at --settings {settings}: {e}") from None
 
 
 def _run_id() -> str:
@@ -294,14 +322,15 @@ def _kill_everything() -> None:
 
 async def _run_async(plan: RunPlan, show_progress: bool) -> tuple[list[Any], bool]:
     """(results, interrupted). Installs the SIGINT/SIGTERM handlers for the run's lifetime."""
+    from harness.parallel import run_suite
     from harness.progress import ProgressReporter
-    from harness.runner import run_suite
 
     loop = asyncio.get_running_loop()
     progress = ProgressReporter(plan.out, total=len(plan.cells)) if show_progress else None
     suite = asyncio.create_task(
         run_suite(plan.scenarios, plan.cells, plan.out, router=plan.router, seed=plan.seed, progress=progress,
-                  world=plan.world, settings=plan.settings, check_determinism=plan.check_determinism)
+                  world=plan.world, settings=plan.settings, check_determinism=plan.check_determinism,
+                  jobs=plan.jobs)
     )
     caught: list[int] = []
     signalled = asyncio.Event()
@@ -346,7 +375,7 @@ async def _run_async(plan: RunPlan, show_progress: bool) -> tuple[list[Any], boo
     return results, bool(caught)
 
 
-def _summary_lines(results: Sequence[Any], run_dir: Path) -> list[str]:
+def _summary_lines(results: Sequence[Any], run_dir: Path, html: Path | None = None) -> list[str]:
     from reports import summarize
 
     lines = []
@@ -361,7 +390,7 @@ def _summary_lines(results: Sequence[Any], run_dir: Path) -> list[str]:
     s = summarize(list(results))
     lines.append(
         f"pdchaos: {s['total']} cells: {s['pass']} pass, {s['fail']} fail, {s['unknown']} unknown -> "
-        f"{s['status'].upper()}; report: {run_dir / 'report.html'}"
+        f"{s['status'].upper()}; report: {html or run_dir / 'report.html'}"
     )
     return lines
 
@@ -371,6 +400,7 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from reports import report_from_run_dir, summarize, write_reports
 
     plan = plan_run(args)
+    plan.jobs = args.jobs or default_jobs()
     try:
         plan.out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -433,25 +463,39 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from reports import report_from_run_dir, summarize
+    from reports import rerender, summarize
 
     if not args.run_dir.is_dir():
         raise UsageError(f"no run folder {args.run_dir}")
-    results = report_from_run_dir(args.run_dir, recheck=args.recheck)
+    results, written = rerender(args.run_dir, recheck=args.recheck)
     if not results:
         raise UsageError(f"{args.run_dir} holds no scenario results or histories")
-    for line in _summary_lines(results, args.run_dir):
+    for line in _summary_lines(results, args.run_dir, written.get("html")):
         print(line)
     return EXIT_BY_STATUS.get(summarize(list(results))["status"], EXIT_UNKNOWN)
 
 
+def one_line(message: str) -> str:
+    """A usage error is one line on stderr, whatever the message it quotes spans."""
+    return " ".join(message.split())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["zoo"]:
+        from harness.zoo.cli import main as zoo_main
+
+        return zoo_main(args_list[1:])
     if args_list[:1] == ["matrix"]:
         # The matrix has its own parser (harness.matrix): everything after the word goes to it.
         from harness.matrix import main as matrix_main
 
         return matrix_main(args_list[1:])
+    if args_list[:1] == ["sweep"]:
+        # So has the sweep (harness.sweep.cli).
+        from harness.sweep.cli import main as sweep_main
+
+        return sweep_main(args_list[1:])
     parser = build_parser()
     args = parser.parse_args(args_list)
     if args.command is None:
@@ -464,7 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_list(args)
         return cmd_report(args)
     except UsageError as e:
-        print(f"pdchaos: error: {e}", file=sys.stderr)
+        print(f"pdchaos: error: {one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as e:
         if e.errno == errno.EADDRINUSE:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdchaos.jsonl import JsonlWriter, read_jsonl
+from pdchaos.jsonl import JsonlWriter, read_jsonl_lines
 
 Clock = Callable[[], float]
 ReqId = str | int
@@ -324,6 +324,10 @@ class HistoryRecorder:
 # --------------------------------------------------------------------------------------------------- reading
 
 
+_LEGACY_COLLECTED = re.compile(r"collected \d+ handoff records")
+_NORMAL_ENDS = frozenset({"done", "completed", "complete", "finished", "ok", "end"})
+
+
 def _f(value: Any) -> float | None:
     if value is None or isinstance(value, bool):
         return None
@@ -480,6 +484,10 @@ class History:
         self.router_events: list[RouterEvent] = []
         self.notes: list[tuple[float, str]] = []
         self.bad_records: int = 0
+        # 1-based numbers of the file's lines that could not be read (damaged, garbage, torn).
+        self.bad_lines: list[int] = []
+        # Whether the engines' handoff records were collected (None: no record says either way).
+        self._collected: bool | None = None
         self._by_tag: dict[str, list[Handoff]] = {}
         self._req_by_tag: dict[str, RequestView] = {}
 
@@ -653,7 +661,15 @@ class History:
                 )
             )
         elif kind == "note":
-            self.notes.append((t, str(r.get("message"))))
+            message = str(r.get("message"))
+            self.notes.append((t, message))
+            collected = r.get("handoffs_collected")
+            if isinstance(collected, bool):
+                self._collected = collected
+            elif _LEGACY_COLLECTED.fullmatch(message):
+                self._collected = True
+            elif message.startswith("handoff records unreadable"):
+                self._collected = False
 
     # -- run metadata --
 
@@ -661,6 +677,18 @@ class History:
     def complete(self) -> bool:
         """True when `run_ended` was recorded (else the run crashed or was killed: judge with care)."""
         return self.ended is not None
+
+    @property
+    def handoffs_collected(self) -> bool:
+        """Whether the engines' handoff records are in this history. A real run collects them as it ends (the
+        session notes whether it could); a simulated one also streams them as they are made. Without that
+        note: a history that ended normally, or that holds handoff records, has them; a run cut short before
+        any arrived (killed: no `run_ended`; or abandoned by its world) never collected them, and a checker
+        built on them cannot judge it."""
+        if self._collected is not None:
+            return self._collected
+        ended_normally = self.ended is not None and str(self.ended.get("reason", "")) in _NORMAL_ENDS
+        return ended_normally or bool(self.handoffs)
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -767,8 +795,14 @@ class History:
 
 
 def load_history(path: str | os.PathLike[str]) -> History:
-    """Read a history file; torn or malformed lines are skipped (counted in `bad_records` where parseable).
+    """Read a history file. Lines that cannot be read (binary garbage, damaged or torn JSON, not an object)
+    are skipped, counted in `bad_records` and numbered in `bad_lines`: a history that lost records cannot
+    give a pass (see `harness.checkers.check_run_complete`).
 
     Raises FileNotFoundError when there is no file; an empty file gives an empty, incomplete History.
     """
-    return History.from_records(read_jsonl(path))
+    read = read_jsonl_lines(path)
+    h = History.from_records(read.records)
+    h.bad_lines = list(read.bad_lines)
+    h.bad_records += len(read.bad_lines)
+    return h

@@ -20,11 +20,13 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
+from harness.parallel import run_suite
 from harness.routers import RouterAdapter, RouterAdapterError, make_router_adapter
 from harness.routers.gateways.adapters import GatewayAdapter
-from harness.runner import Cell, expand_matrix, run_suite
+from harness.runner import Cell, expand_matrix
 from harness.scenario import Scenario
 
 _USAGE = """Run scenarios against several routers and write the comparison report.
@@ -50,8 +52,8 @@ def skip_reason(adapter: RouterAdapter, scenario: Scenario, cell: Cell) -> str |
     """Why this router cannot run that cell (None: it runs)."""
     if isinstance(adapter, GatewayAdapter):
         return adapter.cannot_run(scenario, cell.topology, cell.connector, cell.transport)
-    if scenario.router.inject_bug and not adapter.supports_inject_bug:
-        return f"injects bug {scenario.router.inject_bug!r} into the reference router"
+    if scenario.router.inject_bugs and not adapter.supports_inject_bug:
+        return f"injects bug(s) {', '.join(scenario.router.inject_bugs)} into the reference router"
     return None
 
 
@@ -143,9 +145,11 @@ async def run_matrix(
     transports: Sequence[str] | None = None,
     seed: int = 0,
     progress: bool = True,
+    jobs: int = 1,
 ) -> dict[str, list[Any]]:
-    """Run every cell against every router; returns results by router label and writes matrix.json and the
-    comparison report into out_dir."""
+    """Run every cell against every router, `jobs` cells at once (one router after the other: two gateway
+    releases never share the machine's attention in one comparison); returns results by router label and
+    writes matrix.json and the comparison report into out_dir."""
     from reports import write_reports
     from reports.compare import write_comparison
 
@@ -166,7 +170,7 @@ async def run_matrix(
         sub = out / router_dir_name(p.label)
         results[p.label] = await run_suite(
             [s for s, _ in p.run], p.run, sub, router=p.adapter, seed=seed,
-            progress=_Lines(p.label, len(p.run)) if progress else None,
+            progress=_Lines(p.label, len(p.run)) if progress else None, jobs=jobs,
         )
         write_reports(results[p.label], sub)
         write_matrix(out, plans, started, extra)
@@ -191,9 +195,17 @@ def drop_skipped(
 EXIT_BY_STATUS = {"pass": 0, "fail": 1, "unknown": 2}
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad flags are a usage error: exit 3, as every pdchaos command (argparse's own default is 2, which
+    means unknown here)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(3, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pdchaos matrix", description=_USAGE,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="pdchaos matrix", description=_USAGE,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
                    help="scenario names or files (none: the default suite)")
     p.add_argument("--router", action="append", metavar="SPEC",
@@ -205,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, metavar="DIR", help="default: runs/compare-<timestamp-id>")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--jobs", type=jobs_arg, default=None, metavar="N", help=JOBS_HELP)
     p.add_argument("--compare-only", type=Path, metavar="MATRIX_DIR",
                    help="only re-render compare.json/html/md of a finished (or partial) matrix folder")
     return p
@@ -244,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             scenarios, routers, out, topologies,
             [args.connector] if args.connector else None,
             [args.transport] if args.transport else None,
-            seed=args.seed, progress=not args.no_progress,
+            seed=args.seed, progress=not args.no_progress, jobs=args.jobs or default_jobs(),
         ))
     except RouterAdapterError as e:
         print(f"pdchaos: error: {e}", file=sys.stderr)

@@ -136,7 +136,8 @@ class ScenarioFile(pytest.File):
                 raise self.CollectError(f"{self.path}: scenario {s.name!r}: " + "; ".join(bad))
         explicit = self.session.isinitpath(self.path)
         if not explicit and not cfg.getoption("--pdchaos-all"):
-            scenarios = [s for s in scenarios if _in_default_suite(s, self.path.parent, cfg)]
+            # The default suite's cells, as `pdchaos run` cuts them (Scenario.suite_cut).
+            scenarios = [s.suite_cut() for s in scenarios if _in_default_suite(s, self.path.parent, cfg)]
         topologies = _split(cfg.getoption("--pdchaos-topology"))
         if topologies:
             try:

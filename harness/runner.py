@@ -1,4 +1,4 @@
-"""Running scenarios: one cell (`run_scenario`) or a list of cells in sequence (`run_suite`).
+"""Running scenarios: one cell (`run_scenario`) or a list of cells (`run_suite`, several at once with `jobs`).
 
 A cell is a scenario session (`harness.session`: the run's logic) over a world (`harness.worlds.real`: OS
 processes on loopback). This module builds both, lets the world drive the session, and turns the session's
@@ -24,8 +24,11 @@ from typing import Any
 from harness.checkers import run_checks, validate_expect
 from harness.history import HistoryRecorder
 from harness.result import ScenarioResult
-from harness.routers import RouterAdapter, make_router_adapter
+from harness.routers import RouterAdapter, RouterAdapterError, make_router_adapter, router_profile
+from harness.routers.profiles import PREFIX as PROFILE_PREFIX
+from harness.routers.profiles import profile_named
 from harness.scenario import Scenario, ScenarioError, apply_preset, preset, validate
+from harness.scenario.bugs import injected_bugs
 from harness.session import ScenarioSession
 from harness.topology import PORTS_PER_ENGINE, Topology, allocate, build_topology, parse_topology
 from harness.verdict import Verdict, combine
@@ -85,8 +88,9 @@ def check_cell(scenario: Scenario, topology: str, connector: str, adapter: Route
         raise ScenarioError(f"scenario {scenario.name!r} does not apply to {topology}/{connector}")
     if adapter is None:
         return
-    if scenario.router.inject_bug and not adapter.supports_inject_bug:
-        raise ScenarioError(f"router {adapter.name} cannot take inject_bug={scenario.router.inject_bug}")
+    if scenario.router.inject_bugs and not adapter.supports_inject_bug:
+        bugs = ", ".join(scenario.router.inject_bugs)
+        raise ScenarioError(f"router {adapter.name} cannot take router bug switches ({bugs})")
 
 
 async def run_scenario(
@@ -126,6 +130,9 @@ async def run_scenario(
             router_name = adapter.name
         check_cell(scenario, topology, connector, adapter, world)
         scenario = apply_preset(scenario, preset(preset_name))
+        profile = router_profile(router_adapter)
+        if profile is not None:
+            scenario = profile.apply(scenario)
         validate(scenario)
         if world == "sim":
             topo = sim_topology(topology, connector, transport)
@@ -213,12 +220,19 @@ async def _replay_verdict(scenario: Scenario, topo: Topology, router: str, seed:
 
 
 def sim_router_name(spec: str | RouterAdapter) -> str:
-    """The simulated world runs the reference router's core (ScenarioError for anything else)."""
+    """The simulated world runs the reference router's core, alone or as a gateway profile (ScenarioError
+    for anything else)."""
     if isinstance(spec, RouterAdapter):
         spec = spec.name
     if spec in ("reference", "", "pdchaos-router"):
         return "reference"
-    raise ScenarioError(f"the simulated world runs the reference router only, not {spec!r}")
+    if spec.startswith(PROFILE_PREFIX):
+        try:
+            return PROFILE_PREFIX + profile_named(spec).name
+        except ValueError as e:
+            raise ScenarioError(str(e)) from None
+    raise ScenarioError(f"the simulated world runs the reference router only (or a profile:NAME of it), not "
+                        f"{spec!r}")
 
 
 def sim_topology(topology: str, connector: str, transport: str) -> Topology:
@@ -237,8 +251,12 @@ def replay_command(s: Scenario, topology: str, connector: str, transport: str, r
              transport, "--world", world, "--settings", settings, "--seed", str(seed)]
     if router not in ("reference", ""):
         words += ["--router", shlex.quote(router)]
-    if s.router.inject_bug:
-        words += ["--inject-bug", s.router.inject_bug]
+    given = None
+    with contextlib.suppress(RouterAdapterError):  # an unknown profile: the run already says why
+        given = router_profile(router)
+    for bug in injected_bugs(s):
+        if given is None or bug not in given.bugs:  # a profile's own switches come with it
+            words += ["--inject-bug", bug]
     return " ".join(words)
 
 
@@ -295,37 +313,3 @@ def update_latest(run_dir: Path) -> None:
     os.replace(tmp, link)
 
 
-async def run_suite(
-    scenarios: Iterable[Scenario],
-    matrix: Iterable[tuple[Scenario, Cell]] | dict[str, Sequence[str]] | None,
-    out_dir: str | os.PathLike[str],
-    router: str | RouterAdapter = "reference",
-    seed: int = 0,
-    progress: Any = None,
-    world: str = "real",
-    settings: str | None = None,
-    check_determinism: bool = False,
-) -> list[ScenarioResult]:
-    """Run every cell in sequence into `out_dir/<scenario>__<cell>/`, point `out_dir/../latest` at out_dir.
-    `matrix`: explicit (scenario, cell) pairs, or a dict with optional keys `topologies`, `connectors`,
-    `transports` filtering each scenario's own matrix (None: all of it)."""
-    run_dir = Path(out_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - local folder, once per suite
-    update_latest(run_dir)
-    scen = list(scenarios)
-    if matrix is None or isinstance(matrix, dict):
-        m = matrix or {}
-        cells = expand_matrix(scen, m.get("topologies"), m.get("connectors"), m.get("transports"))
-    else:
-        cells = list(matrix)
-    results = []
-    run_id = run_dir.name[-12:] or uuid.uuid4().hex[:8]
-    for s, cell in cells:
-        res = await run_scenario(
-            s, cell.topology, cell.connector, cell.transport, router,
-            run_dir / cell_dir_name(s.name, cell), seed=seed, progress=progress,
-            run_id=re.sub(r"[^A-Za-z0-9_-]", "", run_id), world=world, settings=settings,
-            check_determinism=check_determinism,
-        )
-        results.append(res)
-    return results

@@ -35,30 +35,15 @@ def split_topologies(values: Sequence[str] | None) -> list[str] | None:
 
 
 def load_named(items: Sequence[str]) -> list[Any]:
-    """Scenarios by name (shipped folder) or file, in the order given; none: every shipped scenario."""
+    """Scenarios by name (shipped folder) or file, in the order given; none: every shipped scenario. Two
+    different scenarios under one name (in one file, in two files, a file reusing a shipped name) are an
+    error: names key run folders and reports, so one would silently replace the other."""
     from harness.scenario import ScenarioError, load_scenarios
 
     try:
-        if not items:
-            return load_scenarios(None)
-        names = [i for i in items if not (i.endswith(".py") or "/" in i)]
-        named = {s.name: s for s in load_scenarios(names)} if names else {}
+        return load_scenarios(list(items) or None)
     except ScenarioError as e:
         raise UsageError(str(e)) from None
-    out: dict[str, Any] = {}
-    for item in items:
-        if item in named:
-            out.setdefault(item, named[item])
-            continue
-        try:
-            found = load_scenarios([item])
-        except ScenarioError as e:
-            # Name the file even when the problem is in a scenario's content.
-            msg = str(e)
-            raise UsageError(msg if item in msg else f"{item}: {msg}") from None
-        for s in found:
-            out.setdefault(s.name, s)
-    return list(out.values())
 
 
 def is_default(scenario: Any) -> bool:
@@ -66,10 +51,11 @@ def is_default(scenario: Any) -> bool:
 
 
 def default_suite(scenarios: Sequence[Any]) -> list[Any]:
-    """Scenarios tagged 'default'; if no scenario carries the tag, every scenario not tagged 'slow'."""
+    """Scenarios tagged 'default' (cut to their suite cells); if no scenario carries the tag, every scenario
+    not tagged 'slow'."""
     marked = [s for s in scenarios if is_default(s)]
     if marked:
-        return marked
+        return [s.suite_cut() if hasattr(s, "suite_cut") else s for s in marked]
     return [s for s in scenarios if "slow" not in tuple(getattr(s, "tags", ()) or ())]
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +45,42 @@ class JsonlWriter:
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Yield records; a torn last line (writer killed mid-write) is skipped, not an error."""
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
+    """Yield records; a line that is not a JSON object (a torn last line after a killed writer, damage,
+    binary garbage) is skipped, not an error. `read_jsonl_lines` also says which lines were skipped."""
+    for _, record in _lines(path):
+        if record is not None:
+            yield record
+
+
+@dataclass(frozen=True)
+class JsonlRead:
+    """A whole file read: its records, and the 1-based numbers of the lines that could not be read."""
+
+    records: list[dict[str, Any]]
+    bad_lines: list[int]
+
+
+def read_jsonl_lines(path: str | os.PathLike[str]) -> JsonlRead:
+    records: list[dict[str, Any]] = []
+    bad: list[int] = []
+    for number, record in _lines(path):
+        if record is None:
+            bad.append(number)
+        else:
+            records.append(record)
+    return JsonlRead(records, bad)
+
+
+def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    # Bytes, not text: one undecodable line must cost that line, not the file.
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            raw = raw.strip()
+            if not raw:
                 continue
             try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
+                record = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                yield number, None
                 continue
+            yield number, record if isinstance(record, dict) else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import socket
+import threading
 
 LOOPBACK = "127.0.0.1"
 
@@ -12,6 +13,11 @@ LOOPBACK = "127.0.0.1"
 # from that range (bind to port 0) can be grabbed by any outgoing connection before the server binds it.
 _POOL_LOW, _POOL_HIGH = 15000, 32000
 _rng = random.Random(os.getpid() ^ int.from_bytes(os.urandom(4), "little"))
+# Ports this process handed out already. Cells running side by side (`--jobs`) would otherwise be able to get
+# a port another cell holds only between its processes' lives (an engine restarting on its own ports, a
+# router not bound yet); the pool is large, so the memory is only forgotten once half the pool was handed out.
+_handed: set[int] = set()
+_handed_lock = threading.Lock()
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -44,15 +50,19 @@ def _try_bind(port: int) -> socket.socket | None:
 def _reserve(n: int) -> list[socket.socket]:
     lo, hi = _pool()
     socks: list[socket.socket] = []
-    tried: set[int] = set()
-    while len(socks) < n and len(tried) < (hi - lo + 1):
-        port = _rng.randint(lo, hi)
-        if port in tried:
-            continue
-        tried.add(port)
-        s = _try_bind(port)
-        if s is not None:
-            socks.append(s)
+    with _handed_lock:
+        if len(_handed) + n > (hi - lo + 1) // 2:
+            _handed.clear()
+        tried: set[int] = set(_handed)
+        while len(socks) < n and len(tried) < (hi - lo + 1):
+            port = _rng.randint(lo, hi)
+            if port in tried:
+                continue
+            tried.add(port)
+            s = _try_bind(port)
+            if s is not None:
+                socks.append(s)
+                _handed.add(port)
     while len(socks) < n:  # pool exhausted: fall back to the kernel's choice
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.bind((LOOPBACK, 0))

@@ -13,7 +13,10 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from pdchaos.bugs import list_text
+
 from .config import RouterConfig, WorkerArg, initial_specs
+from .core.bugs import ROUTER_BUGS
 from .server import RouterServer
 
 _DESCRIPTION = """\
@@ -56,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--decode", action="append", default=[], metavar="URL",
                    help="decode worker URL (repeatable)")
     w.add_argument("--worker-urls", nargs="+", default=[], metavar="URL", help="regular (non-PD) workers")
+    w.add_argument("--allow-worker-host", action="append", default=[], metavar="HOST",
+                   help="a non-loopback host workers may live on (repeatable); without it, worker URLs "
+                        "(flags and the worker API) must be loopback")
     w.add_argument("--connector", choices=["mooncake", "nixl", "none"], default=None,
                    help="KV connector of the PD workers (default: GetServerInfo for gRPC, mooncake for HTTP)")
     w.add_argument("--prefill-policy", default="round_robin",
@@ -89,9 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = p.add_argument_group("testing")
     t.add_argument("--seed", type=int, default=None, help="seed for the random/power_of_two policies")
-    t.add_argument("--inject-bug", action="append", default=[], metavar="NAME",
-                   choices=["stale_engine_id", "metadata_no_deadline", "partial_read_clears_id"],
-                   help="test-only: put a known router bug back (repeatable)")
+    t.add_argument("--inject-bug", action="append", default=[], metavar="NAME", choices=sorted(ROUTER_BUGS),
+                   help="test-only: put a known router bug back (repeatable; see --list-bugs)")
+    t.add_argument("--list-bugs", action="store_true",
+                   help="list the bug switches (name, zoo entry, where, symptom, reference) and exit")
     return p
 
 
@@ -134,6 +141,7 @@ def config_from_args(ns: argparse.Namespace) -> RouterConfig:
         cb_open_s=ns.cb_timeout_duration_secs,
         seed=ns.seed,
         bugs=frozenset(ns.inject_bug),
+        allowed_worker_hosts=tuple(ns.allow_worker_host),
     )
 
 
@@ -155,6 +163,9 @@ async def _serve(cfg: RouterConfig) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
+    if ns.list_bugs:
+        print(list_text(ROUTER_BUGS.values()))
+        return 0
     logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s router %(levelname)s %(message)s")
     try:
         cfg = config_from_args(ns)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .core import BreakerConfig, HealthConfig, Role, WorkerSpec, make_worker_spec
+from .worker_urls import url_problem
 
 
 class WorkerArg(NamedTuple):
@@ -41,6 +42,8 @@ class RouterConfig:
     cb_open_s: float = 60.0
     seed: int | None = None
     bugs: frozenset[str] = field(default_factory=frozenset)
+    # Non-loopback worker hosts the worker API and the command line may name (`--allow-worker-host`).
+    allowed_worker_hosts: tuple[str, ...] = ()
 
     def health(self) -> HealthConfig:
         return HealthConfig(
@@ -56,7 +59,9 @@ class RouterConfig:
         )
 
     def breaker(self) -> BreakerConfig:
-        return BreakerConfig(failure_threshold=self.cb_failure_threshold, open_s=self.cb_open_s)
+        return BreakerConfig(
+            failure_threshold=self.cb_failure_threshold, open_s=self.cb_open_s, bugs=self.bugs
+        )
 
     def validate(self) -> None:
         """ValueError for settings no router could serve with."""
@@ -70,6 +75,10 @@ class RouterConfig:
             raise ValueError("--worker-urls is for regular mode; PD mode takes --prefill/--decode")
         if not self.pd and (self.prefill or self.decode):
             raise ValueError("--prefill/--decode need --pd-disaggregation")
+        for url in (*(a.url for a in self.prefill), *self.decode, *self.regular):
+            problem = url_problem(url, self.port or None, self.allowed_worker_hosts)
+            if problem is not None:
+                raise ValueError(problem)
         self.health()
         self.breaker()
 

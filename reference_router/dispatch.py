@@ -10,6 +10,7 @@ its own requests only (bug #12).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -32,13 +33,25 @@ from .core import (
     Transport,
     Worker,
     WorkerRegistry,
+    dispatch_serialized,
     new_request_id,
 )
 from .emit import emit
 from .errors import RouterError, UpstreamError
 from .events import EventLog
 from .metrics import Metrics
-from .openai_format import SSE_DONE, completion_response, prompt_of, sse, stream_event
+from .model_limits import HttpContextLengths
+from .openai_format import (
+    CHAT,
+    SSE_DONE,
+    check_budget,
+    completion_response,
+    prompt_of,
+    sse,
+    stream_event,
+    usage_event,
+    wants_usage,
+)
 from .transports import Transports
 from .upstream_grpc import build_generate_request, complete_kv_params
 from .upstream_http import open_stream, post_json
@@ -71,9 +84,12 @@ class Dispatcher:
         self.metrics = metrics
         self._on_idle_draining = on_idle_draining
         self.clock = clock
-        self.policies = LegPolicies.make(cfg.prefill_policy, cfg.decode_policy, cfg.seed)
+        self.policies = LegPolicies.make(cfg.prefill_policy, cfg.decode_policy, cfg.seed, cfg.bugs)
         self.limits = DispatchLimits(cfg.request_timeout_s, id_read_wait_s=cfg.probe_timeout_s)
         self.breaker = cfg.breaker()
+        self.contexts = HttpContextLengths(lambda: self.t.session, cfg.probe_timeout_s, clock)
+        # Bug wedged_stalls_all only: one request at a time (core.dispatch_serialized).
+        self._one_at_a_time = asyncio.Lock() if dispatch_serialized(cfg.bugs) else None
 
     def _record(self, effects: Effects) -> None:
         emit(effects, self.events, self.metrics, log)
@@ -83,23 +99,54 @@ class Dispatcher:
             self._on_idle_draining(w)
 
     async def handle(self, request: web.Request, endpoint: str, body: dict[str, Any]) -> web.StreamResponse:
+        if self._one_at_a_time is None:
+            return await self._handle(request, endpoint, body)
+        async with self._one_at_a_time:
+            return await self._handle(request, endpoint, body)
+
+    async def _handle(self, request: web.Request, endpoint: str, body: dict[str, Any]) -> web.StreamResponse:
         flow = DispatchFlow(new_request_id(), body, self.registry, self.policies, self.limits, pd=self.cfg.pd,
-                            breaker=self.breaker)
+                            breaker=self.breaker, bugs=self.cfg.bugs)
+        try:
+            return await self._dispatch(request, endpoint, body, flow)
+        except RouterError as exc:
+            if not flow.masks_errors:
+                raise
+            stream = bool(body.get("stream"))
+            return await _error_as_200(request, endpoint, flow.request_id, self._model(body), exc, stream)
+
+    async def _dispatch(
+        self, request: web.Request, endpoint: str, body: dict[str, Any], flow: DispatchFlow
+    ) -> web.StreamResponse:
         refused = flow.pick(self.clock())
         if refused is not None:
             raise RouterError.from_answer(refused)
         try:
-            if not self.cfg.pd:
+            if not flow.pd:
                 leg = flow.regular_leg()
                 self._record(leg.effects)
                 return await self._final_leg(request, flow, leg, endpoint, None)
             assert flow.prefill is not None and flow.decode is not None
             prompt = await self._prompt(endpoint, body, flow.prefill, flow.decode)
+            self._check_budget(endpoint, body, prompt, flow.prefill, flow.decode)
             final = await self._prefill_until_done(flow, endpoint, prompt)
             return await self._final_leg(request, flow, final, endpoint, prompt)
         finally:
             self._idle(flow.release())
             self._record(flow.take_effects())
+
+    def _check_budget(
+        self, endpoint: str, body: dict[str, Any], prompt: Prompt | None, *workers: Worker
+    ) -> None:
+        """Refuse (400) a request that cannot fit the smallest context its workers report, before any leg."""
+        lengths = [n for n in (self._context_of(w) for w in workers) if n is not None]
+        check_budget(endpoint, body, None if prompt is None else len(prompt[1]), min(lengths, default=None))
+
+    def _context_of(self, worker: Worker) -> int | None:
+        if worker.spec.transport is Transport.GRPC:
+            codec = self.t.grpc(worker).known_codec
+            return None if codec is None else codec.context_length
+        return self.contexts.get(worker)
 
     async def _prefill_until_done(self, flow: DispatchFlow, endpoint: str, prompt: Prompt | None) -> FinalLeg:
         """Run the prefill leg (again elsewhere while the flow says so); the decode leg it leads to."""
@@ -115,6 +162,9 @@ class Dispatcher:
                 failed = flow.prefill_failed(exc.leg_error(), self.clock())
                 self._record(failed.effects)
                 self._idle(failed.idle)
+                if failed.decode_anyway is not None:  # bug legs_joined
+                    self._record(failed.decode_anyway.effects)
+                    return failed.decode_anyway
                 if failed.answer is not None:
                     raise RouterError.from_answer(failed.answer) from exc
                 continue
@@ -155,7 +205,8 @@ class Dispatcher:
         if worker.spec.transport is Transport.GRPC:
             assert prompt is not None
             req = build_generate_request(
-                leg_body, prompt[1], prompt[0], leg_body.get("kv_transfer_params"), f"{request_id}-p"
+                leg_body, prompt[1], prompt[0], leg_body.get("kv_transfer_params"), f"{request_id}-p",
+                chat=endpoint == CHAT,
             )
             req.sampling_params.ignore_eos = True
             complete = await self.t.grpc(worker).generate_complete(req, leg.timeout_s)
@@ -174,6 +225,8 @@ class Dispatcher:
             if worker.spec.transport is Transport.GRPC:
                 if prompt is None:
                     prompt = await self._prompt(endpoint, leg_body, worker)
+                    assert prompt is not None
+                    self._check_budget(endpoint, leg_body, prompt, worker)
                 assert prompt is not None
                 if stream:
                     return await self._grpc_stream(request, flow, leg, endpoint, prompt)
@@ -181,6 +234,8 @@ class Dispatcher:
                 self._finish(flow)
                 return web.json_response(answer)
             url = f"{worker.spec.url}{endpoint}"
+            if prompt is None:
+                self._check_budget(endpoint, leg_body, None, worker)
             if stream:
                 return await self._http_stream(request, flow, leg, url)
             payload = await post_json(self.t.session, url, leg_body, leg.timeout_s)
@@ -200,7 +255,8 @@ class Dispatcher:
     ) -> dict[str, Any]:
         client = self.t.grpc(leg.worker)
         body = leg.body
-        req = build_generate_request(body, prompt[1], prompt[0], body.get("kv_transfer_params"), request_id)
+        req = build_generate_request(body, prompt[1], prompt[0], body.get("kv_transfer_params"), request_id,
+                                     chat=endpoint == CHAT)
         complete = await client.generate_complete(req, leg.timeout_s)
         codec = await client.codec(self.cfg.request_timeout_s)
         text = codec.decode(list(complete.output_ids))
@@ -215,7 +271,8 @@ class Dispatcher:
         client = self.t.grpc(leg.worker)
         codec = await client.codec(self.cfg.request_timeout_s)
         body, request_id = leg.body, flow.request_id
-        req = build_generate_request(body, prompt[1], prompt[0], body.get("kv_transfer_params"), request_id)
+        req = build_generate_request(body, prompt[1], prompt[0], body.get("kv_transfer_params"), request_id,
+                                     chat=endpoint == CHAT)
         model = self._model(body)
         messages = client.generate(req, leg.timeout_s)
         # Wait for the first message before answering 200, so an immediate failure is still a clean error.
@@ -225,6 +282,7 @@ class Dispatcher:
         decoder = codec.streamer()
         finish: str | None = None
         streamed = 0
+        used = 0
         try:
             msg = first
             while msg is not None:
@@ -240,8 +298,11 @@ class Dispatcher:
                     if tail:
                         await resp.write(stream_event(endpoint, request_id, model, tail, None))
                     finish = msg.complete.finish_reason or "stop"
+                    used = msg.complete.completion_tokens or streamed + len(rest)
                 msg = await anext(messages, None)
             await resp.write(stream_event(endpoint, request_id, model, "", finish or "stop"))
+            if wants_usage(body):
+                await resp.write(usage_event(endpoint, request_id, model, len(prompt[1]), used or streamed))
             self._finish(flow)
         except UpstreamError as exc:
             await resp.write(sse({"error": {"message": str(exc), "type": "server_error", "code": exc.code}}))
@@ -277,6 +338,21 @@ class Dispatcher:
             await resp.write(SSE_DONE)
         await resp.write_eof()
         return resp
+
+
+async def _error_as_200(
+    request: web.Request, endpoint: str, request_id: str, model: str, exc: RouterError, stream: bool
+) -> web.StreamResponse:
+    """Bug error_as_200: an error answered as a 200 completion with finish_reason "error" and no content."""
+    log.warning("answering %s %s as 200 (bug error_as_200)", exc.status, exc)
+    if not stream:
+        return web.json_response(completion_response(endpoint, request_id, model, "", "error", 0, 0))
+    resp = _sse_response()
+    await resp.prepare(request)
+    await resp.write(stream_event(endpoint, request_id, model, "", "error"))
+    await resp.write(SSE_DONE)
+    await resp.write_eof()
+    return resp
 
 
 def _sse_response() -> web.StreamResponse:

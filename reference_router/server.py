@@ -16,6 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
+from pdchaos.aiohttp_errors import answer_parser_errors_as_json
+
 from .config import RouterConfig, initial_specs
 from .core import (
     DuplicateWorkerError,
@@ -36,6 +38,7 @@ from .openai_format import CHAT, COMPLETIONS, validate_body
 from .prober import Prober
 from .transports import Transports
 from .upstream_grpc import we_are_cancelled
+from .worker_urls import same_engine, url_problem
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +77,7 @@ class RouterServer:
         self.clock = clock
         self.events = EventLog(cfg.events_file)
         self.metrics = Metrics()
-        self.registry = WorkerRegistry()
+        self.registry = WorkerRegistry(cfg.bugs)
         self.transports = Transports()
         self.health = HealthLoop(
             self.registry, cfg.health(), Prober(self.transports), self.events, self.metrics, clock
@@ -96,6 +99,7 @@ class RouterServer:
         r.add_post(COMPLETIONS, self._completions)
         r.add_post(CHAT, self._chat)
         r.add_get("/v1/models", self._models)
+        r.add_get("/v1/models/{model:.+}", self._model)
         r.add_get("/health", self._health)
         r.add_get("/readiness", self._readiness)
         r.add_get("/metrics", self._metrics)
@@ -113,6 +117,9 @@ class RouterServer:
             self.app, access_log=None, shutdown_timeout=1.0, handler_cancellation=True
         )
         await self._runner.setup()
+        # aiohttp answers its own parse errors (unknown method, oversized headers) in plain text.
+        answer_parser_errors_as_json(self._runner, lambda status, message: RouterError(
+            status, "http_error", message).body())
         site = web.TCPSite(self._runner, self.cfg.host, self.cfg.port)
         await site.start()
         self.port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
@@ -124,6 +131,7 @@ class RouterServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self.dispatcher.contexts.close()
         await self.transports.close()
         self.events.close()
 
@@ -163,6 +171,10 @@ class RouterServer:
         if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
             raise RouterError(401, "unauthorized", "missing or wrong API key", "authentication_error")
 
+    def _api(self, worker: Worker) -> dict[str, Any]:
+        """The worker API record, as this router's switches show it."""
+        return worker_api_dict(worker, self.registry.bugs)
+
     def _worker_or_404(self, request: web.Request) -> Worker:
         worker = self.registry.get(request.match_info["id"])
         if worker is None:
@@ -171,15 +183,23 @@ class RouterServer:
 
     async def _list_workers(self, request: web.Request) -> web.Response:
         self._check_key(request)
-        return web.json_response({"workers": [worker_api_dict(w) for w in self.registry.all()]})
+        return web.json_response({"workers": [self._api(w) for w in self.registry.all()]})
 
     async def _add_worker(self, request: web.Request) -> web.Response:
         self._check_key(request)
         body = await _json_body(request)
+        if isinstance(body, dict):
+            refused = url_problem(body.get("url"), self.port, self.cfg.allowed_worker_hosts)
+            if refused is not None:
+                raise RouterError(400, "invalid_worker", refused)
         try:
             spec = spec_from_json(body)
         except ValueError as exc:
             raise RouterError(400, "invalid_worker", str(exc)) from exc
+        for other in self.registry.all():
+            if other.spec.role is spec.role and same_engine(other.spec.url, spec.url):
+                raise RouterError(409, "duplicate_worker",
+                                  f"worker {other.id} already has url {other.spec.url} as {spec.role.value}")
         if (spec.role is Role.REGULAR) == self.cfg.pd:
             mode = "PD" if self.cfg.pd else "regular"
             raise RouterError(400, "invalid_worker", f"role {spec.role.value} does not fit {mode} mode")
@@ -187,11 +207,11 @@ class RouterServer:
             worker = self._add(spec)
         except DuplicateWorkerError as exc:
             raise RouterError(409, "duplicate_worker", str(exc)) from exc
-        return web.json_response(worker_api_dict(worker), status=201)
+        return web.json_response(self._api(worker), status=201)
 
     async def _get_worker(self, request: web.Request) -> web.Response:
         self._check_key(request)
-        return web.json_response(worker_api_dict(self._worker_or_404(request)))
+        return web.json_response(self._api(self._worker_or_404(request)))
 
     async def _patch_worker(self, request: web.Request) -> web.Response:
         self._check_key(request)
@@ -201,7 +221,7 @@ class RouterServer:
             self.registry.update(worker.id, body)
         except ValueError as exc:
             raise RouterError(400, "invalid_update", str(exc)) from exc
-        return web.json_response(worker_api_dict(worker))
+        return web.json_response(self._api(worker))
 
     async def _delete_worker(self, request: web.Request) -> web.Response:
         self._check_key(request)
@@ -210,7 +230,7 @@ class RouterServer:
         if before is not Status.DRAINING:
             self.events.emit("status_change", worker=worker.id, url=worker.spec.url,
                              **{"from": before.value, "to": Status.DRAINING.value})
-        answer = worker_api_dict(worker)
+        answer = self._api(worker)
         self._maybe_remove(worker)
         return web.json_response(answer)
 
@@ -238,11 +258,19 @@ class RouterServer:
         finally:
             self.metrics.inc("pdchaos_router_requests_total", endpoint=endpoint, status=str(status))
 
+    def _model_card(self) -> dict[str, Any]:
+        return {"id": self.cfg.model or DEFAULT_MODEL, "object": "model", "owned_by": "pdchaos"}
+
     async def _models(self, request: web.Request) -> web.Response:
-        name = self.cfg.model or DEFAULT_MODEL
-        return web.json_response(
-            {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "pdchaos"}]}
-        )
+        return web.json_response({"object": "list", "data": [self._model_card()]})
+
+    async def _model(self, request: web.Request) -> web.Response:
+        """`GET /v1/models/{id}` (the `openai` client's `models.retrieve`)."""
+        card = self._model_card()
+        if request.match_info["model"] != card["id"]:
+            name = request.match_info["model"]
+            raise RouterError(404, "model_not_found", f"model {name!r} is not served here")
+        return web.json_response(card)
 
     # ---- operations ----------------------------------------------------------------------------------------
 
@@ -279,6 +307,8 @@ async def _json_body(request: web.Request) -> Any:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RouterError(400, "invalid_json", f"malformed JSON: {exc}") from exc
+    except RecursionError:
+        raise RouterError(400, "invalid_json", "malformed JSON: nested too deeply") from None
 
 
 def _dumps(obj: Any) -> str:

@@ -24,11 +24,29 @@ class TokenizerError(Exception):
 
 
 class TextCodec:
-    """A loaded tokenizer plus the chat rendering the router uses for gRPC chat requests."""
+    """A loaded tokenizer plus the chat rendering the router uses for gRPC chat requests, and the model's
+    context length when the engine reported one (`GetModelInfo.max_context_length`)."""
 
-    def __init__(self, tokenizer: Tokenizer, config: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, config: dict[str, Any] | None = None, context_length: int | None = None
+    ) -> None:
         self._tok = tokenizer
         self.config = config or {}
+        self.context_length = context_length
+        self._max_token_chars: int | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._tok.get_vocab_size(with_added_tokens=True))
+
+    @property
+    def max_token_chars(self) -> int:
+        """A bound on the text one token stands for: a text longer than context x this cannot fit. A
+        vocabulary entry is at least as long as its text (byte-level entries spell one character per byte)."""
+        if self._max_token_chars is None:
+            vocab = self._tok.get_vocab(with_added_tokens=True)
+            self._max_token_chars = max((len(t) for t in vocab), default=1)
+        return self._max_token_chars
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
@@ -126,8 +144,17 @@ def codec_from_zip(blob: bytes) -> TextCodec:
 
 
 async def fetch_codec(stub: vllm_engine_pb2_grpc.VllmEngineStub, timeout_s: float) -> TextCodec:
-    """The engine's tokenizer: local model folder first, else the GetTokenizer zip; bounded by timeout_s."""
+    """The engine's tokenizer: local model folder first, else the GetTokenizer zip; bounded by timeout_s.
+    The codec carries the context length the engine reports (None when it reports none)."""
     info = await stub.GetModelInfo(vllm_engine_pb2.GetModelInfoRequest(), timeout=timeout_s)
+    codec = await _fetch_tokenizer(stub, info, timeout_s)
+    codec.context_length = int(info.max_context_length) or None
+    return codec
+
+
+async def _fetch_tokenizer(
+    stub: vllm_engine_pb2_grpc.VllmEngineStub, info: vllm_engine_pb2.GetModelInfoResponse, timeout_s: float
+) -> TextCodec:
     for candidate in (info.tokenizer_path, info.model_path):
         if candidate and await asyncio.to_thread(_has_tokenizer, candidate):
             return await asyncio.to_thread(load_from_dir, candidate)

@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from pdchaos.openai_request import max_tokens_of
 from pdchaos.proto import vllm_engine_pb2, vllm_engine_pb2_grpc
 
 from .core import Delivery
@@ -85,6 +86,11 @@ class GrpcWorker:
                         if we_are_cancelled():
                             raise
                         raise UpstreamError(f"{self.target}: tokenizer call cancelled", 502) from None
+        return self._codec
+
+    @property
+    def known_codec(self) -> TextCodec | None:
+        """The codec if it was fetched already (never fetches)."""
         return self._codec
 
     def forget_codec(self) -> None:
@@ -169,8 +175,10 @@ def build_generate_request(
     text: str,
     kv_transfer_params: dict[str, Any] | None,
     request_id: str | None = None,
+    chat: bool = False,
 ) -> vllm_engine_pb2.GenerateRequest:
-    """An OpenAI body (already sanitised for its leg) as a tokenized Generate request."""
+    """An OpenAI body (already sanitised for its leg and checked: `pdchaos.openai_request`) as a tokenized
+    Generate request. `chat`: a chat body, whose completion budget is `max_completion_tokens` first."""
     sp = vllm_engine_pb2.SamplingParams()
     if body.get("temperature") is not None:
         sp.temperature = float(body["temperature"])
@@ -179,7 +187,8 @@ def build_generate_request(
             setattr(sp, name, float(body[name]))
     if body.get("top_k") is not None:
         sp.top_k = max(0, int(body["top_k"]))
-    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    # The budget the router checked against the context, read the same way (one rule for both).
+    max_tokens = max_tokens_of(body, chat)
     if max_tokens is not None:
         sp.max_tokens = int(max_tokens)
     if body.get("min_tokens") is not None:

@@ -47,7 +47,7 @@ async def post_json(
                 payload = {"raw": raw[:200].decode("utf-8", "replace")}
             if resp.status >= 400:
                 raise UpstreamError(
-                    f"{url} answered {resp.status}", status=_relay_status(resp.status), body=payload,
+                    _answered(url, resp.status, payload), status=_relay_status(resp.status), body=payload,
                     delivery=Delivery.ANSWERED, worker_status=resp.status,
                 )
             if not isinstance(payload, dict):
@@ -93,8 +93,8 @@ async def open_stream(
             payload = None
         finally:
             resp.release()
-        raise UpstreamError(f"{url} answered {resp.status}", status=_relay_status(resp.status), body=payload,
-                            delivery=Delivery.ANSWERED, worker_status=resp.status)
+        raise UpstreamError(_answered(url, resp.status, payload), status=_relay_status(resp.status),
+                            body=payload, delivery=Delivery.ANSWERED, worker_status=resp.status)
     return HttpStream(resp, url, timeout_s)
 
 
@@ -114,6 +114,14 @@ async def get_json(session: aiohttp.ClientSession, url: str, timeout_s: float | 
 def _not_sent(url: str, exc: aiohttp.ClientError) -> UpstreamError:
     """No connection was made (refused, unreachable, connect timeout): the worker never saw the request."""
     return UpstreamError(f"{url}: {exc.__class__.__name__}: {exc}", status=502, delivery=Delivery.NOT_SENT)
+
+
+def _answered(url: str, status: int, payload: Any) -> str:
+    """What a worker's error answer says, for the client: a relayed 400 keeps the engine's own reason."""
+    err = payload.get("error") if isinstance(payload, dict) else None
+    message = err.get("message") if isinstance(err, dict) else err
+    said = f": {message[:500]}" if isinstance(message, str) and message else ""
+    return f"{url} answered {status}{said}"
 
 
 def _relay_status(status: int) -> int:

@@ -239,9 +239,11 @@ def render_html(results: list[ScenarioResult], run_dir: Path, plots: bool = True
     )
 
 
-def write_html(results: list[ScenarioResult], run_dir: Path, plots: bool = True) -> Path:
+def write_html(
+    results: list[ScenarioResult], run_dir: Path, plots: bool = True, name: str = REPORT_HTML
+) -> Path:
     """`plots=False` leaves the timeline plots out (fast re-render of a big run)."""
-    path = run_dir / REPORT_HTML
+    path = run_dir / name
     tmp = path.with_suffix(f".html.{os.getpid()}.tmp")
     tmp.write_text(render_html(results, run_dir, plots), encoding="utf-8")
     os.replace(tmp, path)

@@ -26,9 +26,9 @@ def report_document(results: list[ScenarioResult], run_dir: Path) -> dict[str, A
     }
 
 
-def write_json(results: list[ScenarioResult], run_dir: Path) -> Path:
+def write_json(results: list[ScenarioResult], run_dir: Path, name: str = REPORT_JSON) -> Path:
     """Write atomically (a reader never sees half a report)."""
-    path = run_dir / REPORT_JSON
+    path = run_dir / name
     tmp = path.with_suffix(f".json.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(report_document(results, run_dir), indent=2, default=str), encoding="utf-8")
     os.replace(tmp, path)

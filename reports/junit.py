@@ -77,8 +77,8 @@ def junit_tree(results: list[ScenarioResult], run_dir: Path) -> ET.ElementTree:
     return ET.ElementTree(suites)
 
 
-def write_junit(results: list[ScenarioResult], run_dir: Path) -> Path:
-    path = run_dir / JUNIT_XML
+def write_junit(results: list[ScenarioResult], run_dir: Path, name: str = JUNIT_XML) -> Path:
+    path = run_dir / name
     tmp = path.with_suffix(f".xml.{os.getpid()}.tmp")
     junit_tree(results, run_dir).write(tmp, encoding="utf-8", xml_declaration=True)
     os.replace(tmp, path)

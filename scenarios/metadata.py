@@ -12,7 +12,8 @@ from dataclasses import replace
 from harness.scenario import After, At, EngineFault, Expect, Heal, Restart, Scenario, Step, Wedge
 from scenarios._common import ALL_SHAPES, BASE_EXPECT, CORE_EXPECT, ENGINES, ROUTER, STRICT_LOCAL, WORKLOAD
 
-_SLOW_HEALTH = EngineFault("prefill-0", "latency", {"surface": "health", "ms": 2000})
+# Longer than the probe timeout of every preset (scaled 0.5 s, production 5 s): the probes fail in both.
+_SLOW_HEALTH = EngineFault("prefill-0", "latency", {"surface": "health", "ms": 8000})
 
 
 def _force_reread(at: float) -> tuple[Step, Step]:
@@ -77,12 +78,14 @@ SCENARIOS = [
     ),
     Scenario(
         name="reread_fails_at_promotion",
+        tags=("default",),
+        suite_topologies=("1p1d",),
         description="The prefill restarts between probes (identity checks off), then its health stalls so "
         "the router re-reads at promotion, and that read fails (GetServerInfo unavailable). The router must "
         "keep retrying on later probes and pick up the new id once the read succeeds; one failed read must "
         "not leave the dead id in force for life.",
         bugs=("zoo-4",),
-        catches=("stale_engine_id",),
+        catches=("stale_engine_id", "reread_no_retry"),
         topologies=ALL_SHAPES,
         connectors=("mooncake",),
         transports=("grpc",),
@@ -107,6 +110,7 @@ SCENARIOS = [
         description="The prefill stops reporting a kv_engine_id (complete reads, empty id). The router keeps "
         "the id it knows and treats such a read as final: it must not re-read on every probe.",
         bugs=("zoo-5",),
+        catches=("reread_every_probe",),
         topologies=("1p1d",),
         connectors=("mooncake",),
         transports=("grpc",),

@@ -43,9 +43,12 @@ SCENARIOS = [
         "of the window). Once the link is back the worker rejoins within the recovery bound and "
         "takes handoffs again.",
         bugs=("zoo-6", "zoo-8"),
+        catches=("no_prefill_retry",),
         topologies=("2p1d",),
         connectors=("mooncake", "nixl"),
-        router=ROUTER,
+        # Three failed probes to NotReady: a refused leg marks the worker suspect and its probe fails, but it
+        # stays Ready for a while and keeps being picked, so several legs are refused: each must be retried.
+        router=replace(ROUTER, failure_threshold=3),
         engines=ENGINES,
         workload=_LOAD,
         timeline=(
@@ -88,11 +91,14 @@ SCENARIOS = [
         tags=("default",),
         description="Every KV pull from the prefill is reset (TCP RST) while its answer is on the way back, "
         "for 1.5 s. The NIXL decode fails each such load at once (policy `fail`), the client gets a clear "
-        "error (never a hang, never a wait for the transfer timeout), and handoffs resume after the heal.",
+        "error (never a hang, never a wait for the transfer timeout), and handoffs resume after the heal. "
+        "These failures are the path's, not the decode's: its circuit breaker (3 failures) must not take the "
+        "healthy sole decode out.",
         bugs=("#2491",),
+        catches=("breaker_charges_kv_failure", "nixl_not_relayed"),
         topologies=("1p1d",),
         connectors=("nixl",),
-        router=ROUTER,
+        router=replace(ROUTER, circuit_breaker_failures=3, circuit_breaker_open_s=5.0),
         engines=ENGINES,
         workload=_LOAD,
         timeline=(

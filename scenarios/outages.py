@@ -30,6 +30,9 @@ _LOADING = EngineSettings(
     per_engine={"decode-0": {"load_time_s": 4.0}},
 )
 
+# A circuit breaker that the refused legs of a crash open (2 failures) and that stays open past the run unless
+# the worker's recovery re-admits it.
+_BREAKER_ROUTER = replace(ROUTER, circuit_breaker_failures=2, circuit_breaker_open_s=30.0)
 _GOLD = {"tier": "gold"}
 # A respawned engine takes ~2 s to start: leave time after it to judge recovery and availability.
 _LONGER = replace(WORKLOAD, duration_s=8.0)
@@ -51,6 +54,8 @@ SCENARIOS = [
     ),
     Scenario(
         name="one_of_two_prefills_down",
+        tags=("default",),
+        suite_connectors=("mooncake",),
         description="One of two prefills crashes and is respawned 2 s later. The other prefill carries the "
         "load with no client error: a leg refused before the router's probes see the crash is retried on the "
         "other prefill. Only legs the dead engine had already received fail (never run twice: 0-2 of the "
@@ -79,12 +84,17 @@ SCENARIOS = [
     Scenario(
         name="sole_prefill_down",
         tags=("default",),
-        description="The only prefill crashes: requests get a prompt 503 (not 404/500, not a hang) while it "
-        "is down; it is respawned on the same address 2 s later (marked Failed by then) and must rejoin.",
+        suite_topologies=("1p1d",),
+        description="The only prefill crashes: requests get a prompt 503 (not 404/500, not a hang, not a "
+        "decode running them alone) while it is down; it is respawned on the same address 2 s later (marked "
+        "Failed by then) and must rejoin at once, its circuit breaker (opened by the refused legs) "
+        "re-admitting it with its probes.",
         bugs=("zoo-8", "zoo-6"),
+        catches=("failed_terminal", "no_worker_404", "breaker_no_readmit", "prefill_on_decode",
+                 "error_as_200"),
         topologies=("1p1d", "1p2d"),
         connectors=("mooncake", "nixl"),
-        router=ROUTER,
+        router=_BREAKER_ROUTER,
         engines=ENGINES,
         workload=_LONGER,
         timeline=(
@@ -92,7 +102,9 @@ SCENARIOS = [
             Step("respawn", Respawn("prefill-0"), At(3.5)),
         ),
         expect=(
-            *BASE_EXPECT,
+            *CORE_EXPECT,
+            # The outage is no reason for a local prefill: a request either gets a 503 or is handed off.
+            STRICT_LOCAL,
             Expect("prompt_503", {"max_503_latency_s": 1.0, "kinds": ["crash"]}),
             Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["crash"]}),
             Expect("handoff", {"grace_s": 2.5}),
@@ -101,10 +113,13 @@ SCENARIOS = [
     ),
     Scenario(
         name="property_update_keeps_handoff",
+        tags=("default",),
+        suite_topologies=("1p1d",),
         description="Labels and priority of the prefill and the decode are updated through the worker API "
         "mid-traffic. The update must keep the KV transfer config (connector, bootstrap port, engine id): "
         "handoffs go on without a single recompute.",
         bugs=("zoo-7",),
+        catches=("patch_drops_kv_config",),
         topologies=ALL_SHAPES,
         connectors=("mooncake", "nixl"),
         router=ROUTER,
@@ -125,10 +140,12 @@ SCENARIOS = [
     Scenario(
         name="wedged_decode_generate",
         tags=("default",),
+        suite_topologies=("1p2d",),
         description="A decode accepts generate requests and never answers (2.5 s). The router's request "
         "timeout must answer those requests with an error before the client gives up, without stalling "
         "requests to other workers or the health loop.",
         bugs=("zoo-12",),
+        catches=("no_request_timeout",),
         topologies=("1p1d", "1p2d"),
         connectors=("mooncake",),
         router=replace(ROUTER, request_timeout_s=2.0),
@@ -143,6 +160,38 @@ SCENARIOS = [
             Expect("probe_schedule", {"kinds": ["wedge"]}),
             Expect("availability", {"before": 0.95, "after": 0.9, "settle_s": 1.0, "kinds": ["wedge"]}),
             Expect("handoff", {"grace_s": 3.0}),
+        ),
+    ),
+    Scenario(
+        name="hung_decode_ejected",
+        tags=("default",),
+        description="One of two decodes hangs on generate for 5 s while its health check still answers 200 "
+        "(an engine core stuck behind a live API server). Probes cannot see it, so the router must take it "
+        "out on its request timeouts (circuit breaker: 2 timeouts open it for 10 s): after the first few "
+        "requests caught on it, the other decode serves everything. Requests for the healthy decode are "
+        "never held up by the hung one.",
+        bugs=("zoo-12",),
+        catches=("no_outlier_ejection", "wedged_stalls_all"),
+        topologies=("1p2d",),
+        connectors=("mooncake",),
+        router=replace(
+            ROUTER, request_timeout_s=1.0, circuit_breaker_failures=2, circuit_breaker_open_s=10.0
+        ),
+        engines=ENGINES,
+        workload=replace(WORKLOAD, duration_s=7.0, deadline_s=2.5),
+        timeline=(
+            Step("hang", Wedge("decode-0", "generate"), At(1.0)),
+            Step("unhang", Heal("decode-0", "wedge"), At(6.0)),
+        ),
+        expect=(
+            *CORE_EXPECT,
+            # Only the requests sent to the hung decode before its breaker opened fail (a few: at most one per
+            # client before the second timeout): 9 in 10 of the window's requests succeed.
+            Expect("availability", {"before": 0.95, "during": 0.9, "after": 0.95, "settle_s": 0.3,
+                                    "kinds": ["wedge"]}),
+            # Those that succeed went to the healthy decode and were not held up behind the hung one.
+            Expect("latency", {"max_latency_s": 0.6, "kinds": ["wedge"]}),
+            Expect("handoff", {"grace_s": 1.5}),
         ),
     ),
     Scenario(
@@ -192,13 +241,16 @@ SCENARIOS = [
     ),
     Scenario(
         name="steady_round_robin",
+        tags=("default",),
+        suite_topologies=("1p2d",),
+        suite_connectors=("mooncake",),
         description="No fault, open-loop load (40 requests/s): round robin over two workers of a role must "
         "spread requests evenly (a policy shared by both legs skews it to every other worker), with every "
         "request handed off correctly.",
         bugs=("zoo-10",),
+        catches=("shared_policy",),
         topologies=("1p2d", "2p1d"),
         connectors=("mooncake", "nixl"),
-        transports=("http",),
         router=ROUTER,
         engines=ENGINES,
         workload=replace(WORKLOAD, mode="open", rate_rps=40.0, duration_s=3.0),
@@ -238,10 +290,13 @@ SCENARIOS = [
     ),
     Scenario(
         name="prefill_fails_requests",
+        tags=("default",),
+        suite_topologies=("1p1d",),
         description="The prefill answers its next 5 requests with HTTP 500. Legs are sequential: each "
         "failure must reach the client at once as a clear error, not after the decode waited out its KV "
         "transfer timeout for KV that was never computed.",
         bugs=("zoo-9",),
+        catches=("legs_joined", "error_as_200"),
         topologies=("1p1d", "1p2d"),
         connectors=("mooncake", "nixl"),
         router=ROUTER,
@@ -254,6 +309,7 @@ SCENARIOS = [
         expect=(
             *BASE_EXPECT,
             Expect("transfer_timeout"),
+            Expect("legs_sequenced"),
             Expect("handoff", {"grace_s": 1.0}),
             Expect("availability", {"before": 0.95, "after": 0.95, "settle_s": 0.5}),
         ),

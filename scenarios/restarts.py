@@ -29,7 +29,7 @@ SCENARIOS = [
         "probe fails). The router must re-read the id: minting the dead id makes every decode wait out the "
         "KV transfer timeout (vLLM #2491's 480 s hang, scaled to 2 s).",
         bugs=("#2491", "zoo-1"),
-        catches=("stale_engine_id",),
+        catches=("stale_engine_id", "api_reports_first_id"),
         topologies=ALL_SHAPES,
         connectors=("mooncake",),
         router=ROUTER,
@@ -72,11 +72,13 @@ SCENARIOS = [
     ),
     Scenario(
         name="prefill_restart_between_probes",
+        tags=("default",),
+        suite_topologies=("1p1d",),
         description="A Mooncake prefill restarts in a few milliseconds, between two health probes (1 s "
         "apart): no probe fails, so only an identity check (engine id / uptime) can notice. Stale handoffs "
         "are allowed for one identity interval plus a transfer timeout, never after.",
         bugs=("zoo-13",),
-        catches=("stale_engine_id",),
+        catches=("stale_engine_id", "no_identity_check"),
         topologies=ALL_SHAPES,
         connectors=("mooncake",),
         router=replace(ROUTER, health_interval_s=1.0, identity_check_interval_s=1.0),

@@ -6,7 +6,7 @@ It lives in the core because the request path's decisions read it; the command l
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 Role = Literal["prefill", "decode", "both"]
@@ -41,6 +41,8 @@ class EngineConfig:
     seed: int | None = None
     records: str | None = None
     log_level: str = "WARNING"
+    # Test-only engine bug switches (`fake_engines.core.bugs`); empty = the correct engine.
+    bugs: frozenset[str] = field(default_factory=frozenset)
 
     def with_(self, **changes: object) -> EngineConfig:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fake_engines.core.bootstrap import build_query_answer
+from fake_engines.core.bugs import SHUTDOWN_DROPS_PULLS
 from fake_engines.core.engine_config import EngineConfig
 from fake_engines.core.fault_state import FaultState
 from fake_engines.core.handoff import HandshakeCache, nixl_prefill_params
@@ -63,11 +64,14 @@ class EngineState:
         self.on_record = on_record
         self.identity = EngineIdentity.first(now, config.engine_id, new_id)
         self.faults = FaultState()
-        self.store = KvStore(abort_timeout_s=config.kv_abort_timeout_s)
+        self.store = KvStore(abort_timeout_s=config.kv_abort_timeout_s, bugs=config.bugs)
         self.bootstrap_cache = HandshakeCache()
         self.nixl_cache = HandshakeCache()
         self.timing = engine_timing(config)
         self.dead = False
+        # A graceful stop (SIGTERM) in progress: new work refused, held KV still served (`begin_drain`).
+        self.draining = False
+        self._drain_deadline = 0.0
         # Set by the shell once its side-channel listeners are bound (one port per dp rank); empty while down.
         self.side_channel_ports: list[int] = []
         self.active = 0
@@ -106,7 +110,37 @@ class EngineState:
         self.bootstrap_cache.clear()
         self.nixl_cache.clear()
         self.dead = False
+        self.draining = False
         return self.faults.clear_all()
+
+    @property
+    def healthy(self) -> bool:
+        """What health checks say: not after an engine death, not while stopping."""
+        return not (self.dead or self.draining)
+
+    def begin_drain(self, now: float) -> None:
+        """A graceful stop begins: health turns unhealthy and new requests are refused (503), while requests
+        already running finish and the side channel keeps serving the KV decodes have yet to pull."""
+        if not self.draining:
+            self.draining = True
+            # Bounded: by then every KV held now has passed its abort timeout; anything left is stuck.
+            self._drain_deadline = now + self.config.kv_abort_timeout_s
+
+    def drained(self, now: float) -> bool:
+        """Whether a graceful stop may end the process now: nothing running and no KV left to pull (or the
+        drain bound has passed)."""
+        if now >= self._drain_deadline:
+            return True
+        if SHUTDOWN_DROPS_PULLS in self.config.bugs:
+            # BUG: waits for in-flight requests only; the KV its decodes are about to pull dies with it.
+            return self.active == 0
+        return self.active == 0 and self.store.live(now) == 0
+
+    def drain_wake(self, now: float) -> float:
+        """The next time ``drained`` can turn true by the clock alone (a KV expiring, the bound): a shell
+        waits until then or until a request ends or a pull is served, whichever comes first."""
+        expiry = self.store.next_live_expiry(now)
+        return self._drain_deadline if expiry is None else min(expiry, self._drain_deadline)
 
     def die(self) -> dict[str, Any]:
         """Engine death: health turns 503 / unhealthy, generate refuses with 503 (the shell exits later)."""

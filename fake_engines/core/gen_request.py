@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from fake_engines.core import tokenizer
 from fake_engines.core.chat import render_chat
 from fake_engines.core.generator import DEFAULT_MAX_TOKENS, token_pieces
+from pdchaos.openai_request import context_problem, request_problem, text_too_long
+
+# The context length the fakes report (`/v1/models` max_model_len, GetModelInfo max_context_length) and
+# hold every request to: prompt plus completion, like vLLM's max_model_len.
+MAX_MODEL_LEN = 32768
 
 
 class RequestError(Exception):
@@ -60,8 +66,38 @@ def parse_kv_params(raw: Any) -> dict[str, Any] | None:
 
 
 def max_tokens_problem(max_tokens: int) -> str | None:
-    """Why `max_tokens` cannot be served (the 400 message), or None."""
-    return "max_tokens must be at least 1" if max_tokens < 1 else None
+    """Why `max_tokens` cannot be served (the 400 message), or None. Bounded by the context too: the
+    generator's work grows with it, and an unbounded one holds the engine's loop forever."""
+    if max_tokens < 1:
+        return "max_tokens must be at least 1"
+    return context_problem(None, max_tokens, MAX_MODEL_LEN)
+
+
+def budget_problem(prompt_ids: list[int], max_tokens: int) -> str | None:
+    """The prompt plus the completion must fit the model's context (vLLM's 400)."""
+    if max_tokens < 1:
+        return "max_tokens must be at least 1"
+    return context_problem(len(prompt_ids), max_tokens, MAX_MODEL_LEN)
+
+
+@lru_cache(maxsize=1)
+def _max_token_chars() -> int:
+    """A bound on the text one token of the shipped tokenizer stands for (byte-level vocabulary entries
+    spell one character per byte, so an entry is never shorter than its text)."""
+    return max((len(t) for t in tokenizer.load_tokenizer().get_vocab(with_added_tokens=True)), default=1)
+
+
+def encode_bounded(text: str) -> list[int]:
+    """Token ids of a prompt text; RequestError 400 for text that is not valid Unicode or that cannot fit
+    the context (refused before tokenizing it: megabytes take seconds)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError(400, "prompt is not valid Unicode text (a lone surrogate)") from None
+    too_long = text_too_long(text, MAX_MODEL_LEN, _max_token_chars())
+    if too_long is not None:
+        raise RequestError(400, too_long)
+    return tokenizer.encode(text)
 
 
 def _int_field(body: dict[str, Any], key: str, default: int | None) -> int | None:
@@ -87,7 +123,7 @@ def prompt_of(body: dict[str, Any]) -> tuple[str, list[int]]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
-        return prompt, tokenizer.encode(prompt)
+        return prompt, encode_bounded(prompt)
     if (
         isinstance(prompt, list)
         and prompt
@@ -105,24 +141,26 @@ def gen_request_from_openai(
 ) -> tuple[GenRequest, bool]:
     """An OpenAI completion or chat body as the engine's request, and whether it streams (400s as
     RequestError). `request_id`: the name the caller gave (else a fresh one, the shell's choice)."""
+    problem = request_problem(body, chat)
+    if problem is not None:
+        raise RequestError(400, problem)
     if chat:
         try:
             text = render_chat(body.get("messages"))  # type: ignore[arg-type]
         except (ValueError, TypeError) as exc:
             raise RequestError(400, f"bad messages: {exc}") from exc
-        ids = tokenizer.encode(text)
+        ids = encode_bounded(text)
         max_key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     else:
         text, ids = prompt_of(body)
         max_key = "max_tokens"
     max_tokens = _int_field(body, max_key, DEFAULT_MAX_TOKENS)
     seed = _int_field(body, "seed", default_seed)
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise RequestError(400, "stream must be a boolean")
-    if body.get("n", 1) != 1:
-        raise RequestError(400, "only n=1 is supported")
+    # The shared check allowed only a boolean or null here.
+    stream = bool(body.get("stream"))
     kv = parse_kv_params(body.get("kv_transfer_params"))
-    return GenRequest(
-        request_id, text, ids, DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens, seed, kv
-    ), stream
+    budget = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    problem = budget_problem(ids, budget)
+    if problem is not None:
+        raise RequestError(400, problem)
+    return GenRequest(request_id, text, ids, budget, seed, kv), stream

@@ -12,6 +12,9 @@ uses the cached address even if it is dead; a dead address does not error, the s
 NIXL: ``Handshake`` with remote_host:remote_port (handshake timeout) unless the engine id already handshook;
 peer's id differs -> fail fast; success is cached per engine id, failures are not; then ``PullFrom``.
 
+Both caches are keyed by the engine id the decode was told, never by the peer's address: a prefill replaced
+on the same address is a new peer (the ``stale_peer_handshake`` switch keys them by address instead).
+
 Every failure goes through the load failure policy: ``fail`` -> ``Done(action=FAIL)`` (HTTP 500 / error
 chunk), outcome ``failed`` or ``timed_out``; ``recompute`` -> ``Done(action=RECOMPUTE)``, outcome
 ``recomputed``.
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fake_engines.core.bootstrap import find_engine_addr
+from fake_engines.core.bugs import STALE_PEER_HANDSHAKE
 from fake_engines.core.wire import HandshakeResponse, PullResponse
 
 
@@ -180,17 +184,25 @@ def prefill_transfer_key(
 
 
 class HandshakeCache:
-    """Per decode engine start: engine id -> side-channel (host, port). Entries are never evicted (that is the
-    Mooncake behaviour behind #2491); a restart of the decode makes a new cache."""
+    """Per decode engine start: engine id -> side-channel (host, port), and the engine id that peer answered
+    as. Entries are never evicted (that is the Mooncake behaviour behind #2491); a restart of the decode makes
+    a new cache."""
 
     def __init__(self) -> None:
         self._addrs: dict[str, tuple[str, int]] = {}
+        self._ids: dict[str, str] = {}
 
-    def get(self, engine_id: str) -> tuple[str, int] | None:
-        return self._addrs.get(engine_id)
+    def get(self, key: str) -> tuple[str, int] | None:
+        return self._addrs.get(key)
 
-    def put(self, engine_id: str, addr: tuple[str, int]) -> None:
-        self._addrs[engine_id] = addr
+    def put(self, key: str, addr: tuple[str, int], engine_id: str | None = None) -> None:
+        """Cache ``addr`` under ``key``; ``engine_id``: the peer's id (default: the key, an engine id)."""
+        self._addrs[key] = addr
+        self._ids[key] = engine_id or key
+
+    def engine_id(self, key: str) -> str | None:
+        """The engine id the peer cached under ``key`` was looked up or handshaken as."""
+        return self._ids.get(key)
 
     def __contains__(self, engine_id: object) -> bool:
         return engine_id in self._addrs
@@ -200,6 +212,7 @@ class HandshakeCache:
 
     def clear(self) -> None:
         self._addrs.clear()
+        self._ids.clear()
 
 
 # -- plans -------------------------------------------------------------------------------------------------
@@ -289,9 +302,11 @@ class MooncakeDecodePlan(_Plan):
         now: float,
         transfer_timeout_s: float,
         query_timeout_s: float = 5.0,
+        bugs: frozenset[str] = frozenset(),
     ):
         super().__init__(prompt_digest, policy, now, transfer_timeout_s)
         self.cache = cache
+        self.bugs = bugs
         self.query_timeout_s = query_timeout_s
         self.transfer_id = _opt_str(params, "transfer_id")
         self.remote_engine_id = _opt_str(params, "remote_engine_id")
@@ -315,10 +330,18 @@ class MooncakeDecodePlan(_Plan):
             return self._set(
                 Done(Outcome.RECOMPUTED, Action.RECOMPUTE, None, f"incomplete kv_transfer_params: {missing}")
             )
-        addr = self.cache.get(self.remote_engine_id)
+        key = self._cache_key()
+        addr = self.cache.get(key)
         if addr is not None:
-            return self._pull(addr, self._now0)
+            return self._pull(addr, self._now0, self.cache.engine_id(key))
         return self._set(QueryBootstrap(self.bootstrap_addr.rstrip("/") + "/query", self.query_timeout_s))
+
+    def _cache_key(self) -> str:
+        if STALE_PEER_HANDSHAKE in self.bugs:
+            # BUG: the lookup is cached by the prefill's bootstrap address: one replaced on the same address
+            # (new engine id, new side-channel port) is still reached where the dead one listened.
+            return self.bootstrap_addr or ""
+        return self.remote_engine_id or ""
 
     def on_query_result(self, answer: Any, now: float, error: str | None = None) -> Step:
         """Outcome of a ``QueryBootstrap``: the decoded JSON answer, or None with ``error`` (refused, timeout,
@@ -332,15 +355,12 @@ class MooncakeDecodePlan(_Plan):
             return self._fail(f"bad bootstrap answer: {exc}")
         if addr is None:
             return self._fail(f"engine id {self.remote_engine_id} not found at {self.bootstrap_addr}")
-        self.cache.put(self.remote_engine_id or "", addr)
-        return self._pull(addr, now)
+        self.cache.put(self._cache_key(), addr, self.remote_engine_id)
+        return self._pull(addr, now, self.remote_engine_id)
 
-    def _pull(self, addr: tuple[str, int], now: float) -> Step:
-        return self._set(
-            PullFrom(
-                addr[0], addr[1], self.remote_engine_id or "", self.transfer_id or "", self._remaining(now)
-            )
-        )
+    def _pull(self, addr: tuple[str, int], now: float, peer_id: str | None) -> Step:
+        key, left = self.transfer_id or "", self._remaining(now)
+        return self._set(PullFrom(addr[0], addr[1], peer_id or "", key, left))
 
     def _on_transport_error(self, error: str, now: float) -> Step:
         # A dead side channel does not error in Mooncake: the transfer just never completes.
@@ -361,9 +381,11 @@ class NixlDecodePlan(_Plan):
         now: float,
         transfer_timeout_s: float,
         handshake_timeout_s: float = 5.0,
+        bugs: frozenset[str] = frozenset(),
     ):
         super().__init__(prompt_digest, policy, now, transfer_timeout_s)
         self.cache = cache
+        self.bugs = bugs
         self.handshake_timeout_s = handshake_timeout_s
         self.remote_engine_id = _opt_str(params, "remote_engine_id")
         self.remote_request_id = _opt_str(params, "remote_request_id")
@@ -378,8 +400,9 @@ class NixlDecodePlan(_Plan):
             return self._step
         if not (self.remote_engine_id and self.remote_request_id and self.remote_host and self.remote_port):
             return self._fail("incomplete kv_transfer_params for NIXL")
-        if self.remote_engine_id in self.cache:
-            return self._pull(self._now0)
+        key = self._cache_key()
+        if key in self.cache:
+            return self._pull(self._now0, self.cache.engine_id(key))
         return self._set(
             Handshake(self.remote_host, self.remote_port, self.remote_engine_id, self.handshake_timeout_s)
         )
@@ -397,15 +420,23 @@ class NixlDecodePlan(_Plan):
                 f"NIXL handshake engine id mismatch: expected {self.remote_engine_id}, "
                 f"peer is {response.engine_id}"
             )
-        self.cache.put(self.remote_engine_id or "", (self.remote_host or "", self.remote_port or 0))
-        return self._pull(now)
+        addr = (self.remote_host or "", self.remote_port or 0)
+        self.cache.put(self._cache_key(), addr, self.remote_engine_id)
+        return self._pull(now, self.remote_engine_id)
 
-    def _pull(self, now: float) -> Step:
+    def _cache_key(self) -> str:
+        if STALE_PEER_HANDSHAKE in self.bugs:
+            # BUG: the handshake is cached by the peer's address: a prefill replaced on the same NIXL port
+            # (new engine id) is read as the agent handshaken with before, which no longer exists.
+            return f"{self.remote_host}:{self.remote_port}"
+        return self.remote_engine_id or ""
+
+    def _pull(self, now: float, peer_id: str | None) -> Step:
         return self._set(
             PullFrom(
                 self.remote_host or "",
                 self.remote_port or 0,
-                self.remote_engine_id or "",
+                peer_id or "",
                 self.remote_request_id or "",
                 self._remaining(now),
             )

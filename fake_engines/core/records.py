@@ -38,8 +38,12 @@ def make_record(
     remote_request_id: str | None = None,
     kv_digest: str | None = None,
     error: str | None = None,
+    peer: str | None = None,
+    peer_engine_id: str | None = None,
 ) -> dict[str, Any]:
-    """One provenance record with exactly the contract's keys; bad enum values raise ValueError."""
+    """One provenance record with exactly the contract's keys (and the compatible extensions ``peer``:
+    "host:port" a decode pulled from, ``peer_engine_id``: the engine id it addressed there; null when it
+    pulled nothing); bad enum values raise ValueError."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
     if kind not in KINDS:
@@ -65,4 +69,6 @@ def make_record(
         "error": error,
         "duration_s": duration_s,
         "output_digest": output_digest,
+        "peer": peer,
+        "peer_engine_id": peer_engine_id,
     }

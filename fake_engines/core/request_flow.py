@@ -14,7 +14,8 @@ durations) and ``wall`` (the wall clock stamped on provenance records; virtual i
     Finish(result)       final: answer ``result``, pacing later tokens by ``result.itl_s``
 
 Order of the checks once through the gate (as vLLM-like engines do): an injected failure (``fail_requests``),
-a dead engine (503), ``max_tokens`` < 1 (400). A shell that gives up on a request calls ``abort()``.
+a dead engine (503), a stopping one (503), ``max_tokens`` < 1 (400). A shell that gives up on a request calls
+``abort()``.
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ class RequestFlow:
             return self._set(Reject(status, f"injected failure (status {status})", "InternalServerError"))
         if s.dead:
             return self._set(Reject(503, "engine is dead", "ServiceUnavailableError"))
+        if s.draining:
+            return self._set(Reject(503, "engine is shutting down", "ServiceUnavailableError"))
         problem = max_tokens_problem(self.req.max_tokens)
         if problem is not None:
             return self._set(Reject(400, problem, "BadRequestError"))
@@ -230,6 +233,7 @@ class RequestFlow:
                 now,
                 cfg.transfer_timeout_s,
                 query_timeout_s=cfg.handshake_timeout_s,
+                bugs=cfg.bugs,
             )
             self._plan_ids = {"transfer_id": plan.transfer_id, "remote_engine_id": plan.remote_engine_id}
             return plan
@@ -241,6 +245,7 @@ class RequestFlow:
             now,
             cfg.transfer_timeout_s,
             handshake_timeout_s=cfg.handshake_timeout_s,
+            bugs=cfg.bugs,
         )
         self._plan_ids = {
             "remote_engine_id": nixl.remote_engine_id,
@@ -249,6 +254,10 @@ class RequestFlow:
         return nixl
 
     def _after_plan(self, step: Step, now: float, wall: float) -> FlowStep:
+        if isinstance(step, PullFrom):
+            # Which peer the KV is read from, and as which engine: the record shows a decode that pulled from
+            # somewhere else than what it was told.
+            self._plan_ids.update(peer=f"{step.host}:{step.port}", peer_engine_id=step.engine_id)
         if not isinstance(step, Done):
             return self._set(step)
         self._handoff = step

@@ -22,6 +22,8 @@ from harness.checkers.handoff import (
     check_handoff,
     check_no_local_compute,
 )
+from harness.checkers.latency import LatencyExpect, check_latency
+from harness.checkers.legs import LegsSequencedExpect, check_legs_sequenced
 from harness.checkers.lost import NothingLostExpect, check_nothing_lost
 from harness.checkers.metadata_reads import MetadataReadsExpect, check_metadata_reads
 from harness.checkers.output import OutputExpect, check_output
@@ -42,6 +44,8 @@ __all__ = [
     "CheckerSpec",
     "HandoffExpect",
     "HandoffStrictExpect",
+    "LatencyExpect",
+    "LegsSequencedExpect",
     "MetadataReadsExpect",
     "NoLocalComputeExpect",
     "NothingLostExpect",
@@ -54,6 +58,8 @@ __all__ = [
     "check_availability",
     "check_balance",
     "check_handoff",
+    "check_latency",
+    "check_legs_sequenced",
     "check_metadata_reads",
     "check_no_local_compute",
     "check_nothing_lost",
@@ -83,24 +89,31 @@ class CheckerSpec:
     name: str
     params: type[Any]
     fn: Callable[[History, Any], Verdict]
+    # Evidence the checker judges from that a run collects only as it ends ("handoffs": the engines'
+    # provenance records): a history without it gets unknown, never a fail for what was never collected.
+    needs: tuple[str, ...] = ()
 
+
+HANDOFFS = ("handoffs",)
 
 CHECKERS: dict[str, CheckerSpec] = {
     spec.name: spec
     for spec in (
-        CheckerSpec("recovery", RecoveryExpect, check_recovery),
-        CheckerSpec("handoff", HandoffExpect, check_handoff),
-        CheckerSpec("handoff_strict", HandoffStrictExpect, check_handoff),
+        CheckerSpec("recovery", RecoveryExpect, check_recovery, needs=HANDOFFS),
+        CheckerSpec("handoff", HandoffExpect, check_handoff, needs=HANDOFFS),
+        CheckerSpec("handoff_strict", HandoffStrictExpect, check_handoff, needs=HANDOFFS),
         CheckerSpec("metadata_reads", MetadataReadsExpect, check_metadata_reads),
-        CheckerSpec("no_local_compute", NoLocalComputeExpect, check_no_local_compute),
-        CheckerSpec("transfer_timeout", TransferTimeoutExpect, check_transfer_timeout),
+        CheckerSpec("no_local_compute", NoLocalComputeExpect, check_no_local_compute, needs=HANDOFFS),
+        CheckerSpec("transfer_timeout", TransferTimeoutExpect, check_transfer_timeout, needs=HANDOFFS),
         CheckerSpec("prompt_503", Prompt503Expect, check_prompt_503),
         CheckerSpec("probe_schedule", ProbeScheduleExpect, check_probe_schedule),
         CheckerSpec("availability", AvailabilityExpect, check_availability),
         CheckerSpec("nothing_lost", NothingLostExpect, check_nothing_lost),
         CheckerSpec("output", OutputExpect, check_output),
-        CheckerSpec("balance", BalanceExpect, check_balance),
+        CheckerSpec("balance", BalanceExpect, check_balance, needs=HANDOFFS),
         CheckerSpec("reported_engine_id", ReportedEngineIdExpect, check_reported_engine_id),
+        CheckerSpec("legs_sequenced", LegsSequencedExpect, check_legs_sequenced, needs=HANDOFFS),
+        CheckerSpec("latency", LatencyExpect, check_latency),
     )
 }
 
@@ -150,20 +163,48 @@ def check_run_complete(history: History) -> Verdict:
     numbers = {"records": len(history.records), "bad_records": history.bad_records, "end_t": history.end_t}
     if history.run is None:
         return Verdict.unknown_(name, "no run_started record: history missing or cut short", numbers)
+    lines = getattr(history, "bad_lines", [])
+    damage = [f"history line {n} unreadable" for n in lines[:25]]
     if history.ended is None:
-        return Verdict.unknown_(name, f"no run_ended record: run stopped at t={history.end_t:.2f}s", numbers)
+        why = f"no run_ended record: run stopped at t={history.end_t:.2f}s"
+        if history.bad_records:
+            why += f"; {_damage(history.bad_records, lines)}"
+        return Verdict.unknown_(name, why, numbers, damage)
+    if history.bad_records:
+        # Records were lost: any checker may have judged without them, so the run cannot pass.
+        return Verdict.unknown_(name, _damage(history.bad_records, lines), numbers, damage)
     reason = str(history.ended.get("reason", ""))
     if reason not in NORMAL_END_REASONS:
         return Verdict.unknown_(name, f"run ended abnormally: {reason or 'no reason'}", numbers)
     return Verdict.ok(name, "", numbers)
 
 
+def _damage(count: int, lines: list[int], shown: int = 10) -> str:
+    where = ""
+    if lines:
+        head = ", ".join(str(n) for n in lines[:shown])
+        more = f" and {len(lines) - shown} more" if len(lines) > shown else ""
+        where = f" (line{'s' if len(lines) > 1 else ''} {head}{more})"
+    return f"{count} damaged history record(s){where}: evidence lost"
+
+
+def missing_evidence(history: History, needs: Iterable[str]) -> str | None:
+    """Why the evidence a checker needs is not in the history (None: it is)."""
+    if "handoffs" in needs and not history.handoffs_collected:
+        return "the engines' handoff records were never collected (the run was cut short): cannot judge"
+    return None
+
+
 def run_check(history: History, name: str, params: Mapping[str, Any] | None = None) -> Verdict:
-    """One checker by name. Bad parameters or a checker exception give `unknown` (the run cannot pass)."""
+    """One checker by name. Bad parameters, missing evidence or a checker exception give `unknown` (the
+    run cannot pass, and nothing is failed for what was never collected)."""
     try:
         exp = make_params(name, params)
     except (CheckerError, TypeError) as e:
         return Verdict.unknown_(name, f"bad expectation: {e}")
+    missing = missing_evidence(history, CHECKERS[name].needs)
+    if missing is not None:
+        return Verdict.unknown_(name, missing)
     try:
         verdict = CHECKERS[name].fn(history, exp)
     except Exception as e:  # a checker bug must not lose the report

@@ -4,6 +4,8 @@ Problems: a stale engine id (the decode was told an id that is not the prefill's
 recompute (the decode prefilled locally although a handoff was expected), a digest mismatch (KV of another
 prompt), failed or timed-out pulls. Right after a fault (from its application until `grace_s` after its heal)
 stale ids, recomputes and failed pulls are allowed: the router cannot know yet. Wrong KV is never allowed.
+Every problem counted says which side is at fault (`attribution`: the router told the decode something wrong,
+or the engines got a correct handoff wrong) and why.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.checkers._common import cap, kind_matches, rounded
+from harness.checkers.attribution import Blame, blame, sides_summary
 from harness.history import Handoff, History, base_engine_id
 from harness.verdict import Verdict
 
@@ -138,6 +141,7 @@ def check_handoff(history: History, exp: HandoffExpect | None = None) -> Verdict
     excused: Counter[str] = Counter()
     in_flight: Counter[str] = Counter()
     evidence: list[dict[str, Any]] = []
+    blames: list[Blame] = []
     for d in decodes:
         for problem in classify(history, d, exp):
             if problem != "digest_mismatch" and _in_windows(decode_start(d), windows):
@@ -151,9 +155,14 @@ def check_handoff(history: History, exp: HandoffExpect | None = None) -> Verdict
                 in_flight[problem] += 1
                 continue
             counts[problem] += 1
+            who = blame(history, d, problem)
+            blames.append(who)
             evidence.append(
                 {
                     "problem": problem,
+                    # Whose fault first: a summary line of this evidence then names the mechanism.
+                    "side": who.side,
+                    "why": who.why,
                     "tag": d.tag,
                     "engine": d.engine,
                     "at": rounded(d.at, 3),
@@ -168,12 +177,15 @@ def check_handoff(history: History, exp: HandoffExpect | None = None) -> Verdict
         "problems": dict(counts),
         "excused_in_grace": dict(excused),
         "excused_in_flight": dict(in_flight),
+        "sides": {b.side: sum(1 for x in blames if x.side == b.side) for b in blames},
         "grace_s": exp.grace_s,
         "excuse_kinds": None if exp.excuse_kinds is None else list(exp.excuse_kinds),
     }
     if counts:
         summary = ", ".join(f"{n} {p}" for p, n in counts.most_common())
-        return Verdict.fail(NAME, f"bad handoffs outside grace windows: {summary}", numbers, cap(evidence))
+        sides = f"{sides_summary(blames)}; first: {blames[0].text()}"
+        reason = f"bad handoffs outside grace windows: {summary} ({sides})"
+        return Verdict.fail(NAME, reason, numbers, cap(evidence))
     return Verdict.ok(NAME, f"{len(decodes)} decode handoffs correct", numbers)
 
 
@@ -203,7 +215,9 @@ def check_no_local_compute(history: History, exp: NoLocalComputeExpect | None = 
         "excuse_kinds": None if exp.excuse_kinds is None else list(exp.excuse_kinds),
     }
     if bad:
-        evidence = [f"t={h.at:.2f} {h.engine} {h.tag}" for h in bad]
+        # A local compute is a decode leg that came with no handoff parameters: the router's doing.
+        evidence = [f"router side: {h.engine} computed {h.tag} itself at t={h.at:.2f} (the router sent it no "
+                    "kv_transfer_params)" for h in bad]
         reason = f"{len(bad)} request(s) computed locally on a decode (no handoff)"
         return Verdict.fail(NO_LOCAL_NAME, reason, numbers, cap(evidence))
     return Verdict.ok(NO_LOCAL_NAME, f"{len(local)} local compute(s), all excused", numbers)

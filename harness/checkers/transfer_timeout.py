@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.checkers._common import cap, find_setting, rounded
+from harness.checkers.attribution import blame, sides_summary
 from harness.checkers.handoff import source_lost
 from harness.checkers.stats import percentiles
 from harness.history import History
@@ -41,7 +42,9 @@ def check_transfer_timeout(history: History, exp: TransferTimeoutExpect | None =
 
     timed_out = [h for h in history.handoffs if h.outcome == "timed_out" and not lost_source(h.tag)]
     excused = {h.tag for h in history.handoffs if h.outcome == "timed_out"} - {h.tag for h in timed_out}
-    evidence += [f"handoff {h.tag} on {h.engine} timed_out after {h.duration_s}s" for h in timed_out]
+    blames = [blame(history, h, "timed_out") for h in timed_out]
+    evidence += [f"handoff {h.tag} on {h.engine} timed_out after {rounded(h.duration_s, 3)}s: {b.text()}"
+                 for h, b in zip(timed_out, blames, strict=True)]
     slow: list[str] = []
     if timeout is not None:
         limit = timeout * exp.margin
@@ -64,8 +67,9 @@ def check_transfer_timeout(history: History, exp: TransferTimeoutExpect | None =
         "latency_s": percentiles(r.latency_s for r in history.requests.values() if r.completed),
     }
     if evidence:
+        sides = f" (handoffs: {sides_summary(blames)}; first: {blames[0].text()})" if blames else ""
         return Verdict.fail(
-            NAME, f"{len(evidence)} request(s) waited out the transfer timeout", numbers, cap(evidence)
+            NAME, f"{len(evidence)} request(s) waited out the transfer timeout{sides}", numbers, cap(evidence)
         )
     if not history.requests:
         return Verdict.unknown_(NAME, "no requests in the history", numbers)

@@ -32,7 +32,12 @@ class CommandRouter(RouterAdapter):
         super().__init__(api_key)
         if not template.strip():
             raise RouterAdapterError("empty router command template")
-        words = shlex.split(template)
+        try:
+            words = shlex.split(template)
+        except ValueError as e:  # an unbalanced quote: say so instead of a traceback
+            raise RouterAdapterError(f"router command template {template!r}: {e}") from None
+        if not words:
+            raise RouterAdapterError("empty router command template")
         for w in words:
             try:
                 w.format(**{k: "" for k in PLACEHOLDERS})

@@ -61,7 +61,7 @@ class ReferenceRouter(RouterAdapter):
                      "--cb-timeout-duration-secs", fmt_seconds(settings.circuit_breaker_open_s)]
         if self.api_key:
             argv += ["--api-key", self.api_key]
-        bugs = [b for b in (settings.inject_bug, *self.extra_bugs) if b]
+        bugs = [*settings.inject_bugs, *self.extra_bugs]
         for bug in dict.fromkeys(bugs):
             argv += ["--inject-bug", bug]
         argv += list(settings.extra_args)

@@ -55,6 +55,16 @@ class Respawn:
 
 
 @dataclass(frozen=True)
+class GracefulStop:
+    """SIGTERM-style stop, as an orchestrator scaling down does: the engine stops taking work (health 503, new
+    requests 503), finishes what is running and the KV its decodes have yet to pull, then exits; it is killed
+    if that takes longer than `grace_s`. It stays down until `Respawn`."""
+
+    target: str
+    grace_s: float = 5.0
+
+
+@dataclass(frozen=True)
 class Die:
     """Engine death: /health 503, HealthCheck unhealthy, process exits after `exit_after_s`."""
 
@@ -117,7 +127,9 @@ class StartEngine:
     target: str
 
 
-EngineAction = Restart | SlowStart | Crash | Respawn | Die | Wedge | EngineFault | Heal | StartEngine
+EngineAction = (
+    Restart | SlowStart | Crash | GracefulStop | Respawn | Die | Wedge | EngineFault | Heal | StartEngine
+)
 WorkerApiAction = PatchWorker | AddWorker | RemoveWorker
 Action = EngineAction | WorkerApiAction | NetworkAction
 
@@ -146,4 +158,6 @@ def action_problems(action: Any) -> list[str]:
         return ["a SIGSTOP wedge stops the whole process: surface must be 'all'"]
     if isinstance(action, Heal) and action.kind is not None and action.kind not in ENGINE_FAULT_KINDS:
         return [f"unknown fault kind to heal {action.kind!r}"]
+    if isinstance(action, GracefulStop) and not action.grace_s > 0:
+        return [f"grace_s must be > 0, got {action.grace_s!r}"]
     return []

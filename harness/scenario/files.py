@@ -25,10 +25,21 @@ def _load_module(path: Path) -> Any:
     sys.modules[mod_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as e:
+    except KeyboardInterrupt:
         sys.modules.pop(mod_name, None)
-        raise ScenarioError(f"{path}: failed to import: {type(e).__name__}: {e}") from e
+        raise
+    except SystemExit as e:
+        # A file that calls sys.exit() must not end pdchaos (with its exit code, having run nothing).
+        sys.modules.pop(mod_name, None)
+        raise ScenarioError(f"{path}: exited while being imported (sys.exit({e.code!r}))") from None
+    except BaseException as e:
+        sys.modules.pop(mod_name, None)
+        raise ScenarioError(f"{path}: failed to import: {type(e).__name__}: {_one_line(e)}") from e
     return module
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
 
 
 def scenarios_in_file(path: str | Path) -> list[Scenario]:
@@ -42,10 +53,19 @@ def scenarios_in_file(path: str | Path) -> list[Scenario]:
     if not isinstance(found, (list, tuple)):
         raise ScenarioError(f"{p}: SCENARIOS must be a list of Scenario, got {type(found).__name__}")
     out = []
+    seen: dict[str, int] = {}
     for i, s in enumerate(found):
         if not isinstance(s, Scenario):
             raise ScenarioError(f"{p}: SCENARIOS[{i}] is a {type(s).__name__}, not a Scenario")
-        validate(s)
+        try:
+            validate(s)
+        except ScenarioError as e:
+            raise ScenarioError(f"{p}: {e}") from None
+        # Names key run folders, reports and test ids: a second one would silently replace the first.
+        if s.name in seen:
+            raise ScenarioError(f"{p}: scenario name {s.name!r} defined twice (SCENARIOS[{seen[s.name]}] and "
+                                f"SCENARIOS[{i}])")
+        seen[s.name] = i
         out.append(replace(s, source=str(p)))
     return out
 
@@ -85,11 +105,24 @@ def load_scenarios(
         for f in files:
             for s in scenarios_in_file(f):
                 add(s, f)
+    chosen: dict[str, str] = {}
+
+    def take(s: Scenario, where: str) -> None:
+        # The same scenario named twice runs once; two different ones under one name are an error.
+        if s.name in chosen:
+            if chosen[s.name] != where:
+                raise ScenarioError(f"scenario name {s.name!r} comes from both {chosen[s.name]} and {where}: "
+                                    "rename one (names key run folders and reports)")
+            return
+        chosen[s.name] = where
+        out.append(s)
+
     for w in wanted:
         if w.endswith(".py") or "/" in w:
-            out.extend(scenarios_in_file(w))
+            for s in scenarios_in_file(w):
+                take(s, str(Path(w).resolve()))
         elif w in pool:
-            out.append(pool[w])
+            take(pool[w], str(origin[w].resolve()))
         else:
             known = ", ".join(sorted(pool)) or "none"
             raise ScenarioError(f"unknown scenario {w!r} (known: {known})")

@@ -4,10 +4,12 @@ timeline and the checkers that judge the run. Data only: every world interprets 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from harness.scenario.actions import action_problems
+from fake_engines.core.bugs import ENGINE_BUGS
+from harness.scenario.actions import Action, action_problems
+from harness.scenario.bugs import INJECTABLE_BUGS
 from harness.scenario.conditions import (
     WORKER_STATUSES,
     After,
@@ -18,12 +20,20 @@ from harness.scenario.conditions import (
     WorkerStatus,
 )
 from harness.scenario.presets import PRESETS
+from harness.scenario.reach import reach_problems
 from harness.scenario.settings import EngineSettings, RouterSettings, Workload
 from harness.scenario.timeline import Step
+from harness.scenario.typecheck import fields_problems, type_problems
+from harness.scenario.values import (
+    action_value_problems,
+    engine_problems,
+    expect_problems,
+    router_problems,
+    workload_problems,
+)
 from harness.topology import CONNECTORS, parse_topology
-from reference_router.core.bugs import KNOWN_BUGS
+from reference_router.core.bugs import ROUTER_BUGS
 
-INJECTABLE_BUGS: tuple[str, ...] = tuple(sorted(KNOWN_BUGS))
 WORLDS: tuple[str, ...] = ("real", "sim")
 
 
@@ -61,6 +71,10 @@ class Scenario:
     # Seconds allowed for every worker to be Ready before the timeline starts.
     ready_timeout_s: float = 15.0
     tags: tuple[str, ...] = ()
+    # The cells the default suite runs (a subset, to keep the suite short; empty: all of them). Naming the
+    # scenario runs every cell.
+    suite_topologies: tuple[str, ...] = ()
+    suite_connectors: tuple[str, ...] = ()
     # Router bugs (`--inject-bug` names) this scenario must fail under: the proof that it guards them.
     catches: tuple[str, ...] = ()
     # The worlds it runs in, and for each world the scenario cannot run in (or whose verdicts differ from the
@@ -78,6 +92,12 @@ class Scenario:
     def applies_to(self, topology: str, connector: str, transport: str | None = None) -> bool:
         ok = topology in self.topologies and connector in self.connectors
         return ok and (transport is None or transport in self.transports)
+
+    def suite_cut(self) -> Scenario:
+        """The scenario as the default suite runs it: only its suite cells."""
+        tops = tuple(t for t in self.topologies if not self.suite_topologies or t in self.suite_topologies)
+        conns = tuple(c for c in self.connectors if not self.suite_connectors or c in self.suite_connectors)
+        return replace(self, topologies=tops, connectors=conns)
 
     def with_router(self, **changes: Any) -> Scenario:
         return replace(self, router=replace(self.router, **changes))
@@ -103,6 +123,43 @@ class Scenario:
         return out
 
 
+def _scenario_value_problems(s: Scenario) -> list[str]:
+    out = []
+    if s.min_duration_s < 0:
+        out.append(f"min_duration_s must be >= 0, got {s.min_duration_s}")
+    if s.ready_timeout_s <= 0:
+        out.append(f"ready_timeout_s must be > 0, got {s.ready_timeout_s}")
+    if s.observe_interval_s <= 0:
+        out.append(f"observe_interval_s must be > 0, got {s.observe_interval_s}")
+    if s.preset not in PRESETS:
+        out.append(f"unknown preset {s.preset!r} (known: {', '.join(PRESETS)})")
+    for preset_name, over in s.preset_overrides.items():
+        out += [f"preset_overrides[{preset_name!r}]: {p}" for p in _override_problems(over)]
+    return out
+
+
+_OVERRIDABLE = {"router": RouterSettings, "engines": EngineSettings, "workload": Workload}
+
+
+def _override_problems(over: Mapping[str, Any]) -> list[str]:
+    out = []
+    for key, value in over.items():
+        if key == "time_scale":
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+            out += [] if ok else [f"time_scale must be a number > 0, got {value!r}"]
+            continue
+        cls = _OVERRIDABLE.get(key)
+        if cls is None:
+            out.append(f"unknown key {key!r} (known: time_scale, {', '.join(_OVERRIDABLE)})")
+            continue
+        if not isinstance(value, Mapping):
+            out.append(f"{key} must be a mapping of {cls.__name__} fields, got {value!r}")
+            continue
+        known = {f.name for f in fields(cls)}
+        out += [f"{key}.{k}: unknown {cls.__name__} field" for k in value if k not in known]
+    return out
+
+
 def _condition_problems(cond: Condition, steps_before: set[str], engines: set[str]) -> list[str]:
     if isinstance(cond, At):
         return [] if cond.t >= 0 else [f"At({cond.t}) is negative"]
@@ -119,9 +176,35 @@ def _condition_problems(cond: Condition, steps_before: set[str], engines: set[st
     return [f"unknown condition {cond!r}"]
 
 
+def _type_problems(scenario: Any) -> list[str]:
+    """Wrong types anywhere in the scenario (a Step action is checked against every action type)."""
+    if not isinstance(scenario, Scenario):
+        return [f"expected a Scenario, got {type(scenario).__name__}"]
+    out = fields_problems(scenario)
+    for i, step in enumerate(scenario.timeline if isinstance(scenario.timeline, tuple | list) else ()):
+        if isinstance(step, Step):
+            out += type_problems(step.action, Action, f"timeline[{i}] ({step.name!r}).action")
+    for i, x in enumerate(scenario.expect if isinstance(scenario.expect, tuple | list) else ()):
+        if isinstance(x, Expect) and x.checker not in _checker_names():
+            out.append(f"expect[{i}]: unknown checker {x.checker!r} (known: {', '.join(_checker_names())})")
+    return out
+
+
+def _checker_names() -> list[str]:
+    from harness.checkers import CHECKERS
+
+    return sorted(CHECKERS)
+
+
 def validate(scenario: Scenario) -> None:
-    """Raise ScenarioError listing every problem (bad topology, unknown targets, dangling step
-    references...)."""
+    """Raise ScenarioError listing every problem (wrong types, bad topology, unknown targets, dangling step
+    references, values out of range, deadlines no run can meet, bad checker parameters...)."""
+    name = getattr(scenario, "name", None)
+    label = repr(name) if isinstance(name, str) else "(unnamed)"
+    typed = _type_problems(scenario)
+    if typed:
+        # Everything below assumes the types are right.
+        raise ScenarioError(f"scenario {label}: " + "; ".join(dict.fromkeys(typed)))
     problems: list[str] = []
     if not scenario.name or not scenario.name.replace("_", "").replace("-", "").isalnum():
         problems.append(f"bad scenario name {scenario.name!r} (letters, digits, - and _)")
@@ -148,19 +231,25 @@ def validate(scenario: Scenario) -> None:
     for bug in scenario.catches:
         if bug not in INJECTABLE_BUGS:
             problems.append(f"catches unknown bug {bug!r} (known: {', '.join(INJECTABLE_BUGS)})")
-    if scenario.router.inject_bug is not None and scenario.router.inject_bug not in INJECTABLE_BUGS:
-        problems.append(f"unknown inject_bug {scenario.router.inject_bug!r}")
-    w = scenario.workload
-    if w.duration_s <= 0 or w.deadline_s <= 0:
-        problems.append("workload duration and deadline must be positive")
-    if w.mode == "open" and w.rate_rps <= 0:
-        problems.append("open-loop workload needs rate_rps > 0")
-    if w.mode == "closed" and w.concurrency < 1:
-        problems.append("closed-loop workload needs concurrency >= 1")
-    if not (0 <= w.stream_fraction <= 1 and 0 <= w.chat_fraction <= 1):
-        problems.append("stream_fraction and chat_fraction must be within [0, 1]")
-    if w.prompt_words[0] < 1 or w.prompt_words[0] > w.prompt_words[1]:
-        problems.append(f"bad prompt_words range {w.prompt_words}")
+    for name, cut, whole in (("suite_topologies", scenario.suite_topologies, scenario.topologies),
+                             ("suite_connectors", scenario.suite_connectors, scenario.connectors)):
+        extra = [x for x in cut if x not in whole]
+        if extra:
+            problems.append(f"{name} {extra} not among the scenario's own {list(whole)}")
+    for bug in scenario.router.inject_bugs:
+        if bug not in ROUTER_BUGS:
+            problems.append(f"router.inject_bugs: unknown router bug {bug!r}")
+    for bug in scenario.engines.inject_bugs:
+        if bug not in ENGINE_BUGS:
+            problems.append(f"engines.inject_bugs: unknown engine bug {bug!r}")
+    for engine, over in scenario.engines.per_engine.items():
+        own = over.get("inject_bugs", ()) if isinstance(over, Mapping) else ()
+        for bug in own if isinstance(own, tuple | list) else ():
+            if bug not in ENGINE_BUGS:
+                problems.append(f"engines.per_engine[{engine!r}].inject_bugs: unknown engine bug {bug!r} "
+                                f"(known: {', '.join(sorted(ENGINE_BUGS))})")
+    problems += workload_problems(scenario.workload)
+    problems += router_problems(scenario.router)
     # Targets must exist in every topology the scenario claims.
     for sh in shapes:
         engines = set(sh.engine_names())
@@ -172,10 +261,18 @@ def validate(scenario: Scenario) -> None:
                 problems.append(f"step {step.name!r}: target {step.action.target!r} not in {sh.name}")
             problems += [f"step {step.name!r}: {p}" for p in _condition_problems(step.when, seen, engines)]
             problems += [f"step {step.name!r}: {p}" for p in action_problems(step.action)]
+            problems += [f"step {step.name!r}: {p}" for p in action_value_problems(step.action)]
             seen.add(step.name)
         for name in (*scenario.deferred_engines, *scenario.unregistered_engines):
             if name not in engines:
                 problems.append(f"engine {name!r} not in {sh.name}")
+    all_engines = {n for sh in shapes for n in sh.engine_names()}
+    problems += engine_problems(scenario.engines, all_engines)
+    problems += _scenario_value_problems(scenario)
+    problems += reach_problems(scenario.timeline, scenario.workload)
+    steps = {st.name for st in scenario.timeline}
+    for x in scenario.expect:
+        problems += expect_problems(x.checker, x.params, steps)
     # Network actions check themselves against the scenario (a link must exist under its connectors).
     for step in scenario.timeline:
         own = getattr(step.action, "problems", None)
@@ -183,4 +280,4 @@ def validate(scenario: Scenario) -> None:
             problems += [f"step {step.name!r}: {p}" for p in own(scenario)]
     if problems:
         uniq = list(dict.fromkeys(problems))
-        raise ScenarioError(f"scenario {scenario.name!r}: " + "; ".join(uniq))
+        raise ScenarioError(f"scenario {label}: " + "; ".join(uniq))

@@ -20,7 +20,8 @@ class RouterSettings:
     prefill_policy: str = "round_robin"
     decode_policy: str = "round_robin"
     request_timeout_s: float = 10.0
-    inject_bug: str | None = None
+    # Test-only router bug switches (reference_router.core.bugs; `--inject-bug`): the reference router only.
+    inject_bugs: tuple[str, ...] = ()
     extra_args: tuple[str, ...] = ()
     # None: no circuit breaker (gateways' production setting: 10 failures, 60 s open).
     circuit_breaker_failures: int | None = None
@@ -40,6 +41,9 @@ class EngineSettings:
     ttft_ms: float = 20.0
     itl_ms: float = 5.0
     per_engine: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Test-only engine bug switches (fake_engines.core.bugs; `--inject-bug`), on every engine
+    # (`per_engine[name]["inject_bugs"]` replaces them for that engine).
+    inject_bugs: tuple[str, ...] = ()
 
     def for_engine(self, name: str) -> dict[str, Any]:
         base: dict[str, Any] = {
@@ -50,6 +54,7 @@ class EngineSettings:
             "load_time_s": self.load_time_s,
             "ttft_ms": self.ttft_ms,
             "itl_ms": self.itl_ms,
+            "inject_bugs": tuple(self.inject_bugs),
         }
         base.update(self.per_engine.get(name, {}))
         return base

@@ -8,7 +8,7 @@ history writer it is given.
 Heal rules:
 - one-shot actions (restart, slow start, start engine, worker API calls) end the moment they are done;
 - a restart (any mode) or a slow start also ends its target's protocol faults and wedges: the engine comes
-  back clean (a crash or death stays until a respawn);
+  back clean (a crash, death or graceful stop stays until a respawn);
 - a respawn ends everything on its target;
 - `Heal(kind)` ends the target's engine faults of that kind (`None`: all of them, a SIGSTOP included);
 - `HealLink(link)` ends the target's faults on that link (`None`: on all its links);
@@ -26,6 +26,7 @@ from harness.history import HistoryRecorder
 from harness.scenario import (
     Crash,
     Die,
+    GracefulStop,
     Heal,
     HealLink,
     Respawn,
@@ -45,7 +46,7 @@ class ActiveFault:
 
 
 # Kinds a restart does not undo: the process is gone until a respawn.
-_OUTLIVE_RESTART = ("crash", "die")
+_OUTLIVE_RESTART = ("crash", "die", "graceful_stop")
 
 
 class FaultLedger:
@@ -96,7 +97,7 @@ class FaultLedger:
                               evidence=dict(evidence), healed=healed)
             if not verified:
                 self.failures.append(f"{fault}: heal not verified ({dict(evidence)})")
-        elif isinstance(action, (Crash, Die)):
+        elif isinstance(action, (Crash, Die, GracefulStop)):
             pass  # stays until a respawn
 
     # -- ending faults

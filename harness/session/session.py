@@ -110,7 +110,7 @@ def scenario_settings(s: Scenario, topo: Topology | None = None) -> dict[str, An
         "failure_threshold": r.failure_threshold,
         "success_threshold": r.success_threshold,
         "request_timeout_s": r.request_timeout_s,
-        "inject_bug": r.inject_bug,
+        "inject_bugs": [*r.inject_bugs, *en.inject_bugs],
         "bugs": list(s.bugs),
         "router": dataclasses.asdict(r),
         "engines": {k: v for k, v in dataclasses.asdict(en).items() if k != "per_engine"},
@@ -769,10 +769,12 @@ class ScenarioSession:
         h = self._h
         for rec in ev.records:
             h.handoff(rec)
+        # The checkers built on handoff records read this mark (History.handoffs_collected).
         if ev.error is None:
-            h.note(f"collected {self._handoffs_seen + len(ev.records)} handoff records")
+            count = self._handoffs_seen + len(ev.records)
+            h.note(f"collected {count} handoff records", handoffs_collected=True)
         else:
-            h.note(f"handoff records unreadable: {ev.error}")
+            h.note(f"handoff records unreadable: {ev.error}", handoffs_collected=False)
         h.run_ended(self.reason)
         h.close()
         self.phase = Phase.DONE

@@ -48,6 +48,7 @@ class DirectionChain:
     def sync(self, specs: Sequence[ToxicSpec], now: float) -> None:
         """Make the chain match the proxy's toxics for this direction; new ones take hold at `now`."""
         old_by_name = {key[0]: self._entries[key] for key in self._order}
+        old_order = list(self._order)
         entries: dict[tuple[str, int], Stage | None] = {}
         order = []
         for spec in specs:
@@ -57,7 +58,13 @@ class DirectionChain:
             else:
                 entries[key] = self._build(spec, now, old_by_name.get(spec.name))
             order.append(key)
+        gone = [(i, self._entries[k]) for i, k in enumerate(old_order) if k not in entries]
         self._entries, self._order = entries, order
+        # What a removed or replaced stage still held goes on through the stages that followed it.
+        stages = self._stages()
+        for position, stage in gone:
+            if stage is not None and not self.ended:
+                self._route(stages, min(position, len(stages)), stage.release(now))
 
     def _build(self, spec: ToxicSpec, now: float, old: Stage | None) -> Stage | None:
         if unit_draw(*self._key, spec.name, spec.version, "toxicity") >= spec.toxicity:

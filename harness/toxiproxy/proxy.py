@@ -23,17 +23,31 @@ class ProxyRuntime:
     def running(self) -> bool:
         return self._server is not None
 
+    async def _bind(self, listen: str) -> asyncio.Server:
+        host, port = parse_listen(listen)
+        try:
+            return await asyncio.start_server(self._accept, host, port)
+        except OSError as exc:
+            # The address is taken (or not ours to take): the caller's request conflicts with the machine's
+            # state, not a server failure.
+            raise ApiError(409, f"listen {listen}: {exc.strerror or exc}") from None
+
+    def _listening(self, server: asyncio.Server) -> None:
+        self._server = server
+        bound = server.sockets[0].getsockname()
+        self.spec.listen = format_addr(bound[0], bound[1])
+
     async def start(self) -> None:
         """Listen on spec.listen; a port of 0 becomes the bound port, which spec.listen then shows."""
-        if self._server is not None:
-            return
-        host, port = parse_listen(self.spec.listen)
-        try:
-            self._server = await asyncio.start_server(self._accept, host, port)
-        except OSError as exc:
-            raise ApiError(500, f"listen {self.spec.listen}: {exc.strerror or exc}") from None
-        bound = self._server.sockets[0].getsockname()
-        self.spec.listen = format_addr(bound[0], bound[1])
+        if self._server is None:
+            self._listening(await self._bind(self.spec.listen))
+
+    async def move(self, listen: str) -> None:
+        """Listen on another address. The new one is bound first: if it cannot be (409), the proxy keeps
+        its old listener and connections; else they go, as Toxiproxy restarts a proxy that moves."""
+        server = await self._bind(listen)
+        self.stop()
+        self._listening(server)
 
     def stop(self) -> None:
         """Down: stop listening (new connections are refused) and drop every open connection."""
@@ -41,6 +55,9 @@ class ProxyRuntime:
             # Not awaiting wait_closed(): from 3.12 it waits for client connections, which we drop below.
             self._server.close()
             self._server = None
+        self.drop_links()
+
+    def drop_links(self) -> None:
         for link in list(self.links):
             link.end("drop")
 

@@ -18,7 +18,7 @@ from harness.toxiproxy.errors import (
     bad_body,
     missing_field,
 )
-from harness.toxiproxy.toxics import STREAMS, ToxicSpec, parse_new_toxic, update_toxic
+from harness.toxiproxy.toxics import STREAMS, ToxicSpec, check_name, parse_new_toxic, update_toxic
 
 LOOPBACK = "127.0.0.1"
 _WILDCARDS = {"", "0.0.0.0", "::", "localhost"}
@@ -111,6 +111,7 @@ def parse_proxy(body: object, where: str = "") -> ProxySpec:
     name = body.get("name")
     if not isinstance(name, str) or not name:
         raise missing_field("name" + where)
+    check_name(name, "proxy")
     upstream = body.get("upstream")
     if not isinstance(upstream, str) or not upstream:
         raise missing_field("upstream" + where)

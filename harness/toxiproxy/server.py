@@ -13,8 +13,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from harness.toxiproxy.api import build_app
-from harness.toxiproxy.errors import ApiError
-from harness.toxiproxy.registry import LOOPBACK, parse_listen
+from harness.toxiproxy.registry import LOOPBACK
 from harness.toxiproxy.service import ToxiproxyService
 
 DEFAULT_PORT = 8474
@@ -63,11 +62,12 @@ class EmbeddedToxiproxy:
     """
 
     def __init__(self, host: str = LOOPBACK, port: int = 0, seed: int = 0) -> None:
-        try:
-            # Refuses anything but loopback before binding; wildcards and localhost become 127.0.0.1.
-            host, _ = parse_listen(f"{host}:{port}")
-        except ApiError as exc:
-            raise ValueError(exc.message) from None
+        # The API binds 127.0.0.1 only, like the router and the engines: another address is refused, not
+        # quietly replaced (a user asking for 0.0.0.0 must learn the server is not reachable from afar).
+        if host != LOOPBACK:
+            raise ValueError(f"the embedded Toxiproxy binds {LOOPBACK} only, not {host!r}")
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port {port} out of range")
         self.host = host
         self.port = port
         self.seed = seed

@@ -42,14 +42,19 @@ class ToxiproxyService:
         plan = self.registry.plan_update(name, body)
         spec = self.registry.get(name)
         runtime = self.runtimes[name]
-        if plan.listen != spec.listen or plan.upstream != spec.upstream:
-            # As Toxiproxy: a new address or upstream restarts the proxy, dropping its connections.
-            runtime.stop()
-            spec.listen, spec.upstream = plan.listen, plan.upstream
-        if plan.enabled:
+        moved = plan.listen != spec.listen
+        # Every bind comes before any change, so a refused one (409) leaves the proxy as it was.
+        if plan.enabled and moved:
+            await runtime.move(plan.listen)
+        elif plan.enabled:
             await runtime.start()
         else:
             runtime.stop()
+            spec.listen = plan.listen
+        if plan.upstream != spec.upstream:
+            # As Toxiproxy: a new upstream restarts the proxy, dropping its connections.
+            runtime.drop_links()
+            spec.upstream = plan.upstream
         spec.enabled = plan.enabled
         return spec
 

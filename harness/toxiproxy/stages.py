@@ -2,8 +2,10 @@
 
 A stage is a pure transform of (chunk, at) into scheduled outputs: data and end-of-stream keep their
 order and only move later in time; `close` and `reset` end the whole connection at their time.
-Stages never hold bytes: whatever they pass on is scheduled at once, so removing a stage loses no data
-already let through. Stages with their own clocks (timeout, reset_peer) expose `deadline()`.
+Stages hold no bytes, whatever they pass on is scheduled at once, so removing a stage loses no data
+already let through; the one exception is a bandwidth of rate 0, which passes nothing (Toxiproxy's own
+stall) and lets what it held go on when it is removed or updated (`release`). Stages with their own clocks
+(timeout, reset_peer) expose `deadline()`.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ class Stage:
     def inherit(self, old: Stage) -> None:
         """Carry state over from the previous version of the same toxic (an update, not a new toxic)."""
 
+    def release(self, now: float) -> list[Out]:
+        """What the stage still holds, let go at `now` as it is removed or replaced."""
+        return []
+
 
 class Latency(Stage):
     def __init__(self, latency_ms: int, jitter_ms: int, rng: random.Random) -> None:
@@ -72,10 +78,14 @@ class Bandwidth(Stage):
     def __init__(self, rate_kb_s: int) -> None:
         self.bytes_per_s = rate_kb_s * 1000.0
         self.free_at = float("-inf")
+        # Rate 0: Toxiproxy sends empty slices forever, so nothing passes until the toxic goes away.
+        self.held: list[bytes] = []
+        self.held_eof = False
 
     def on_data(self, data: bytes, at: float) -> list[Out]:
-        if self.bytes_per_s <= 0:  # rate 0 means no limit, as in Toxiproxy
-            return [Out(at, "data", data)]
+        if self.bytes_per_s <= 0:
+            self.held.append(data)
+            return []
         piece = max(1, int(self.bytes_per_s * self.SLICE_S))
         t = max(self.free_at, at)
         outs = []
@@ -88,11 +98,21 @@ class Bandwidth(Stage):
         return outs
 
     def on_eof(self, at: float) -> list[Out]:
+        if self.bytes_per_s <= 0:
+            self.held_eof = True
+            return []
         return [Out(max(self.free_at, at), "eof")]
 
     def inherit(self, old: Stage) -> None:
         if isinstance(old, Bandwidth):
             self.free_at = old.free_at
+
+    def release(self, now: float) -> list[Out]:
+        outs = [Out(now, "data", data) for data in self.held]
+        if self.held_eof:
+            outs.append(Out(now, "eof"))
+        self.held, self.held_eof = [], False
+        return outs
 
 
 class SlowClose(Stage):

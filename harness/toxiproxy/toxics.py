@@ -90,6 +90,13 @@ def _check_consistency(toxic_type: str, attrs: Mapping[str, int]) -> None:
             raise bad_body("slicer size_variation must be less than average_size")
 
 
+def check_name(name: str, what: str) -> None:
+    """A proxy or toxic name is one path segment of the API (`/proxies/{name}`, `.../toxics/{name}`): with
+    a '/' (or unprintable) it would be created but no URL could reach it, so it is refused."""
+    if "/" in name or name.strip() != name or not name.isprintable():
+        raise bad_body(f"{what} name {name!r} must be printable, without '/' or surrounding spaces")
+
+
 def parse_stream(value: object) -> str:
     if not isinstance(value, str) or value.lower() not in STREAMS:
         raise ApiError(400, INVALID_STREAM)
@@ -107,6 +114,7 @@ def parse_new_toxic(body: object, version: int) -> ToxicSpec:
     name = body.get("name") or f"{toxic_type}_{stream}"
     if not isinstance(name, str):
         raise bad_body("name must be a string")
+    check_name(name, "toxic")
     toxicity = _toxicity(body["toxicity"]) if body.get("toxicity") is not None else 1.0
     attrs = _merge_attributes(toxic_type, TOXIC_ATTRIBUTES[toxic_type], body.get("attributes"))
     return ToxicSpec(name, toxic_type, stream, toxicity, attrs, version)

@@ -36,7 +36,14 @@ from .breaker import (
     own_failure,
     recovered,
 )
-from .bugs import KNOWN_BUGS, METADATA_NO_DEADLINE, PARTIAL_READ_CLEARS_ID, STALE_ENGINE_ID, validate_bugs
+from .bugs import (
+    KNOWN_BUGS,
+    METADATA_NO_DEADLINE,
+    PARTIAL_READ_CLEARS_ID,
+    ROUTER_BUGS,
+    STALE_ENGINE_ID,
+    validate_bugs,
+)
 from .config import HealthConfig
 from .connectors import (
     MINT_CONNECTOR_UNKNOWN,
@@ -58,6 +65,7 @@ from .dispatch_flow import (
     Finished,
     PrefillFailed,
     PrefillLeg,
+    dispatch_serialized,
     new_request_id,
 )
 from .effects import (
@@ -191,6 +199,7 @@ __all__ = [
     "REASON_TRIAL_FAILED",
     "REASON_TRIAL_SUCCEEDED",
     "REASON_WORKER_RECOVERED",
+    "ROUTER_BUGS",
     "STALE_ENGINE_ID",
     "BreakerConfig",
     "BreakerRuntime",
@@ -260,6 +269,7 @@ __all__ = [
     "decide_engine_id",
     "decide_retry",
     "decode_body",
+    "dispatch_serialized",
     "expire_probe",
     "finish_probe",
     "finish_reread",

@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .answers import LegError
+from .bugs import BREAKER_CHARGES_KV_FAILURE, NO_OUTLIER_EJECTION
 from .effects import BREAKER_TRANSITIONS_TOTAL, Effects
 from .retry import Delivery
 from .workers import BreakerRuntime, BreakerState, Role, Status, Worker
@@ -64,6 +65,7 @@ class BreakerConfig:
 
     failure_threshold: int | None = None
     open_s: float = DEFAULT_OPEN_S
+    bugs: frozenset[str] = frozenset()  # test-only zoo switches (core.bugs) of what counts
 
     def __post_init__(self) -> None:
         if self.failure_threshold is not None and (
@@ -92,8 +94,10 @@ def breaker_admits(worker: Worker, now: float) -> bool:
     return b.trial_request is None
 
 
-def own_failure(worker: Worker, error: LegError) -> bool:
+def own_failure(worker: Worker, error: LegError, bugs: frozenset[str] = frozenset()) -> bool:
     """Whether a failed leg counts against the worker that ran it."""
+    if NO_OUTLIER_EJECTION in bugs and error.status == 504:
+        return False
     status = error.worker_status
     if status is None and error.delivery is Delivery.ANSWERED:
         # A driver that only knows the relayed status: a 4xx is relayed as is.
@@ -101,6 +105,8 @@ def own_failure(worker: Worker, error: LegError) -> bool:
     if status is not None and 400 <= status < 500:
         return False
     # A decode's failed KV load is its prefill's (or the path's) failure, not the decode's.
+    if BREAKER_CHARGES_KV_FAILURE in bugs:
+        return True
     return not (worker.spec.role is Role.DECODE and _kv_load_failed(error))
 
 
@@ -157,7 +163,7 @@ def breaker_failure(
     if not cfg.enabled:
         return out
     assert cfg.failure_threshold is not None
-    if not own_failure(worker, error):
+    if not own_failure(worker, error, cfg.bugs):
         breaker_release(worker, request_id)
         return out
     b = worker.runtime.breaker

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -45,6 +45,16 @@ from .breaker import (
     breaker_pick,
     breaker_release,
     breaker_success,
+)
+from .bugs import (
+    ERROR_AS_200,
+    LEGS_JOINED,
+    NIXL_NOT_RELAYED,
+    NO_PREFILL_RETRY,
+    NO_REQUEST_TIMEOUT,
+    NO_WORKER_404,
+    PREFILL_ON_DECODE,
+    WEDGED_STALLS_ALL,
 )
 from .connectors import HandoffPlan, UuidFactory, decode_body, plan_handoff, sanitize_prefill_body
 from .dispatch_records import (
@@ -58,10 +68,25 @@ from .dispatch_records import (
 from .effects import Effects
 from .picking import LegPolicies, id_read_pending, no_worker_answer, pick_worker
 from .registry import WorkerRegistry
-from .retry import Delivery, avoid_suspects, decide_retry, mark_suspect
+from .retry import (
+    NO_RETRY_NO_OTHER_WORKER,
+    Delivery,
+    RetryDecision,
+    avoid_suspects,
+    decide_retry,
+    mark_suspect,
+)
 from .workers import Connector, Role, Worker
 
 _MIN_LEG_TIMEOUT_S = 0.001
+# Bug no_request_timeout: a leg "without" a deadline (the shells all take a number; nothing waits this long).
+_NO_DEADLINE_S = 1e6
+
+
+def dispatch_serialized(bugs: frozenset[str]) -> bool:
+    """Bug wedged_stalls_all: the shell dispatches one request at a time behind a router-wide lock, so one
+    wedged backend stalls every request. Correct: requests are independent (each leg has its own deadline)."""
+    return WEDGED_STALLS_ALL in bugs
 
 
 def new_request_id(new_uuid: UuidFactory = uuid.uuid4) -> str:
@@ -77,6 +102,9 @@ class DispatchLimits:
     request_timeout_s: float
     id_read_wait_s: float
 
+    def leg_timeout_s(self, bugs: frozenset[str]) -> float:
+        return _NO_DEADLINE_S if NO_REQUEST_TIMEOUT in bugs else self.request_timeout_s
+
 
 @dataclass(frozen=True)
 class PrefillLeg:
@@ -90,12 +118,14 @@ class PrefillLeg:
 
 @dataclass(frozen=True)
 class PrefillFailed:
-    """Exactly one of `retry_on` (run the prefill leg again, on that worker) and `answer` (final) is set."""
+    """Exactly one of `retry_on` (run the prefill leg again, on that worker) and `answer` (final) is set; or,
+    under bug legs_joined, neither and `decode_anyway` (the decode leg runs all the same)."""
 
     effects: Effects
     retry_on: Worker | None = None
     answer: ErrorAnswer | None = None
     idle: tuple[Worker, ...] = ()  # released workers with no request left (a Draining one may go now)
+    decode_anyway: FinalLeg | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +164,7 @@ class DispatchFlow:
         pd: bool = True,
         new_uuid: UuidFactory = uuid.uuid4,
         breaker: BreakerConfig | None = None,
+        bugs: frozenset[str] = frozenset(),
     ) -> None:
         self.request_id = request_id
         self.body = body
@@ -154,6 +185,10 @@ class DispatchFlow:
         self._breaker = breaker if breaker is not None else BreakerConfig()
         self._pending = Effects()  # changes made by pick(), handed out with the next step's Effects
         self._now = 0.0  # the latest `now` a step was given (final_done's when its driver gives none)
+        self._bugs = bugs  # test-only zoo switches (core.bugs)
+        # Bug error_as_200: the shell answers this request's error as a 200 completion with finish_reason
+        # "error" and no content. Correct: the error's own status and JSON body.
+        self.masks_errors = ERROR_AS_200 in bugs
 
     # ---- workers ---------------------------------------------------------------------------------------
 
@@ -172,8 +207,10 @@ class DispatchFlow:
             self._pending.extend(breaker_pick(worker, self.request_id, now))
             self._phase = _Phase.PICKED
             return None
-        self.deadline = now + self._limits.request_timeout_s
+        self.deadline = now + self._limits.leg_timeout_s(self._bugs)
         prefill = pick_worker(self._registry, Role.PREFILL, self._policies.prefill, now)
+        if prefill is None and PREFILL_ON_DECODE in self._bugs:
+            return self._pick_decode_alone(now)
         if prefill is None:
             return self._no_worker(Role.PREFILL)
         decode = pick_worker(self._registry, Role.DECODE, self._policies.decode, now)
@@ -190,7 +227,23 @@ class DispatchFlow:
         self._phase = _Phase.PICKED
         return None
 
+    def _pick_decode_alone(self, now: float) -> ErrorAnswer | None:
+        """Bug prefill_on_decode: with no Ready prefill the decode runs the request alone (a regular leg, no
+        handoff). Correct: a prompt 503."""
+        decode = pick_worker(self._registry, Role.DECODE, self._policies.decode, now)
+        if decode is None:
+            return self._no_worker(Role.PREFILL)
+        self.pd = False
+        self.decode = decode
+        self._hold(decode)
+        self._pending.extend(breaker_pick(decode, self.request_id, now))
+        self._phase = _Phase.PICKED
+        return None
+
     def _no_worker(self, role: Role) -> ErrorAnswer:
+        if NO_WORKER_404 in self._bugs:
+            what = f"no {role.value} worker serves this model"
+            return ErrorAnswer(404, "model_not_found", what, "not_found")
         # pick_worker finds none among Ready workers only when breakers keep every one out.
         return no_worker_answer(role, breaker_open=bool(self._registry.ready(role)))
 
@@ -263,11 +316,17 @@ class DispatchFlow:
         out.extend(breaker_failure(failed, self.request_id, error, now, self._breaker))
         ready = [w for w in self._registry.ready(Role.PREFILL) if breaker_admits(w, now)]
         decision = decide_retry(error.delivery, [*self.retried_from, failed.id], ready, now, self.deadline)
+        if NO_PREFILL_RETRY in self._bugs:
+            decision = RetryDecision(False, NO_RETRY_NO_OTHER_WORKER)
         nxt = None
         if decision.retry:
             nxt = self._policies.prefill.select(avoid_suspects(list(decision.candidates)), now)
         elif error.delivery is Delivery.NOT_SENT:
             record_leg_retry(out, decision.reason)
+        if nxt is None and LEGS_JOINED in self._bugs:
+            final = self.prefill_done(None)
+            out.extend(final.effects)
+            return PrefillFailed(Effects(), decode_anyway=replace(final, effects=out))
         if nxt is None:
             record_dispatch(out, self._record, error.status, "prefill_failed", error.message)
             self._phase = _Phase.DONE
@@ -289,6 +348,8 @@ class DispatchFlow:
         prefill, decode = self._chosen()
         assert self._plan is not None
         params = self._plan.decode_params(kv_transfer_params)
+        if NIXL_NOT_RELAYED in self._bugs and self._plan.connector is Connector.NIXL:
+            params = None
         out = self._step_effects()
         out.extend(breaker_success(prefill, self.request_id, self._breaker))
         if self._plan.connector is Connector.NIXL and params is None:
@@ -296,7 +357,7 @@ class DispatchFlow:
             if problem:
                 record_mint_skipped(out, problem, self.request_id, prefill)
         self._phase = _Phase.FINAL
-        return FinalLeg(decode, decode_body(self.body, params), self._limits.request_timeout_s, out)
+        return FinalLeg(decode, decode_body(self.body, params), self._limits.leg_timeout_s(self._bugs), out)
 
     # ---- final leg -------------------------------------------------------------------------------------
 
@@ -306,7 +367,9 @@ class DispatchFlow:
         assert self.decode is not None
         self._record = regular_record(self.request_id, self.decode)
         self._phase = _Phase.FINAL
-        return FinalLeg(self.decode, dict(self.body), self._limits.request_timeout_s, self._step_effects())
+        return FinalLeg(
+            self.decode, dict(self.body), self._limits.leg_timeout_s(self._bugs), self._step_effects()
+        )
 
     def final_done(
         self, error: LegError | None = None, *, after_headers: bool = False, now: float | None = None

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from .bugs import PARTIAL_READ_CLEARS_ID, STALE_ENGINE_ID
+from .bugs import PARTIAL_READ_CLEARS_ID, REREAD_EVERY_PROBE, REREAD_NO_RETRY, STALE_ENGINE_ID
 from .config import HealthConfig
 from .workers import Connector, Role, Status, Worker, parse_connector
 
@@ -105,10 +105,15 @@ def decide_engine_id(
     if read.outcome is ReadOutcome.COMPLETE:
         if read.engine_id:
             return EngineIdDecision(read.engine_id, True, previous, "id", "read")
+        if REREAD_EVERY_PROBE in bugs:
+            return EngineIdDecision(previous, False, previous, "no_id", "no id: re-read (injected bug)")
         return EngineIdDecision(previous, True, previous, "no_id", "complete read without id: kept")
     if read.outcome is ReadOutcome.PARTIAL and PARTIAL_READ_CLEARS_ID in bugs:
         return EngineIdDecision(None, False, previous, "error", "partial read cleared the id (injected bug)")
     label = "timeout" if read.outcome is ReadOutcome.TIMEOUT else "error"
+    if REREAD_NO_RETRY in bugs:
+        return EngineIdDecision(previous, True, previous, label, f"{read.outcome.value} read: kept as final "
+                                "(injected bug)")
     reason = f"{read.outcome.value} read: kept, retry next probe"
     return EngineIdDecision(previous, False, previous, label, reason)
 
@@ -122,6 +127,8 @@ def apply_metadata_read(
     decision = decide_engine_id(rt.engine_id, read, cfg.bugs)
     rt.engine_id = decision.engine_id
     rt.engine_id_confirmed = decision.confirmed
+    if rt.first_engine_id is None:
+        rt.first_engine_id = decision.engine_id
     if read.outcome is ReadOutcome.COMPLETE:
         if read.connector is not None and worker.spec.connector is None:
             try:

@@ -14,6 +14,7 @@ tests/test_router_core_health.py:
 
 from __future__ import annotations
 
+from .bugs import FAILED_TERMINAL
 from .config import HealthConfig
 from .workers import Counters, Status
 
@@ -47,6 +48,8 @@ def next_status(
             return Status.FAILED, Counters()
         return status, bumped
     # Failed is not terminal (bug #6): a worker restarted on the same address must rejoin.
+    if FAILED_TERMINAL in cfg.bugs:
+        return status, bumped
     if bumped.successes >= cfg.success_threshold:
         return Status.READY, Counters()
     return status, bumped

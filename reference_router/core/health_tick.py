@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .breaker import breaker_readmit, breaker_tick, recovered
-from .bugs import METADATA_NO_DEADLINE
+from .bugs import BREAKER_NO_READMIT, METADATA_NO_DEADLINE
 from .config import HealthConfig
 from .effects import Effects
 from .engine_id import EngineIdDecision, MetadataRead, ReadOutcome
@@ -132,7 +132,7 @@ def on_probe_done(
     if result is None:
         return ProbeDone(None, out)
     record_probe(out, worker, result, duration_s)
-    if recovered(result.status_before, result.status_after):
+    if recovered(result.status_before, result.status_after) and BREAKER_NO_READMIT not in cfg.bugs:
         out.extend(breaker_readmit(worker))
     if not result.reread_due:
         return ProbeDone(result, out)

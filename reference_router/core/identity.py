@@ -20,7 +20,7 @@ import zlib
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .bugs import STALE_ENGINE_ID
+from .bugs import NO_IDENTITY_CHECK, STALE_ENGINE_ID
 from .config import HealthConfig
 from .workers import Connector, Status, Worker, WorkerRuntime
 
@@ -53,9 +53,11 @@ def identity_phase(worker_id: str) -> float:
 
 
 def identity_check_eligible(worker: Worker, cfg: HealthConfig) -> bool:
-    """Ready PD Mooncake workers, and not under bug stale_engine_id (which never re-reads)."""
+    """Ready PD Mooncake workers (none under bugs stale_engine_id, which never re-reads, and
+    no_identity_check)."""
     return (
         STALE_ENGINE_ID not in cfg.bugs
+        and NO_IDENTITY_CHECK not in cfg.bugs
         and worker.spec.is_pd
         and worker.connector is Connector.MOONCAKE
         and worker.runtime.status is Status.READY

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .answers import ErrorAnswer
 from .breaker import breaker_admits
+from .bugs import SHARED_POLICY
 from .policies import SelectionPolicy, make_policy
 from .registry import WorkerRegistry
 from .retry import avoid_suspects
@@ -21,9 +22,14 @@ class LegPolicies:
     regular: SelectionPolicy
 
     @classmethod
-    def make(cls, prefill: str, decode: str, seed: int | None = None) -> LegPolicies:
+    def make(
+        cls, prefill: str, decode: str, seed: int | None = None, bugs: frozenset[str] = frozenset()
+    ) -> LegPolicies:
         """One instance per leg: a cursor shared by both legs would advance twice per request (bug #10).
         Each leg draws from its own seed so a seeded run stays reproducible."""
+        if SHARED_POLICY in bugs:
+            shared = make_policy(decode, seed)
+            return cls(prefill=shared, decode=shared, regular=shared)
         return cls(
             prefill=make_policy(prefill, seed),
             decode=make_policy(decode, None if seed is None else seed + 1),

@@ -15,9 +15,10 @@ class DuplicateWorkerError(ValueError):
 class WorkerRegistry:
     """Workers by id ("w1", "w2", ... in registration order; ids are never reused)."""
 
-    def __init__(self) -> None:
+    def __init__(self, bugs: frozenset[str] = frozenset()) -> None:
         self._workers: dict[str, Worker] = {}
         self._seq = 0
+        self.bugs = bugs  # test-only zoo switches (core.bugs) of the worker API
 
     def add(self, spec: WorkerSpec) -> Worker:
         """Register a Pending worker; DuplicateWorkerError when the url is registered for the same role."""
@@ -38,7 +39,7 @@ class WorkerRegistry:
     def update(self, worker_id: str, body: Any) -> Worker:
         """Apply a PATCH body (labels/priority); KeyError for an unknown id, ValueError for a bad body."""
         worker = self._workers[worker_id]
-        worker.spec = apply_property_update(worker.spec, body)
+        worker.spec = apply_property_update(worker.spec, body, self.bugs)
         return worker
 
     def all(self) -> list[Worker]:

@@ -13,6 +13,8 @@ from enum import Enum, StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
+from .bugs import API_REPORTS_FIRST_ID, PATCH_DROPS_KV_CONFIG
+
 MOONCAKE_DEFAULT_BOOTSTRAP_PORT = 8998
 
 
@@ -255,6 +257,8 @@ class WorkerRuntime:
     counters: Counters = field(default_factory=Counters)
     engine_id: str | None = None
     engine_id_confirmed: bool = False
+    # The first engine id the router knew (configured or read): what bug api_reports_first_id shows.
+    first_engine_id: str | None = None
     learned_connector: Connector | None = None
     learned_dp_size: int | None = None
     probe_seq: int = 0
@@ -286,7 +290,8 @@ class Worker:
     @classmethod
     def new(cls, worker_id: str, spec: WorkerSpec) -> Worker:
         """A fresh Pending worker; the engine id in force starts at the spec's seed id (if any)."""
-        return cls(id=worker_id, spec=spec, runtime=WorkerRuntime(engine_id=spec.engine_id))
+        return cls(id=worker_id, spec=spec,
+                   runtime=WorkerRuntime(engine_id=spec.engine_id, first_engine_id=spec.engine_id))
 
     @property
     def status(self) -> Status:
@@ -323,7 +328,7 @@ class Worker:
 _UPDATABLE = {"labels", "priority"}
 
 
-def apply_property_update(spec: WorkerSpec, update: Any) -> WorkerSpec:
+def apply_property_update(spec: WorkerSpec, update: Any, bugs: frozenset[str] = frozenset()) -> WorkerSpec:
     """A new spec with labels/priority from a `PATCH /workers/{id}` body; everything else is kept (bug #7).
 
     Only `labels` and `priority` may change; other fields are a ValueError (so a PATCH cannot silently drop
@@ -342,12 +347,17 @@ def apply_property_update(spec: WorkerSpec, update: Any) -> WorkerSpec:
         if isinstance(prio, bool) or not isinstance(prio, int):
             raise ValueError(f"priority must be an integer, got {prio!r}")
         changes["priority"] = prio
+    if PATCH_DROPS_KV_CONFIG in bugs:
+        changes.update(connector=Connector.NONE, bootstrap_port=None)
     return dataclasses.replace(spec, **changes)
 
 
-def worker_api_dict(worker: Worker) -> dict[str, Any]:
+def worker_api_dict(worker: Worker, bugs: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The worker API record W of CONTRACTS.md §2; kv_engine_id is the id in force (bug #14)."""
     conn = worker.connector
+    engine_id = worker.runtime.engine_id
+    if API_REPORTS_FIRST_ID in bugs:
+        engine_id = worker.runtime.first_engine_id
     return {
         "id": worker.id,
         "url": worker.spec.url,
@@ -356,7 +366,7 @@ def worker_api_dict(worker: Worker) -> dict[str, Any]:
         "connector": conn.value if conn is not None else None,
         "bootstrap_port": worker.bootstrap_port,
         "status": worker.runtime.status.value,
-        "kv_engine_id": worker.runtime.engine_id,
+        "kv_engine_id": engine_id,
         "engine_id_confirmed": worker.runtime.engine_id_confirmed,
         "labels": dict(worker.spec.labels),
         "priority": worker.spec.priority,

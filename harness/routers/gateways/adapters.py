@@ -96,8 +96,8 @@ class GatewayAdapter(RouterAdapter):
     def cannot_run(self, scenario: Scenario, topology: str, connector: str, transport: str) -> str | None:
         """Why this gateway cannot run that cell (None: it can)."""
         del topology
-        if scenario.router.inject_bug:
-            return f"injects bug {scenario.router.inject_bug!r} into the reference router"
+        if scenario.router.inject_bugs:
+            return f"injects bug(s) {', '.join(scenario.router.inject_bugs)} into the reference router"
         if transport not in self.transports:
             return self.transport_reason(transport, connector)
         r = scenario.router
@@ -137,7 +137,7 @@ class GatewayAdapter(RouterAdapter):
 
     def optional_flags(self) -> list[str]:
         """Flags the launch passes only when the release's help names them."""
-        return [f for f, _ in self.common_pairs(RouterSettings())]
+        return [f for f, _ in self.common_pairs(RouterSettings(circuit_breaker_failures=1))]
 
     # -- launching
 
@@ -183,6 +183,10 @@ class GatewayAdapter(RouterAdapter):
             ("--request-timeout-secs", [str(whole_seconds(s.request_timeout_s))]),
             ("--log-level", [self.log_level]),
         ]
+        if s.circuit_breaker_failures is not None:
+            # Unset, the gateway keeps its own breaker (10 failures / 60 s): what its users run.
+            pairs.append(("--cb-failure-threshold", [str(s.circuit_breaker_failures)]))
+            pairs.append(("--cb-timeout-duration-secs", [str(whole_seconds(s.circuit_breaker_open_s))]))
         if self.api_key:
             pairs.append(("--api-key", [self.api_key]))
         return pairs

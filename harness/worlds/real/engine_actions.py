@@ -22,6 +22,7 @@ from harness.scenario import (
     Crash,
     Die,
     EngineFault,
+    GracefulStop,
     Heal,
     PatchWorker,
     RemoveWorker,
@@ -31,10 +32,11 @@ from harness.scenario import (
     StartEngine,
     Wedge,
 )
-from harness.session.events import ActionDone, EngineState, Event, FaultApplied, FaultVerified
+from harness.session.events import ActionDone, EngineState, Event, FaultApplied, FaultVerified, WorldNote
 from harness.topology import Topology
 from harness.worlds.real.engines import EngineFleet
 from harness.worlds.real.probes import http_probe, port_closed, port_open, process_state, sees_refused
+from harness.worlds.real.processes import ManagedProcess
 from pdchaos.waiting import poll_until
 
 Emit = Callable[[Event], None]
@@ -52,6 +54,7 @@ class EngineActions:
         # How the router knows the engines (proxied links give other ports): worker API actions use this.
         self.router_topo = router_topo
         self.stopped: set[str] = set()  # engines under SIGSTOP
+        self._waiters: set[asyncio.Task[None]] = set()  # graceful stops still draining
 
     async def apply(self, fid: str, a: Any, emit: Emit) -> None:
         """Carry out one action; `ActionDone` last. An exception propagates (the caller reports it)."""
@@ -64,6 +67,8 @@ class EngineActions:
             await self._slow_start(fid, a, emit)
         elif isinstance(a, Crash):
             await self._crash(fid, a, emit)
+        elif isinstance(a, GracefulStop):
+            await self._graceful_stop(fid, a, emit)
         elif isinstance(a, Respawn):
             await self._respawn(fid, a.target, emit)
         elif isinstance(a, StartEngine):
@@ -168,6 +173,48 @@ class EngineActions:
         code = await proc.wait(5.0) if proc is not None else None
         refused = bool(await poll_until(lambda: port_closed(self._serving_port(name)), 2.0))
         emit(FaultVerified(fid, code is not None and refused, {"returncode": code, "refused": refused}))
+
+    async def _graceful_stop(self, fid: str, a: GracefulStop, emit: Emit) -> None:
+        """SIGTERM; verified once the engine refuses new work (health 503) or is gone. The drain goes on
+        behind the timeline, as behind an orchestrator's: its end (exit by itself, or SIGKILL after `grace_s`)
+        is noted when it comes."""
+        name = a.target
+        proc = self.fleet.procs.get(name)
+        emit(FaultApplied(fid, "graceful_stop", name, {"grace_s": a.grace_s},
+                          {"pid": {"old": proc and proc.pid}}))
+        if proc is None:
+            emit(FaultVerified(fid, False, {"error": "no process"}))
+            return
+        start = asyncio.get_running_loop().time()
+        proc.signal(signal.SIGTERM)
+        url = f"{self.topo.engine(name).http_url}/health"
+        health = "unknown"
+        for _ in range(10):  # the signal is handled within a few ms; look for 1 s at most
+            health = await http_probe(url, 0.5)
+            if health in ("ok:503", "refused"):
+                break
+            await asyncio.sleep(0.1)
+        emit(FaultVerified(fid, health in ("ok:503", "refused"), {"health": health, "pid": proc.pid}))
+        task = asyncio.create_task(self._stop_ended(fid, name, proc, a.grace_s, start, emit))
+        self._waiters.add(task)
+        task.add_done_callback(self._waiters.discard)
+
+    async def _stop_ended(self, fid: str, name: str, proc: ManagedProcess, grace_s: float, start: float,
+                          emit: Emit) -> None:
+        loop = asyncio.get_running_loop()
+        code = await proc.wait(max(0.0, start + grace_s - loop.time()))
+        killed = code is None
+        if killed:
+            proc.signal(signal.SIGKILL)
+            code = await proc.wait(5.0)
+        emit(WorldNote(f"graceful stop of {name} ended", {
+            "fault": fid, "engine": name, "returncode": code, "exited_after_s": round(loop.time() - start, 3),
+            "killed_after_grace": killed}))
+
+    def cancel_waiters(self) -> None:
+        """End of the cell: stop watching graceful stops (the supervisor ends every process)."""
+        for task in list(self._waiters):
+            task.cancel()
 
     async def _die(self, fid: str, a: Die, emit: Emit) -> None:
         name = a.target

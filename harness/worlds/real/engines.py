@@ -57,6 +57,8 @@ def engine_argv(
         argv += ["--control-token", token]
     if seed is not None:
         argv += ["--seed", str(seed)]
+    for bug in settings.get("inject_bugs") or ():
+        argv += ["--inject-bug", str(bug)]
     return argv
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import uuid
 from pathlib import Path
 from types import TracebackType
@@ -79,6 +80,7 @@ class RealWorld(World):
                         tb: TracebackType | None) -> None:
         try:
             if self.actions is not None:
+                self.actions.cancel_waiters()
                 self.actions.resume_all()
             with contextlib.suppress(Exception):
                 await self.net.close()
@@ -207,7 +209,10 @@ class RealWorld(World):
         # The router first: engines going away must not be the last thing it records.
         if self._router_proc is not None:
             await self.supervisor.stop(self._router_proc, grace_s=ROUTER_STOP_GRACE_S)
-        # Engines next, so their records files are final when they are read.
+        # Engines next, so their records files are final when they are read. At once (SIGINT): the run is
+        # over, nobody will pull the KV they hold, so a graceful stop (SIGTERM: drain) would only wait.
+        for proc in list(self.fleet.procs.values()):
+            proc.signal(signal.SIGINT)
         await self.supervisor.aclose(grace_s=1.0)
         emit(e.TornDown(tuple(resumed)))
 

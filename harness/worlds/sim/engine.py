@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import simpy
 
@@ -23,6 +23,7 @@ from fake_engines.core.request_flow import AwaitGate, Finish, Reject, RequestFlo
 from fake_engines.core.wire import HandshakeRequest, PullRequest
 from harness.scenario.links import LinkRef
 from harness.topology import EngineSpec
+from harness.worlds.sim.cell import CellView
 from harness.worlds.sim.network import (
     CUT,
     HOP_S,
@@ -34,9 +35,6 @@ from harness.worlds.sim.network import (
     wait,
     wait_event,
 )
-
-if TYPE_CHECKING:
-    from harness.worlds.sim.world import SimCell
 
 CONNECTOR_NAMES = {"mooncake": "MooncakeConnector", "nixl": "NixlConnector", "none": ""}
 KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer", "both": "kv_both"}
@@ -51,7 +49,7 @@ LISTENERS_RESTART_S = 0.02
 class SimEngine:
     def __init__(
         self,
-        cell: SimCell,
+        cell: CellView,
         spec: EngineSpec,
         settings: dict[str, Any],
         new_id: Callable[[], uuid.UUID],
@@ -79,6 +77,7 @@ class SimEngine:
             load_failure_policy=str(settings["load_failure_policy"]),
             ttft_ms=float(settings.get("ttft_ms") or 0.0),
             itl_ms=float(settings.get("itl_ms") or 0.0),
+            bugs=frozenset(settings.get("inject_bugs") or ()),
         )
         self.state = EngineState(
             self.config, self.env.now, new_id=new_id, on_record=cell.add_engine_record, keep_records=False
@@ -91,6 +90,8 @@ class SimEngine:
         self.side_port = 0
         self._thawed = self.env.event()
         self._faults_changed = self.env.event()
+        # Succeeds when a request ends or a pull is served: what a graceful stop waits on.
+        self._activity = self.env.event()
         # The processes inside this engine's handlers (insertion-ordered: the order work is cut in must not
         # depend on memory addresses), and the interrupt cause that says "this engine stopped".
         self._work: dict[object, simpy.Process] = {}
@@ -117,6 +118,7 @@ class SimEngine:
             "nixl_port": self.config.nixl_port or None,
             "serving": self.listening,
             "dead": s.dead,
+            "draining": s.draining,
             "faults": s.faults.as_dict(),
         }
 
@@ -192,6 +194,30 @@ class SimEngine:
         self._exit = None
         self.kill()
 
+    def graceful_stop(self, grace_s: float) -> Generator[Any, Any, bool | None]:
+        """SIGTERM (call `state.begin_drain` first): wait until the core's drain says the process may end
+        (running requests and pending pulls done), then exit; killed when that takes longer than `grace_s`.
+        Returns whether it was killed; None when the process went another way first (crash, respawn)."""
+        start, pid = self.env.now, self.pid
+        killed = False
+        while True:
+            if self.pid != pid or not self.exists or not self.state.draining:
+                return None
+            if self.state.drained(self.env.now):
+                break
+            if self.env.now >= start + grace_s:
+                killed = True
+                break
+            wake = min(self.state.drain_wake(self.env.now), start + grace_s)
+            # Never a zero wait: the loop must move the clock, or it would spin at one instant.
+            yield self.env.any_of([self._activity, self.env.timeout(max(1e-6, wake - self.env.now))])
+        self.kill()
+        return killed
+
+    def _poke(self) -> None:
+        event, self._activity = self._activity, self.env.event()
+        event.succeed()
+
     def freeze(self) -> None:
         self.frozen = True
 
@@ -256,7 +282,7 @@ class SimEngine:
 
     def health(self, deadline: float | None) -> Generator[Any, Any, Reply]:
         yield from self._gate("health", deadline)
-        return Reply(not self.state.dead, 64)
+        return Reply(self.state.healthy, 64)
 
     def server_info(self, deadline: float | None) -> Generator[Any, Any, Reply]:
         """GetServerInfo: ("error", None) under fail_server_info, else the fields a router reads."""
@@ -286,6 +312,7 @@ class SimEngine:
             raise Refused("side channel of an earlier start")
         yield from self._gate("side_channel", deadline)
         answer = self.state.answer_side_channel(msg, self.state.engine_id, self.env.now)
+        self._poke()
         payload = KV_BYTES_PER_TOKEN * int(getattr(answer, "n_tokens", 0) or 0)
         return Reply(answer, 128 + payload)
 
@@ -302,6 +329,8 @@ class SimEngine:
         except (simpy.Interrupt, Deadline):
             flow.abort()
             raise
+        finally:
+            self._poke()
         if isinstance(step, Reject):
             return Reply(step, 256)
         result: GenResult = step.result

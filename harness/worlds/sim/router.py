@@ -22,7 +22,8 @@ from fake_engines.core.request_flow import Reject
 from harness.scenario import RouterSettings
 from harness.scenario.links import LinkRef
 from harness.session.requests import RequestPlan
-from harness.worlds.sim.network import HOP_S, CallResult, Reply, SimNetwork, wait
+from harness.worlds.sim.cell import CellView
+from harness.worlds.sim.network import HOP_S, CallResult, Reply, SimNetwork, wait, wait_event
 from reference_router.core import (
     BreakerConfig,
     Delivery,
@@ -43,6 +44,7 @@ from reference_router.core import (
     Worker,
     WorkerRegistry,
     abandon_identity_check,
+    dispatch_serialized,
     make_worker_spec,
     new_request_id,
     on_identity_done,
@@ -59,7 +61,6 @@ from reference_router.core.bugs import validate_bugs
 
 if TYPE_CHECKING:
     from harness.worlds.sim.engine import SimEngine
-    from harness.worlds.sim.world import SimCell
 
 # The real router's default identity-check interval when none is given (reference_router CLI).
 DEFAULT_IDENTITY_INTERVAL_S = 30.0
@@ -84,7 +85,7 @@ class ClientAnswer:
 
 
 def health_config(settings: RouterSettings) -> HealthConfig:
-    bugs = validate_bugs([settings.inject_bug] if settings.inject_bug else [])
+    bugs = validate_bugs(settings.inject_bugs)
     return HealthConfig(
         failure_threshold=settings.failure_threshold,
         success_threshold=settings.success_threshold,
@@ -100,7 +101,7 @@ def health_config(settings: RouterSettings) -> HealthConfig:
 class SimRouter:
     def __init__(
         self,
-        cell: SimCell,
+        cell: CellView,
         settings: RouterSettings,
         registered: tuple[str, ...],
         new_uuid: Callable[[], uuid.UUID],
@@ -113,11 +114,14 @@ class SimRouter:
         self.transport = cell.topology.transport
         self.connector = cell.topology.connector
         self.new_uuid = new_uuid
-        self.registry = WorkerRegistry()
+        self.registry = WorkerRegistry(self.cfg.bugs)
         self.events: list[dict[str, Any]] = []
-        self.policies = LegPolicies.make(settings.prefill_policy, settings.decode_policy, cell.seed)
+        bugs = self.cfg.bugs
+        self.policies = LegPolicies.make(settings.prefill_policy, settings.decode_policy, cell.seed, bugs)
         self.limits = DispatchLimits(settings.request_timeout_s, id_read_wait_s=settings.health_timeout_s)
-        self.breaker = BreakerConfig(settings.circuit_breaker_failures, settings.circuit_breaker_open_s)
+        self.breaker = BreakerConfig(settings.circuit_breaker_failures, settings.circuit_breaker_open_s, bugs)
+        # Bug wedged_stalls_all only: one request at a time (core.dispatch_serialized).
+        self._one_at_a_time = simpy.Resource(self.env, capacity=1) if dispatch_serialized(bugs) else None
         self._probes: dict[str, simpy.Process] = {}
         self._loop: simpy.Process | None = None
         for name in registered:
@@ -151,8 +155,12 @@ class SimRouter:
             if ev.type != "dispatch":
                 self._emit(ev.type, **ev.fields)
 
+    def _api(self, worker: Worker) -> dict[str, Any]:
+        """The worker API record, as this router's switches show it."""
+        return worker_api_dict(worker, self.registry.bugs)
+
     def workers(self) -> list[dict[str, Any]]:
-        return [worker_api_dict(w) for w in self.registry.all()]
+        return [self._api(w) for w in self.registry.all()]
 
     def engine_of(self, worker: Worker) -> SimEngine | None:
         return self.cell.engine_at_url(worker.spec.url)
@@ -170,7 +178,7 @@ class SimRouter:
             worker = self._add(spec_from_json(body))
         except ValueError as exc:
             return 400, {"error": {"message": str(exc), "code": "invalid_worker"}}
-        return 201, worker_api_dict(worker)
+        return 201, self._api(worker)
 
     def _worker_of(self, name: str) -> Worker | None:
         url = self.cell.topology.engine(name).url(self.transport)
@@ -184,7 +192,7 @@ class SimRouter:
             self.registry.update(worker.id, body)
         except ValueError as exc:
             return 400, {"error": {"message": str(exc), "code": "invalid_update"}}
-        return 200, worker_api_dict(worker)
+        return 200, self._api(worker)
 
     def remove_worker(self, name: str) -> tuple[int, Any]:
         worker = self._worker_of(name)
@@ -198,7 +206,7 @@ class SimRouter:
                 url=worker.spec.url,
                 **{"from": before.value, "to": Status.DRAINING.value},
             )
-        answer = worker_api_dict(worker)
+        answer = self._api(worker)
         self._maybe_remove(worker)
         return 200, answer
 
@@ -346,23 +354,49 @@ class SimRouter:
     def handle(self, plan: RequestPlan, client_deadline: float) -> Generator[Any, Any, ClientAnswer]:
         """One client request through the router, from the client's side (times are since it was sent). The
         client's deadline passing raises Deadline out of it (the client hung up: nothing more is done)."""
+        if self._one_at_a_time is None:
+            return (yield from self._handle(plan, client_deadline, self.env.now))
         t0 = self.env.now
-        body = dict(plan.body)
+        with self._one_at_a_time.request() as turn:
+            yield from wait_event(self.env, turn, client_deadline)
+            return (yield from self._handle(plan, client_deadline, t0))
+
+    def _handle(
+        self, plan: RequestPlan, client_deadline: float, t0: float
+    ) -> Generator[Any, Any, ClientAnswer]:
         flow = DispatchFlow(
             new_request_id(self.new_uuid),
-            body,
+            dict(plan.body),
             self.registry,
             self.policies,
             self.limits,
             pd=True,
             new_uuid=self.new_uuid,
             breaker=self.breaker,
+            bugs=self.cfg.bugs,
         )
+        answer = yield from self._dispatch(flow, plan, client_deadline, t0)
+        if flow.masks_errors and answer.status != 200:
+            # Bug error_as_200: a 200 completion with finish_reason "error" and no content.
+            return ClientAnswer(200, "", None, ttft_s=answer.ttft_s, latency_s=answer.latency_s)
+        return answer
+
+    def _dispatch(
+        self, flow: DispatchFlow, plan: RequestPlan, client_deadline: float, t0: float
+    ) -> Generator[Any, Any, ClientAnswer]:
         refused = flow.pick(self.env.now)
         if refused is not None:
             yield from wait(self.env, 2 * HOP_S, client_deadline)
             return _error_answer(refused, self.env.now - t0)
         try:
+            if not flow.pd:  # bug prefill_on_decode: the decode runs the request alone
+                leg = flow.regular_leg()
+                self.record(leg.effects)
+                return (
+                    yield from self._final_leg(
+                        flow, leg.worker, leg.body, plan, leg.timeout_s, t0, client_deadline
+                    )
+                )
             while True:
                 wait_s = flow.id_read_wait_s()
                 waited = 0.0
@@ -379,6 +413,10 @@ class SimRouter:
                     self.record(failed.effects)
                     for w in failed.idle:
                         self._maybe_remove(w)
+                    if failed.decode_anyway is not None:  # bug legs_joined
+                        final = failed.decode_anyway
+                        self.record(final.effects)
+                        break
                     if failed.answer is not None:
                         return _error_answer(failed.answer, self.env.now - t0)
                     continue

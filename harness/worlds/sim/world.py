@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 import uuid
 from collections import deque
@@ -26,6 +27,7 @@ from harness.scenario import (
     Crash,
     Die,
     EngineFault,
+    GracefulStop,
     Heal,
     PatchWorker,
     RemoveWorker,
@@ -62,6 +64,27 @@ ROUTER_START_S = 0.05
 CANCELLED = "cancelled"
 # A cancelled run (Ctrl-C) gets this long, in wall time, to tear down in virtual time.
 CANCEL_WAIT_S = 30.0
+# Events at one simulated instant after which the model is taken to have stopped moving its clock (a busy
+# 64p64d instant has thousands).
+STALL_STEPS = 2_000_000
+
+
+class SimStalled(RuntimeError):
+    """The simulation stopped advancing its clock: a bug in a model, reported as the run's error."""
+
+
+def run_until(env: simpy.Environment, until: simpy.Event, stall_steps: int = STALL_STEPS) -> None:
+    """`env.run(until=...)`, except that more than `stall_steps` events at one instant raise SimStalled."""
+    last, same = env.now, 0
+    while not until.triggered and env.peek() != math.inf:
+        env.step()
+        if env.now != last:
+            last, same = env.now, 0
+            continue
+        same += 1
+        if same > stall_steps:
+            raise SimStalled(f"the simulation stopped moving its clock at t={env.now:.6f} s "
+                             f"({stall_steps} events at that instant)")
 PROBE_WINDOW_S = 0.3
 
 
@@ -148,9 +171,9 @@ class SimWorld(World):
             raise
 
     def run_session(self, session: ScenarioSession) -> None:
-        """Drive the session to its end in virtual time (synchronously: nothing here waits on the OS)."""
-        driver = self.env.process(self._drive(session))
-        self.env.run(until=driver)
+        """Drive the session to its end in virtual time (synchronously: nothing here waits on the OS). A model
+        that stops moving the clock (events at one instant, forever) is an error, never a hang."""
+        run_until(self.env, self.env.process(self._drive(session)))
 
     async def execute(self, command: c.Command, emit: Emit) -> None:
         raise TypeError("the simulated world executes commands in virtual time: use run_session()")
@@ -217,7 +240,8 @@ class SimWorld(World):
         self.cell.router = router
         emit(
             e.WorldNote(
-                "router launch", {"router": "reference (simulated)", "inject_bug": cmd.settings.inject_bug}
+                "router launch",
+                {"router": "reference (simulated)", "inject_bugs": list(cmd.settings.inject_bugs)},
             )
         )
         yield self.env.timeout(ROUTER_START_S)
@@ -394,6 +418,14 @@ class SimActions:
             emit(
                 e.FaultVerified(fid, True, {"returncode": -9 if a.mode == "signal" else 137, "refused": True})
             )
+        elif isinstance(a, GracefulStop):
+            pid = {"pid": {"old": eng.pid}}
+            emit(e.FaultApplied(fid, "graceful_stop", eng.name, {"grace_s": a.grace_s}, pid))
+            eng.state.begin_drain(self.env.now)
+            health = yield from self._health(eng)
+            emit(e.FaultVerified(fid, health in ("ok:503", "refused"), {"health": health, "pid": eng.pid}))
+            # The drain goes on behind the timeline, as in real time; its end is noted when it comes.
+            self.env.process(self._stop_ended(fid, eng, a.grace_s))
         elif isinstance(a, Die):
             changed = eng.die(a.exit_after_s)
             emit(e.FaultApplied(fid, "die", eng.name, {"exit_after_s": a.exit_after_s}, changed))
@@ -453,6 +485,15 @@ class SimActions:
         else:
             raise ValueError(f"unknown action {a!r}")
         emit(e.ActionDone(fid, verified=verified, evidence=evidence))
+
+    def _stop_ended(self, fid: str, eng: SimEngine, grace_s: float) -> Generator[Any, Any, None]:
+        start = self.env.now
+        killed = yield from eng.graceful_stop(grace_s)
+        if killed is None:
+            return
+        self.emit(e.WorldNote(f"graceful stop of {eng.name} ended", {
+            "fault": fid, "engine": eng.name, "returncode": -9 if killed else 0,
+            "exited_after_s": round(self.env.now - start, 3), "killed_after_grace": killed}))
 
     def _worker_api(self, fid: str, a: Any) -> Generator[Any, Any, None]:
         router = self.world._router()

@@ -189,8 +189,26 @@ def test_real_runs_exit_codes_and_reports(tmp_path: Path, capsys: pytest.Capture
     # `pdchaos report` in-process (the import of the renderers is paid once per test session).
     for folder, want in ((pass_dir, 0), (fail_out, 1)):
         (folder / "report.html").unlink()
+        original = (folder / "report.json").read_bytes()
         assert cli.main(["report", str(folder)]) == want
         assert (folder / "report.html").is_file()
+        assert (folder / "report.json").read_bytes() == original  # the run's own record is kept
+        assert cli.main(["report", str(folder), "--recheck"]) == want
+        assert (folder / "report.json").read_bytes() == original
+        assert json.loads((folder / "report.recheck.json").read_text())["summary"]["total"] == 1
+        assert "report.recheck.html" in capsys.readouterr().out
+
+    # The passing cell as a run killed with SIGKILL leaves it: no run_ended, no handoff records (they are
+    # collected as a run ends). Judged again: unknown, never a fail for evidence never collected.
+    killed = tmp_path / "killed"
+    cell = next(p for p in pass_dir.iterdir() if p.is_dir())
+    shutil.copytree(cell, killed / cell.name)
+    history = killed / cell.name / "history.jsonl"
+    kept = [ln for ln in history.read_text().splitlines()
+            if json.loads(ln)["type"] not in ("handoff", "run_ended", "note")]
+    history.write_text("\n".join(kept) + "\n")
+    assert cli.main(["report", str(killed)]) == 2
+    assert "0 fail, 1 unknown" in capsys.readouterr().out
 
     # A cell folder with a history cut short (no run_ended), next to the passing cell: unknown -> 2.
     mixed = tmp_path / "mixed"
@@ -218,13 +236,13 @@ def test_inject_bug_scenarios_need_the_reference_router(
     f.write_text(
         "from harness.scenario import RouterSettings, Scenario\n"
         "SCENARIOS = [Scenario(name='buggy', description='d',\n"
-        "                      router=RouterSettings(inject_bug='stale_engine_id'))]\n"
+        "                      router=RouterSettings(inject_bugs=('stale_engine_id',)))]\n"
     )
     code, _, err = _main(capsys, "run", str(f), "--router", "cmd:true --port {port}")
     assert code == cli.EXIT_USAGE
     assert "injects bug 'stale_engine_id'" in _one_line_error(err)
     # In the default suite such a scenario is left out (with a note), not an error.
-    buggy = Scenario(name="b", description="", router=RouterSettings(inject_bug="stale_engine_id"))
+    buggy = Scenario(name="b", description="", router=RouterSettings(inject_bugs=("stale_engine_id",)))
     plain = Scenario(name="p", description="")
     assert cli._check_router("cmd:true", [buggy, plain], named=False) == [plain]
     assert "skipping b" in capsys.readouterr().err
@@ -285,3 +303,22 @@ def test_list_says_which_worlds(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == cli.EXIT_PASS
     worlds = {s["name"]: s["worlds"] for s in json.loads(out)}
     assert worlds["prefill_restart_mooncake"] == ["real", "sim"]
+
+
+@pytest.mark.parametrize(
+    ("source", "needle"),
+    [
+        ("from harness.scenario import Scenario\nSCENARIOS = [Scenario(name=5, description='x')]\n",
+         "name: expected str, got 5"),
+        ("import sys\nsys.exit(0)\n", "exited while being imported"),
+    ],
+    ids=["type", "sys-exit"],
+)
+def test_a_fresh_process_prints_one_line_and_exits_3(tmp_path: Path, source: str, needle: str) -> None:
+    """Issue 16, through the command itself: no traceback (it was exit 1) and no silent exit 0."""
+    f = tmp_path / "case.py"
+    f.write_text(source)
+    proc = _pdchaos("run", str(f), "--out", str(tmp_path / "out"), cwd=tmp_path)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == cli.EXIT_USAGE, err
+    assert needle in _one_line_error(err) and not (tmp_path / "out").exists()

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from fake_engines.cli import READY_PREFIX
-from fake_engines.control import EngineControlClient
+from fake_engines.control import ControlError, EngineControlClient
 from fake_engines.core.generator import expected_completion
 from pdchaos.jsonl import read_jsonl
 from pdchaos.ports import free_ports, port_is_open
@@ -77,6 +77,9 @@ async def test_cli_start_ready_serve_sigterm(procs: list[asyncio.subprocess.Proc
         "0",
         "--records",
         str(records),
+        # SIGTERM drains the KV held for decodes; nobody pulls it here, so it expires soon.
+        "--kv-abort-timeout-s",
+        "0.3",
     )
     procs.append(proc)
     state = await ready_state(proc)
@@ -127,11 +130,11 @@ async def test_cli_crash_is_sigkill(procs: list[asyncio.subprocess.Process]) -> 
 
 async def test_cli_die_exits_after_delay(procs: list[asyncio.subprocess.Process]) -> None:
     http_port, control_port = free_ports(2)
-    env_token = os.environ.get("PDCHAOS_CONTROL_TOKEN")
-    proc = await spawn("--role", "decode", "--http-port", str(http_port), "--control-port", str(control_port))
+    proc = await spawn("--role", "decode", "--http-port", str(http_port), "--control-port", str(control_port),
+                       "--control-open")
     procs.append(proc)
     await ready_state(proc)
-    client = EngineControlClient(f"http://127.0.0.1:{control_port}", env_token)
+    client = EngineControlClient(f"http://127.0.0.1:{control_port}", None)
     await client.die(exit_after_s=0.3)
     async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{http_port}/health") as r:
         assert r.status == 503
@@ -214,3 +217,36 @@ def test_cli_port_in_use_exits_2() -> None:
     assert res.returncode == 2
     assert "cannot serve" in res.stderr
     assert READY_PREFIX not in res.stdout
+
+
+async def test_cli_without_token_generates_and_prints_one(procs: list[asyncio.subprocess.Process]) -> None:
+    """Issue 16: an engine started without a control token must not leave its control API open."""
+    http_port, control_port = free_ports(2)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "fake_engines.cli", "--role", "decode", "--http-port", str(http_port),
+        "--control-port", str(control_port),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if k != "PDCHAOS_CONTROL_TOKEN"},
+    )  # fmt: skip
+    procs.append(proc)
+    await ready_state(proc)
+    assert proc.stderr is not None
+    line = (await asyncio.wait_for(proc.stderr.readline(), 10)).decode()
+    assert "control API token" in line
+    token = line.rsplit(" ", 1)[1].strip()
+    base = f"http://127.0.0.1:{control_port}"
+    with pytest.raises(ControlError) as refused:
+        await EngineControlClient(base, None).state()
+    assert refused.value.status == 401
+    state = await EngineControlClient(base, token).state()
+    assert state["role"] == "decode"
+
+
+def test_cli_open_control_excludes_a_token() -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "fake_engines.cli", "--role", "both", "--http-port", "1",
+         "--control-port", "2",
+         "--control-open", "--control-token", "x"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert res.returncode == 2 and "exclude each other" in res.stderr

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -114,7 +115,9 @@ async def pd_stack(
     sup = ProcessSupervisor(logs)
     try:
         (p_grpc, p_http, p_ctl, p_boot, d_grpc, d_http, d_ctl, smg_port, prom_port) = free_ports(9)
-        engine = [sys.executable, "-m", "fake_engines.cli", "--connector", connector, "--host", LOOPBACK]
+        token = uuid.uuid4().hex  # the control API always wants one
+        engine = [sys.executable, "-m", "fake_engines.cli", "--connector", connector, "--host", LOOPBACK,
+                  "--control-token", token]
         prefill_proc = await sup.spawn(
             "prefill",
             [*engine, "--name", "prefill", "--role", "prefill", "--grpc-port", str(p_grpc),
@@ -129,8 +132,8 @@ async def pd_stack(
              "--records", str(tmp_path / "decode.jsonl")],
             ready_prefix=ENGINE_READY, ready_timeout_s=START_DEADLINE_S,
         )  # fmt: skip
-        prefill = EngineControlClient(f"http://{LOOPBACK}:{p_ctl}", timeout_s=5.0)
-        decode = EngineControlClient(f"http://{LOOPBACK}:{d_ctl}", timeout_s=5.0)
+        prefill = EngineControlClient(f"http://{LOOPBACK}:{p_ctl}", token, timeout_s=5.0)
+        decode = EngineControlClient(f"http://{LOOPBACK}:{d_ctl}", token, timeout_s=5.0)
         for fault in prefill_faults:
             await prefill.fault(fault)
         if transport == "grpc":

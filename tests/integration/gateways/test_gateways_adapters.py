@@ -32,7 +32,8 @@ SMG_FLAGS = frozenset({
     "--host", "--port", "--prometheus-host", "--prometheus-port", "--pd-disaggregation", "--prefill",
     "--decode", "--health-check-interval-secs", "--health-check-timeout-secs", "--health-failure-threshold",
     "--health-success-threshold", "--prefill-policy", "--decode-policy", "--request-timeout-secs",
-    "--log-level", "--api-key", "--shutdown-grace-period-secs",
+    "--log-level", "--api-key", "--shutdown-grace-period-secs", "--cb-failure-threshold",
+    "--cb-timeout-duration-secs",
 })
 
 
@@ -137,7 +138,7 @@ def test_skip_reasons() -> None:
     assert vr.cannot_run(s, "1p1d", "mooncake", "http") is None
     why = vr.cannot_run(s, "1p1d", "mooncake", "grpc")
     assert why is not None and "Hugging Face" in why
-    bug = _scenario(router=replace(SETTINGS, inject_bug="stale_engine_id"))
+    bug = _scenario(router=replace(SETTINGS, inject_bugs=("stale_engine_id",)))
     assert "stale_engine_id" in (smg.cannot_run(bug, "1p1d", "mooncake", "grpc") or "")
     ll = _scenario(router=replace(SETTINGS, decode_policy="least_load"))
     assert smg.cannot_run(ll, "1p1d", "mooncake", "grpc") is None

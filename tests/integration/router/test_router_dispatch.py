@@ -113,8 +113,9 @@ async def test_pd_flow_kv_params_on_each_leg(
 ) -> None:
     pd = await make_pd(transport, connector)
     chat = endpoint.endswith("chat/completions")
-    body: dict[str, Any] = {"max_tokens": 7, "stream": stream, "min_tokens": 2,
-                            "stream_options": {"include_usage": True}}
+    body: dict[str, Any] = {"max_tokens": 7, "stream": stream, "min_tokens": 2}
+    if stream:  # stream_options without stream is a client mistake (vLLM's 400)
+        body["stream_options"] = {"include_usage": True}
     if chat:
         body["messages"] = [{"role": "user", "content": "[pdchaos:t:1] hello"}]
     else:

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from harness.runner import Cell, expand_matrix, run_scenario, run_suite
+from harness.parallel import run_suite
+from harness.runner import Cell, expand_matrix, run_scenario
 from harness.scenario import (
     At,
     Expect,
@@ -47,7 +48,7 @@ def _explain(result: Any) -> str:
 async def _pair(s: Scenario, bug: str, cell: Cell, tmp: Path) -> tuple[Any, Any]:
     good, bad = await asyncio.gather(
         run_scenario(s, cell.topology, cell.connector, cell.transport, "reference", tmp / "good", seed=3),
-        run_scenario(s.with_router(inject_bug=bug), cell.topology, cell.connector, cell.transport,
+        run_scenario(s.with_router(inject_bugs=(bug,)), cell.topology, cell.connector, cell.transport,
                      "reference", tmp / "bad", seed=3),
     )
     return good, bad
@@ -199,6 +200,6 @@ async def test_full_matrix(scenario: Scenario, cell: Cell, tmp_path: Path) -> No
 async def test_full_matrix_catches_injected_bugs(
     scenario: Scenario, cell: Cell, bug: str, tmp_path: Path
 ) -> None:
-    bad = scenario.with_router(inject_bug=bug)
+    bad = scenario.with_router(inject_bugs=(bug,))
     res = await run_scenario(bad, cell.topology, cell.connector, cell.transport, "reference", tmp_path)
     assert res.status == "fail", _explain(res)

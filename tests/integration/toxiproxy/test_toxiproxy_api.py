@@ -429,11 +429,14 @@ def test_cli_serves_populates_and_stops_on_sigterm(tmp_path: Path, echo_port: in
                 proc.wait(TIMEOUT_S)
 
 
-def test_cli_rejects_a_non_loopback_host(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("host", ["10.9.8.7", "0.0.0.0", "::", "localhost", "127.0.0.2"])
+def test_cli_refuses_any_host_but_127_0_0_1(capsys: pytest.CaptureFixture[str], host: str) -> None:
+    """Issue 16: `--host 0.0.0.0` used to bind 127.0.0.1 silently; like the router and the engines, the
+    server now refuses any address it will not bind."""
     from harness.toxiproxy.cli import main
 
-    assert main(["--host", "10.9.8.7", "--port", "0"]) == 2
-    assert "loopback" in capsys.readouterr().err
+    assert main(["--host", host, "--port", "0"]) == 2
+    assert "binds 127.0.0.1 only" in capsys.readouterr().err
 
 
 def test_http_upstream_change_and_delete_drop_open_connections(
@@ -486,3 +489,68 @@ def test_cli_accepts_toxiproxy_server_flag_spellings() -> None:
 
     args = parse_args(["-host", "127.0.0.1", "-port", "0", "-seed", "9"])
     assert (args.host, args.port, args.seed) == ("127.0.0.1", 0, 9)
+
+
+# --- issue 16: Toxiproxy's answers, never a 500 ----------------------------------------------------
+
+
+def test_port_in_use_is_409_and_a_failed_move_keeps_the_old_listener(
+    embedded: EmbeddedToxiproxy, echo_port: int
+) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        busy = f"127.0.0.1:{squatter.getsockname()[1]}"
+        api = embedded.url
+        body = {"name": "taken", "listen": busy, "upstream": f"127.0.0.1:{echo_port}"}
+        made = requests.post(f"{api}/proxies", json=body, timeout=TIMEOUT_S)
+        assert made.status_code == 409 and made.json()["status"] == 409
+        assert requests.get(f"{api}/proxies/taken", timeout=TIMEOUT_S).status_code == 404
+        good = requests.post(f"{api}/proxies", json={"name": "echo", "upstream": f"127.0.0.1:{echo_port}"},
+                             timeout=TIMEOUT_S).json()
+        moved = requests.post(f"{api}/proxies/echo", json={"listen": busy}, timeout=TIMEOUT_S)
+        assert moved.status_code == 409
+        shown = requests.get(f"{api}/proxies/echo", timeout=TIMEOUT_S).json()
+        assert shown["listen"] == good["listen"] and shown["enabled"] is True
+        assert echoes(good["listen"])  # the old listener still serves
+        # Disabled, then enabled while its own port is taken: 409 and still shown disabled.
+        requests.post(f"{api}/proxies/echo", json={"enabled": False}, timeout=TIMEOUT_S)
+        requests.post(f"{api}/proxies/echo", json={"listen": busy}, timeout=TIMEOUT_S)
+        again = requests.post(f"{api}/proxies/echo", json={"enabled": True}, timeout=TIMEOUT_S)
+        assert again.status_code == 409
+        assert requests.get(f"{api}/proxies/echo", timeout=TIMEOUT_S).json()["enabled"] is False
+
+
+@pytest.mark.parametrize("name", ["a/b", "/lead", " padded", "tab\there"])
+def test_proxy_and_toxic_names_a_url_cannot_reach_are_refused(
+    embedded: EmbeddedToxiproxy, echo_port: int, name: str
+) -> None:
+    api = embedded.url
+    made = requests.post(f"{api}/proxies", json={"name": name, "upstream": f"127.0.0.1:{echo_port}"},
+                         timeout=TIMEOUT_S)
+    assert made.status_code == 400 and "name" in made.json()["error"]
+    assert requests.get(f"{api}/proxies", timeout=TIMEOUT_S).json() == {}
+    requests.post(f"{api}/proxies", json={"name": "ok", "upstream": f"127.0.0.1:{echo_port}"},
+                  timeout=TIMEOUT_S)
+    toxic = requests.post(f"{api}/proxies/ok/toxics", json={"name": name, "type": "latency"},
+                          timeout=TIMEOUT_S)
+    assert toxic.status_code == 400
+
+
+def test_bandwidth_rate_0_passes_nothing_until_removed(
+    embedded: EmbeddedToxiproxy, echo_port: int
+) -> None:
+    api = embedded.url
+    proxy = requests.post(f"{api}/proxies", json={"name": "echo", "upstream": f"127.0.0.1:{echo_port}"},
+                          timeout=TIMEOUT_S).json()
+    requests.post(f"{api}/proxies/echo/toxics", json={"name": "stall", "type": "bandwidth",
+                                                      "attributes": {"rate": 0}}, timeout=TIMEOUT_S)
+    host, port = proxy["listen"].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
+        sock.sendall(b"hello")
+        sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            sock.recv(5)  # the echo answered, the stalled downstream passes nothing
+        assert requests.delete(f"{api}/proxies/echo/toxics/stall", timeout=TIMEOUT_S).status_code == 204
+        sock.settimeout(TIMEOUT_S)
+        assert sock.recv(5) == b"hello"  # what was held goes on once the toxic is gone

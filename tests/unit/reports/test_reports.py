@@ -122,6 +122,7 @@ def test_report_from_run_dir_rerenders_and_adds_unsaved_cells(
 ) -> None:
     run_dir, results = run
     write_reports(run_dir, results[:2], plots=False)
+    original = (run_dir / "report.json").read_bytes()
     (run_dir / "report.html").unlink()
     again = report_from_run_dir(run_dir, plots=False)
     assert [(r.scenario, r.status) for r in again] == [
@@ -130,8 +131,10 @@ def test_report_from_run_dir_rerenders_and_adds_unsaved_cells(
         ("short", "unknown"),
     ]
     assert (run_dir / "report.html").is_file()
-    doc = json.loads((run_dir / "report.json").read_text())
-    assert doc["summary"]["total"] == 3
+    root = ET.parse(run_dir / "junit.xml").getroot()
+    assert len(root.findall("testsuite/testcase")) == 3
+    # The run's own report.json is the record of what it judged: kept byte for byte.
+    assert (run_dir / "report.json").read_bytes() == original
 
 
 def test_crashed_run_with_truncated_history_is_unknown(tmp_path: Path) -> None:
@@ -201,7 +204,7 @@ def test_one_broken_renderer_does_not_stop_the_others(
 ) -> None:
     run_dir, results = run
 
-    def boom(items: list[ScenarioResult], folder: Path, plots: bool = True) -> Path:
+    def boom(items: list[ScenarioResult], folder: Path, plots: bool = True, name: str = "") -> Path:
         raise RuntimeError("renderer broke")
 
     monkeypatch.setattr(reports, "write_html", boom)
@@ -240,3 +243,79 @@ def test_html_without_plots(run: tuple[Path, list[ScenarioResult]]) -> None:
 def test_timeline_png_of_an_empty_history() -> None:
     assert timeline_png(History()).startswith(PNG_MAGIC)
     assert timeline_png(HB().history(), title="x").startswith(PNG_MAGIC)
+
+
+# ------------------------------------------------------------------ issue 16: missing or damaged evidence
+
+
+def _write_history(path: Path, records: list[dict[str, object]], extra: bytes = b"") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in records) + extra)
+
+
+def test_killed_run_without_handoff_records_is_unknown_never_fail(tmp_path: Path) -> None:
+    """A run killed with SIGKILL never collected the engines' records (they are read as a run ends): the
+    checkers built on them say unknown instead of failing 'no correct handoff within N s of heal'."""
+    expect = [{"checker": "recovery", "params": {"max_recovery_s": 3.0}},
+              {"checker": "handoff", "params": {}}, {"checker": "transfer_timeout", "params": {}},
+              {"checker": "nothing_lost", "params": {}}]
+    hb = restart_run(ended=False, settings={"expect": expect, "engines": {"transfer_timeout_s": 3.0}})
+    kept = [r for r in hb.flush().records if r["type"] != "handoff"]
+    _write_history(tmp_path / "run" / "restart__1p1d-mooncake-http" / "history.jsonl", kept)
+    [r] = report_from_run_dir(tmp_path / "run", plots=False)
+    by_name = {v.name: v for v in r.verdicts}
+    assert r.status == "unknown"
+    for name in ("recovery", "handoff", "transfer_timeout"):
+        assert by_name[name].status == "unknown", by_name[name]
+        assert "never collected" in by_name[name].reason
+    # The same history with its records judges them (the gate is about missing evidence only).
+    h = History.from_records(hb.flush().records)
+    assert h.handoffs_collected and run_checks(h, ["recovery"])[1].status != "unknown"
+
+
+def test_collection_note_decides_whether_handoffs_were_collected() -> None:
+    base = [{"t": 0.0, "type": "run_started", "scenario": "s"}]
+    assert not History.from_records(base).handoffs_collected
+    said = [*base, {"t": 1.0, "type": "note", "message": "collected 0 handoff records",
+                    "handoffs_collected": True}]
+    assert History.from_records(said).handoffs_collected
+    failed = [*base, {"t": 1.0, "type": "note", "message": "handoff records unreadable: x",
+                      "handoffs_collected": False}, {"t": 1.1, "type": "run_ended", "reason": "done"}]
+    assert not History.from_records(failed).handoffs_collected
+    legacy = [*base, {"t": 1.0, "type": "note", "message": "collected 12 handoff records"}]
+    assert History.from_records(legacy).handoffs_collected
+
+
+def test_damaged_lines_in_a_passing_history_make_the_cell_unknown(tmp_path: Path) -> None:
+    hb = restart_run(settings={"expect": [{"checker": "output", "params": {}}]})
+    records = hb.flush().records
+    history = tmp_path / "run" / "restart__1p1d-mooncake-http" / "history.jsonl"
+    lines = [json.dumps(r).encode() for r in records]
+    lines[5] = b'{"type": "request_completed", "t": 1.0, "re'  # damaged in the middle
+    lines[9] = b"\xff\xfe\x00\x01 binary"
+    history.parent.mkdir(parents=True)
+    history.write_bytes(b"\n".join(lines) + b"\n")
+    [r] = report_from_run_dir(tmp_path / "run", plots=False)
+    assert r.status == "unknown"
+    assert "2 damaged history record(s) (lines 6, 10): evidence lost" in r.overall.reason
+    assert "line 6" in (tmp_path / "run" / "report.html").read_text()
+
+
+def test_garbage_history_under_the_run_folder_is_counted_not_a_traceback(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "stray").mkdir(parents=True)
+    (run_dir / "stray" / "history.jsonl").write_bytes(bytes(range(256)) * 40)
+    [r] = report_from_run_dir(run_dir, plots=False)
+    assert r.status == "unknown" and "no run_started" in r.overall.reason
+
+
+def test_recheck_writes_beside_the_original_report(run: tuple[Path, list[ScenarioResult]]) -> None:
+    run_dir, results = run
+    write_reports(run_dir, results, plots=False)
+    before = {n: (run_dir / n).read_bytes() for n in ("report.json", "junit.xml", "report.html")}
+    rechecked, written = reports.rerender(run_dir, recheck=True, plots=False)
+    names = {p.name for p in written.values()}
+    assert names == {"report.recheck.json", "junit.recheck.xml", "report.recheck.html"}
+    assert {n: (run_dir / n).read_bytes() for n in before} == before
+    doc = json.loads((run_dir / "report.recheck.json").read_text())
+    assert doc["summary"]["total"] == len(rechecked) == 3

@@ -10,6 +10,7 @@ import pytest
 from harness.routers import CommandRouter, ReferenceRouter, RouterAdapterError, make_router_adapter
 from harness.runner import expectation_problems
 from harness.scenario import (
+    INJECTABLE_BUGS,
     After,
     AllOf,
     At,
@@ -129,7 +130,7 @@ def test_valid_scenario_passes() -> None:
             {"timeline": (Step("x", Crash("decode-0"), At(1)), Step("x", Respawn("decode-0"), At(2)))},
             "duplicate",
         ),
-        ({"router": RouterSettings(inject_bug="nonsense")}, "unknown inject_bug"),
+        ({"router": RouterSettings(inject_bugs=("nonsense",))}, "unknown router bug"),
         ({"catches": ("stale_engine_id", "typo_bug")}, "catches unknown bug 'typo_bug'"),
         ({"workload": Workload(duration_s=0)}, "must be positive"),
         ({"workload": Workload(stream_fraction=2)}, "within [0, 1]"),
@@ -276,7 +277,8 @@ def test_shipped_scenarios_load_and_validate() -> None:
         assert expectation_problems(s) == [], s.name
     # Each injectable router bug is caught by at least one shipped scenario.
     caught = {b for s in found for b in s.catches}
-    assert caught == {"stale_engine_id", "metadata_no_deadline", "partial_read_clears_id"}
+    # Every bug switch, router and engine, is claimed by at least one shipped scenario.
+    assert caught == set(INJECTABLE_BUGS)
 
 
 # ---------------------------------------------------------------- router launch lines and load planning
@@ -284,7 +286,7 @@ def test_shipped_scenarios_load_and_validate() -> None:
 
 def test_reference_router_argv() -> None:
     topo = build_topology("2p1d", "mooncake", "http", list(range(21000, 21016)))
-    s = RouterSettings(health_interval_s=0.25, failure_threshold=2, inject_bug="stale_engine_id")
+    s = RouterSettings(health_interval_s=0.25, failure_threshold=2, inject_bugs=("stale_engine_id",))
     argv = ReferenceRouter(api_key="k").launch(topo, s, ["prefill-0", "decode-0"], "/tmp/ev.jsonl").argv
     line = " ".join(argv)
     assert "--prefill http://127.0.0.1:21000 21003" in line

@@ -18,6 +18,7 @@ from harness.agreement import TABLE, differences, load_table, rows
 from harness.history import load_history
 from harness.runner import run_scenario
 from harness.scenario import load_scenarios
+from harness.scenario.bugs import with_bugs
 
 SCENARIOS = {s.name: s for s in load_scenarios()}
 
@@ -35,7 +36,7 @@ async def test_2491_at_production_settings_passes_and_catches_the_stale_id(tmp_p
     settings = started["settings"]
     assert (settings["health_interval_s"], settings["transfer_timeout_s"]) == (60.0, 480.0)
     assert started["world"] == "sim" and started["time_unit"] == "simulated seconds"
-    bad = await run_scenario(s.with_router(inject_bug="stale_engine_id"), "1p1d", "mooncake", "http",
+    bad = await run_scenario(s.with_router(inject_bugs=("stale_engine_id",)), "1p1d", "mooncake", "http",
                              "reference", tmp_path / "bad", world="sim")
     assert _checks(bad)["transfer_timeout"] == "fail", bad.reason
     assert "--inject-bug stale_engine_id" in bad.replay and "--world sim" in bad.replay
@@ -117,7 +118,7 @@ async def test_simulation_agrees_with_real_time_per_checker(row: Any, tmp_path: 
         pytest.fail(f"{row.key}: no real-time verdicts in {TABLE}: run `python -m harness.agreement`")
     s = SCENARIOS[row.scenario]
     if row.bug:
-        s = s.with_router(inject_bug=row.bug)
+        s = with_bugs(s, [row.bug])  # a router or an engine switch
     res = await run_scenario(s, row.topology, row.connector, row.transport, "reference", tmp_path,
                              world="sim", settings="scaled")
     diff = differences(entry["real"], _checks(res))

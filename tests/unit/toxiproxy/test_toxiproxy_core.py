@@ -110,7 +110,26 @@ def test_bandwidth_spaces_bytes_at_the_rate() -> None:
     assert max(len(o.data) for o in outs) == 2000  # 20 ms slices
     # Back-to-back data queues behind the first.
     assert stage.on_data(b"b" * 1000, 1.1)[-1].at == pytest.approx(1.51)
-    assert Bandwidth(0).on_data(b"z" * 10, 2.0) == [(2.0, "data", b"z" * 10)]
+
+
+def test_bandwidth_rate_0_holds_everything_until_released() -> None:
+    """Issue 16: as in Toxiproxy, a rate of 0 passes no byte (it was taken as 'no limit'); the toxic's
+    removal lets what it held go on, in order, end of stream last."""
+    stage = Bandwidth(0)
+    assert stage.on_data(b"z" * 10, 2.0) == []
+    assert stage.on_data(b"y", 2.5) == [] and stage.on_eof(3.0) == []
+    assert stage.release(4.0) == [(4.0, "data", b"z" * 10), (4.0, "data", b"y"), (4.0, "eof", b"")]
+    assert stage.release(5.0) == []
+
+
+def test_chain_releases_a_rate_0_bandwidth_when_the_toxic_goes() -> None:
+    chain = DirectionChain(0, "p", 0, "downstream")
+    stall = ToxicSpec("stall", "bandwidth", "downstream", 1.0, {"rate": 0}, version=1)
+    chain.sync([stall], 0.0)
+    chain.feed(b"hello", 1.0)
+    assert chain.poll(10.0) == []
+    chain.sync([], 11.0)
+    assert chain.poll(11.0) == [(11.0, "data", b"hello")]
 
 
 def test_slow_close_delays_only_the_end() -> None:

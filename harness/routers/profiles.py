@@ -1,0 +1,115 @@
+"""Gateway profiles: the reference router with the bug switches that describe a real gateway release's known
+behaviour (docs/GATEWAYS.md, README "What the suite says about real gateways"), so a release can be explored
+where the real one cannot go: in simulated time at production settings, or at scale.
+
+`--router profile:NAME` runs the reference router with the profile's switches, in either world. A profile also
+carries what the release does when a scenario says nothing (smg and vllm-router run a circuit breaker of 10
+failures / 60 s by default; the reference router runs none unless told), and the transports on which the
+release does what the reference does at all (smg does vLLM PD over gRPC only: over HTTP it sends no handoff
+parameters, which no switch describes). `harness.profile_check` compares each profile with its release,
+checker by checker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from harness.routers.reference import ReferenceRouter
+from harness.scenario.bugs import split_bugs, with_bugs
+
+if TYPE_CHECKING:
+    from harness.scenario import Scenario
+
+PREFIX = "profile:"
+# smg's and vllm-router's circuit breaker when no flag says otherwise.
+GATEWAY_BREAKER = (10, 60.0)
+
+_SMG = ("api_reports_first_id", "no_identity_check", "breaker_charges_kv_failure")
+
+
+@dataclass(frozen=True)
+class GatewayProfile:
+    name: str
+    release: str  # the router spec of the real release (`--router` of `pdchaos run`/`matrix`)
+    bugs: tuple[str, ...]
+    description: str
+    transports: tuple[str, ...] = ("http", "grpc")
+    breaker_default: tuple[int, float] | None = GATEWAY_BREAKER
+
+    def apply(self, scenario: Scenario) -> Scenario:
+        """The scenario as this release would run it: its switches on, and its default circuit breaker where
+        the scenario sets none (after the settings preset: the release's default is absolute)."""
+        out = with_bugs(scenario, self.bugs)
+        if self.breaker_default is not None and out.router.circuit_breaker_failures is None:
+            failures, open_s = self.breaker_default
+            out = replace(out, router=replace(out.router, circuit_breaker_failures=failures,
+                                              circuit_breaker_open_s=open_s))
+        return out
+
+
+PROFILES: dict[str, GatewayProfile] = {
+    p.name: p
+    for p in (
+        GatewayProfile(
+            "smg-1.13.0", "smg==1.13.0", _SMG,
+            "re-reads the engine id after a restart its probes saw, but never notices one between probes; "
+            "/workers keeps the id read at registration; a decode's failed KV load is charged to its breaker",
+            transports=("grpc",),
+        ),
+        GatewayProfile(
+            "smg-1.12.0", "smg==1.12.0", (*_SMG, "breaker_no_readmit"),
+            "as 1.13.0, and a recovered worker stays out until its breaker's open period ends",
+            transports=("grpc",),
+        ),
+        GatewayProfile(
+            "smg-1.11.0", "smg==1.11.0", (*_SMG, "breaker_no_readmit"),
+            "as 1.12.0",
+            transports=("grpc",),
+        ),
+        GatewayProfile(
+            "smg-1.10.1", "smg==1.10.1",
+            ("stale_engine_id", "api_reports_first_id", "breaker_charges_kv_failure", "breaker_no_readmit",
+             "no_worker_404"),
+            "never re-reads the engine id after a restart (the #2491 hang), answers 404 for a leg with no "
+            "worker, and keeps recovered workers out for the breaker's open period",
+            transports=("grpc",),
+        ),
+        GatewayProfile(
+            "vllm-router-0.1.17", "vllm-router==0.1.17", ("stale_engine_id", "no_prefill_retry"),
+            "keeps the Mooncake engine ids read at startup for good, and fails a refused prefill leg with "
+            "500 instead of retrying the other prefill",
+            transports=("http",),
+        ),
+    )
+}
+
+
+def profile_named(spec: str) -> GatewayProfile:
+    """`profile:NAME` (or NAME) -> the profile; ValueError listing the known ones."""
+    name = spec[len(PREFIX):] if spec.startswith(PREFIX) else spec
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(f"unknown gateway profile {name!r} (known: {', '.join(PROFILES)})") from None
+
+
+def check_profiles() -> None:
+    """Every profile names known router switches (a programming error otherwise)."""
+    for p in PROFILES.values():
+        _router, engine = split_bugs(p.bugs)
+        if engine:
+            raise ValueError(f"profile {p.name} names engine switches {engine}")
+
+
+class ProfileRouter(ReferenceRouter):
+    """The reference router with a gateway profile's switches (they reach it through the scenario's
+    RouterSettings.inject_bugs: see `GatewayProfile.apply`, which the runner calls in both worlds)."""
+
+    def __init__(self, profile: GatewayProfile, api_key: str | None = "pdchaos-test-key") -> None:
+        super().__init__(api_key)
+        self.profile = profile
+        self.name = PREFIX + profile.name
+
+
+check_profiles()

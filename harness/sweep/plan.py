@@ -1,0 +1,175 @@
+"""A sweep file made concrete: every cell it runs, and every cell it leaves out with the reason.
+
+Nothing here starts a process or installs a gateway: the plan is what `--dry-run` prints, and a run only
+drops further the cells a gateway release says it cannot run (that needs the release installed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from harness.runner import Cell, default_settings, sim_router_name
+from harness.scenario import Scenario, ScenarioError, validate
+from harness.suite import UsageError, default_suite, load_named
+from harness.sweep.keys import CellKey
+from harness.sweep.spec import LOCAL_ENGINES, EngineBackend, RouterChoice, SweepError, SweepSpec
+
+
+@dataclass(frozen=True)
+class SweepCell:
+    key: CellKey
+    scenario: Scenario
+    router: RouterChoice
+    backend: EngineBackend | None = None
+    bugs: tuple[str, ...] = ()
+
+    @property
+    def cell(self) -> Cell:
+        return Cell(self.key.topology, self.key.connector, self.key.transport)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    key: CellKey
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.key.to_dict(), "reason": self.reason}
+
+
+@dataclass
+class SweepPlan:
+    spec: SweepSpec
+    cells: list[SweepCell] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def groups(self) -> dict[str, list[SweepCell]]:
+        out: dict[str, list[SweepCell]] = {}
+        for c in self.cells:
+            out.setdefault(c.key.group, []).append(c)
+        return out
+
+
+def load_sweep_scenarios(spec: SweepSpec) -> list[Scenario]:
+    """The scenarios the sweep names: `default` (the default suite), `all` (every shipped scenario), names
+    and files (relative to the sweep file's folder when they are there)."""
+    out: dict[str, Scenario] = {}
+    try:
+        for item in spec.scenarios:
+            if item == "default":
+                found = default_suite(load_named([]))
+            elif item == "all":
+                found = load_named([])
+            elif item.endswith(".py") or "/" in item:
+                found = load_named([str(spec.relative(item))])
+            else:
+                found = load_named([item])
+            for s in found:
+                out.setdefault(s.name, s)
+    except UsageError as e:
+        raise SweepError(str(e)) from None
+    unknown = sorted(set(spec.bugs) - set(out))
+    if unknown:
+        raise SweepError(f"[bugs] names scenarios the sweep does not run: {', '.join(unknown)}")
+    return list(out.values())
+
+
+def plan_sweep(spec: SweepSpec, scenarios: Sequence[Scenario] | None = None) -> SweepPlan:
+    """Expand the axes, drop the excluded and impossible cells (each with its reason)."""
+    scen = list(scenarios) if scenarios is not None else load_sweep_scenarios(spec)
+    plan = SweepPlan(spec)
+    for world in spec.worlds:
+        for settings in spec.settings or (default_settings(world),):
+            for router in spec.routers:
+                for engines in spec.engines:
+                    backend = spec.backends.get(engines) if engines != LOCAL_ENGINES else None
+                    for s in scen:
+                        _expand(plan, s, world, settings, router, engines, backend)
+    return plan
+
+
+def _expand(plan: SweepPlan, s: Scenario, world: str, settings: str, router: RouterChoice, engines: str,
+            backend: EngineBackend | None) -> None:
+    spec = plan.spec
+    bugs = spec.bugs.get(s.name, ())
+    base = _with_bugs(s, bugs)
+    for topology, scenario in _topologies(spec, base, plan, world, settings, router, engines):
+        for _, connector, transport in scenario.matrix([topology], spec.connectors, spec.transports):
+            key = CellKey(s.name, topology, connector, transport, router.label, world, settings, engines)
+            why = _why_not(spec, key, scenario, router, backend, bugs)
+            if why is not None:
+                plan.skipped.append(Skipped(key, why))
+                continue
+            plan.cells.append(SweepCell(key, scenario, router, backend, bugs))
+
+
+def _topologies(spec: SweepSpec, s: Scenario, plan: SweepPlan, world: str, settings: str,
+                router: RouterChoice, engines: str) -> list[tuple[str, Scenario]]:
+    """(topology, the scenario to run there). With extend_topologies a scenario also runs in the listed
+    topologies it does not list itself, where it still makes sense (its targets exist there)."""
+    if not spec.extend_topologies:
+        return [(t, s) for t in s.topologies if spec.topologies is None or t in spec.topologies]
+    out = []
+    for t in spec.topologies or ():
+        widened = s if t in s.topologies else replace(s, topologies=(*s.topologies, t))
+        try:
+            validate(widened)
+        except ScenarioError as e:
+            pairs = dict.fromkeys((c, tr) for _, c, tr in s.matrix(None, spec.connectors, spec.transports))
+            for c, tr in pairs:
+                key = CellKey(s.name, t, c, tr, router.label, world, settings, engines)
+                plan.skipped.append(Skipped(key, f"does not fit {t}: {e}"))
+            continue
+        out.append((t, widened))
+    return out
+
+
+def _with_bugs(s: Scenario, bugs: Sequence[str]) -> Scenario:
+    if not bugs:
+        return s
+    from harness.scenario.bugs import with_bugs
+
+    try:
+        return with_bugs(s, bugs)
+    except ValueError as e:
+        raise SweepError(f"[bugs] {s.name}: {e}") from None
+
+
+def _why_not(spec: SweepSpec, key: CellKey, s: Scenario, router: RouterChoice, backend: EngineBackend | None,
+             bugs: Sequence[str]) -> str | None:
+    """Why this cell cannot (or must not) run; None when it runs."""
+    for ex in spec.exclude:
+        if ex.matches(key.axes):
+            return ex.describe()
+    if key.world not in s.worlds:
+        note = s.world_notes.get(key.world, "")
+        return f"does not run in the {key.world} world" + (f": {note}" if note else "")
+    if key.world == "sim":
+        try:
+            sim_router_name(router.spec)
+        except ScenarioError as e:
+            return str(e)
+        if backend is not None:
+            return "the simulated world simulates its own engines: no engine backend"
+    if bugs and not _takes_router_bugs(router.spec):
+        from harness.scenario.bugs import split_bugs
+
+        router_side, _ = split_bugs(bugs)
+        if router_side:
+            return f"puts router bug(s) {', '.join(router_side)} back into the reference router"
+    if backend is not None:
+        from harness.kube.plan import unsupported
+
+        return unsupported(s, key.connector, key.transport, backend.options)
+    return None
+
+
+def _takes_router_bugs(spec: str) -> bool:
+    """Whether this router can take the reference router's bug switches (a gateway release is never asked:
+    resolving it could install it)."""
+    from harness.routers import make_router_adapter
+    from harness.routers.gateways.spec import gateway_name
+
+    return gateway_name(spec) is None and make_router_adapter(spec).supports_inject_bug

@@ -1,0 +1,64 @@
+"""Results of a zoo run from its cell histories: the verdicts of every run whose history is on disk, judged
+again with its scenario's checkers (at the run's settings preset, with its switch on). This is how an
+interrupted zoo still gives a matrix (`pdchaos zoo --rejudge DIR`), and how a finished one is re-read after a
+checker changed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from harness.checkers import run_checks
+from harness.history import load_history
+from harness.result import ScenarioResult
+from harness.runner import Cell
+from harness.scenario import Scenario, apply_preset, preset
+from harness.scenario.bugs import with_bugs
+from harness.verdict import combine
+from harness.zoo.plan import ZooRun
+
+PLAN_FILE = "plan.json"
+
+
+def write_plan(out: Path, runs: Sequence[ZooRun], meta: dict[str, Any]) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / PLAN_FILE
+    rows = [{**asdict(r.cell), "scenario": r.scenario, "switch": r.switch, "repeat": r.repeat} for r in runs]
+    body = {**meta, "runs": rows}
+    path.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def read_plan(out: Path) -> tuple[list[ZooRun], dict[str, Any]]:
+    body = json.loads((out / PLAN_FILE).read_text(encoding="utf-8"))
+    runs = [
+        ZooRun(r["scenario"], Cell(r["topology"], r["connector"], r["transport"]), r["switch"], r["repeat"])
+        for r in body.pop("runs")
+    ]
+    return runs, body
+
+
+def rejudge(
+    out: Path, runs: Sequence[ZooRun], scenarios: dict[str, Scenario], settings: str
+) -> tuple[list[ZooRun], list[ScenarioResult]]:
+    """The runs whose history exists, with their verdicts (runs with no history are left out)."""
+    kept: list[ZooRun] = []
+    results: list[ScenarioResult] = []
+    for r in runs:
+        path = out / "cells" / r.folder / "history.jsonl"
+        if not path.exists() or r.scenario not in scenarios:
+            continue
+        s = scenarios[r.scenario]
+        if r.switch:
+            s = with_bugs(s, [r.switch])
+        s = apply_preset(s, preset(settings))
+        verdicts = run_checks(load_history(path), s.expect)
+        overall = combine(verdicts, name=s.name)
+        kept.append(r)
+        results.append(ScenarioResult(scenario=s.name, topology=r.cell.topology, connector=r.cell.connector,
+                                      transport=r.cell.transport, verdict=overall, verdicts=verdicts,
+                                      status=overall.status, settings=settings))
+    return kept, results

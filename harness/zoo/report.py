@@ -1,0 +1,73 @@
+"""The zoo's files: zoo.json (the whole matrix) and zoo.md (what a reader looks at: per switch, where it was
+caught and the evidence; then the switch x scenario grid; then holes and false alarms)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from harness.zoo.matrix import ZooMatrix
+
+_EVIDENCE_CHARS = 160
+
+
+def _scenario_of(cell_key: str) -> str:
+    return cell_key.split("[", 1)[0]
+
+
+def _short(text: str, n: int = _EVIDENCE_CHARS) -> str:
+    text = " ".join(text.split()).replace("|", "/")
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def markdown(m: ZooMatrix) -> str:
+    time_unit = "simulated" if m.world == "sim" else "real-time"
+    verdict = ("every switch caught on every transport it can occur on, no false alarm" if m.ok
+               else "HOLES OR FALSE ALARMS (below)")
+    lines = [
+        f"# Bug zoo detection matrix ({m.world} world, {m.settings} settings, {time_unit} seconds)",
+        "",
+        f"{len(m.switches)} switches x {len(m.cells)} cells; baseline (no switch) run {m.baseline_runs} "
+        f"time(s) per cell. Verdict: {verdict}.",
+        "",
+        "| switch | side | zoo | occurs on | caught by | checkers | evidence |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, sw in sorted(m.switches.items()):
+        caught = m.caught_by(name)
+        outcomes = m.outcomes.get(name, {})
+        checkers = sorted({c for k in caught for c in outcomes[k].checkers})
+        seen = [outcomes[k].evidence for k in caught if outcomes[k].evidence]
+        sided = [x for x in seen if "router side" in x or "engine side" in x]
+        first = (sided or seen or [""])[0]
+        where = f"{'/'.join(sw.transports)}; {'/'.join(sw.connectors)}"
+        by = ", ".join(sorted({_scenario_of(k) for k in caught})) or "**nothing**"
+        missing = m.missing_transports(name)
+        if missing:
+            by += f" (**not on {'/'.join(missing)}**)"
+        lines.append(f"| {name} | {sw.side} | {sw.zoo} | {where} | {by} | {', '.join(checkers)} | "
+                     f"{_short(first)} |")
+    scenarios = list(dict.fromkeys(_scenario_of(k) for k in m.cells))
+    lines += ["", "## Switch x scenario (cells caught / cells run)", "",
+              "| switch | " + " | ".join(scenarios) + " |", "|---|" + "---|" * len(scenarios)]
+    for name in sorted(m.switches):
+        per: dict[str, list[bool]] = defaultdict(list)
+        for k, o in m.outcomes.get(name, {}).items():
+            per[_scenario_of(k)].append(o.caught)
+        row = [f"{sum(per[s])}/{len(per[s])}" if per.get(s) else "-" for s in scenarios]
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
+    lines += ["", "## False alarms (a checker failing with no switch on)", ""]
+    if m.false_alarms:
+        lines += [f"- {k}: {'; '.join(_short(x) for x in v)}" for k, v in m.false_alarms.items()]
+    else:
+        lines.append(f"None in {m.baseline_runs} baseline run(s) of each of the {len(m.cells)} cells.")
+    return "\n".join(lines) + "\n"
+
+
+def write_zoo(out: Path, m: ZooMatrix) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    js, md = out / "zoo.json", out / "zoo.md"
+    js.write_text(json.dumps(m.as_dict(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    md.write_text(markdown(m), encoding="utf-8")
+    return js, md

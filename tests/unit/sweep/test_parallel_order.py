@@ -1,0 +1,38 @@
+"""The order cells start in when several run at once: one cell of each scenario in turn (cells of one
+scenario would otherwise restart and load their engines at the same moments)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from harness.jobs import default_jobs, jobs_arg
+from harness.parallel import CellJob, spread
+from harness.runner import Cell
+from harness.scenario import Scenario
+
+
+def job(name: str, i: int) -> CellJob:
+    return CellJob(Scenario(name=name, description="d"), Cell("1p1d", "mooncake", "http"), Path(f"/x/{i}"))
+
+
+def test_cells_of_one_scenario_do_not_start_side_by_side() -> None:
+    jobs = [job("a", 0), job("a", 1), job("a", 2), job("b", 3), job("c", 4), job("c", 5)]
+    assert spread(jobs) == [0, 3, 4, 1, 5, 2]
+    assert sorted(spread(jobs)) == list(range(len(jobs)))
+    assert spread([]) == []
+
+
+def test_the_default_is_one_per_cpu_within_bounds() -> None:
+    assert default_jobs(2) == 2
+    assert default_jobs(1) == 1
+    assert default_jobs(64) == 8
+
+
+@pytest.mark.parametrize("text", ["0", "-2", "two"])
+def test_a_job_count_below_one_is_refused(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        jobs_arg(text)
+    assert jobs_arg("3") == 3

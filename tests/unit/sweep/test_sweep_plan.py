@@ -1,0 +1,126 @@
+"""A sweep's cells: the product of its axes, less what it excludes and what cannot run (with reasons)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from harness.runner import expand_matrix
+from harness.scenario import load_scenarios
+from harness.scenario.bugs import injected_bugs
+from harness.suite import default_suite
+from harness.sweep.plan import plan_sweep
+from harness.sweep.spec import SweepError, load_sweep, parse_sweep
+
+
+def plan_of(text: str):
+    return plan_sweep(parse_sweep(tomllib.loads(text), Path("/nowhere/t.toml")))
+
+
+def test_the_ci_sweep_runs_exactly_the_cells_of_the_default_suite() -> None:
+    plan = plan_sweep(load_sweep("ci-regression"))
+    suite = [(s.name, c.label) for s, c in expand_matrix(default_suite(load_scenarios()))]
+    assert [(c.key.scenario, c.key.cell) for c in plan.cells] == suite
+    assert {(c.key.router, c.key.world, c.key.settings, c.key.engines) for c in plan.cells} == {
+        ("reference", "real", "scaled", "local")}
+    assert plan.skipped == []
+
+
+def test_axes_multiply_and_each_world_gets_its_default_settings() -> None:
+    plan = plan_of("""
+        [axes]
+        scenarios = ["sole_prefill_down"]
+        topologies = ["1p1d"]
+        connectors = ["mooncake"]
+        worlds = ["real", "sim"]
+    """)
+    got = {(c.key.world, c.key.settings, c.key.transport) for c in plan.cells}
+    assert got == {("real", "scaled", "http"), ("real", "scaled", "grpc"),
+                   ("sim", "production", "http"), ("sim", "production", "grpc")}
+    assert len(plan.groups()) == 2
+
+
+def test_impossible_and_excluded_cells_are_left_out_with_their_reason() -> None:
+    plan = plan_of("""
+        [axes]
+        scenarios = ["sole_prefill_down"]
+        topologies = ["1p1d"]
+        connectors = ["mooncake"]
+        transports = ["http"]
+        routers = ["reference", "smg==1.13.0"]
+        worlds = ["sim"]
+        settings = ["scaled", "production"]
+        [[exclude]]
+        settings = "scaled"
+        reason = "production only"
+    """)
+    assert [(c.key.router, c.key.settings) for c in plan.cells] == [("reference", "production")]
+    reasons = {(s.key.router, s.key.settings): s.reason for s in plan.skipped}
+    assert "production only" in reasons[("reference", "scaled")]
+    assert "runs the reference router" in reasons[("smg==1.13.0", "production")]
+
+
+def test_extended_topologies_keep_only_shapes_that_have_the_scenarios_targets() -> None:
+    plan = plan_of("""
+        [axes]
+        scenarios = ["one_of_two_prefills_down"]
+        topologies = ["1p2d", "2p2d"]
+        extend_topologies = true
+        connectors = ["nixl"]
+        transports = ["http"]
+    """)
+    assert [c.key.topology for c in plan.cells] == ["2p2d"]
+    assert "2p2d" in plan.cells[0].scenario.topologies
+    (left,) = plan.skipped
+    assert left.key.topology == "1p2d" and "does not fit 1p2d" in left.reason and "prefill-1" in left.reason
+
+
+def test_bugs_go_into_their_scenario_only() -> None:
+    plan = plan_of("""
+        [axes]
+        scenarios = ["prefill_restart_mooncake", "sole_prefill_down"]
+        topologies = ["1p1d"]
+        transports = ["http"]
+        worlds = ["sim"]
+        [bugs]
+        prefill_restart_mooncake = ["stale_engine_id"]
+    """)
+    bugs = {c.key.scenario: injected_bugs(c.scenario) for c in plan.cells}
+    assert bugs["prefill_restart_mooncake"] == ("stale_engine_id",)
+    assert bugs["sole_prefill_down"] == ()
+    with pytest.raises(SweepError, match="the sweep does not run: nope"):
+        plan_of("[axes]\nscenarios = ['sole_prefill_down']\n[bugs]\nnope = 'stale_engine_id'")
+
+
+def test_a_router_bug_cannot_go_to_a_gateway() -> None:
+    plan = plan_of("""
+        [axes]
+        scenarios = ["prefill_restart_mooncake"]
+        topologies = ["1p1d"]
+        transports = ["grpc"]
+        routers = ["smg==1.13.0"]
+        [bugs]
+        prefill_restart_mooncake = ["stale_engine_id"]
+    """)
+    assert plan.cells == []
+    assert "router bug" in plan.skipped[0].reason
+
+
+def test_cluster_cells_the_backend_cannot_run_faithfully_are_left_out() -> None:
+    plan = plan_of("""
+        [axes]
+        scenarios = ["metadata_wedged", "decode_restart"]
+        topologies = ["1p1d"]
+        engines = ["gpu"]
+        [engines.gpu]
+        backend = "k8s"
+        preset = "vllm-nixl-gpu"
+    """)
+    assert {(c.key.scenario, c.key.connector, c.key.transport) for c in plan.cells} == {
+        ("decode_restart", "nixl", "http")}
+    reasons = {(s.key.scenario, s.key.connector, s.key.transport): s.reason for s in plan.skipped}
+    assert "runs the nixl connector, not mooncake" in reasons[("decode_restart", "mooncake", "http")]
+    assert "serves http, not grpc" in reasons[("decode_restart", "nixl", "grpc")]
+    assert "runs the nixl connector, not mooncake" in reasons[("metadata_wedged", "mooncake", "grpc")]
