@@ -153,6 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
                    description="The bug zoo (see `pdchaos zoo --help`).", add_help=False)
     sub.add_parser("matrix", help="run scenarios against several routers and compare them",
                    description="The router matrix (see `pdchaos matrix --help`).", add_help=False)
+    sub.add_parser("bisect", help="find the first gateway release where a scenario's verdict changes",
+                   description="Release bisect (see `pdchaos bisect --help`).", add_help=False)
+    sub.add_parser("search", help="search fault schedules in simulated time, shrink failures to scenario "
+                   "files",
+                   description="Fault search (see `pdchaos search --help`).", add_help=False)
     sub.add_parser("sweep", help="run a sweep file (scenarios x cells x routers x worlds x engines) and "
                    "compare it with a baseline", description="Sweeps (see `pdchaos sweep --help`).",
                    add_help=False)
@@ -491,6 +496,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from harness.matrix import main as matrix_main
 
         return matrix_main(args_list[1:])
+    if args_list[:1] == ["bisect"]:
+        # So has the release bisect (harness.bisect.cli).
+        from harness.bisect.cli import main as bisect_main
+
+        return bisect_main(args_list[1:])
+    if args_list[:1] == ["search"]:
+        from harness.search.cli import main as search_main
+
+        return search_main(args_list[1:])
     if args_list[:1] == ["sweep"]:
         # So has the sweep (harness.sweep.cli).
         from harness.sweep.cli import main as sweep_main

@@ -31,6 +31,11 @@ COMPARED = ("pass", "fail")
 # The reference router's verdicts per cell, run once for every profile that shares the cell.
 _REFERENCE: dict[str, dict[str, str]] = {}
 
+# Where a profile does not match its release yet, with what the runs showed: behaviour no switch describes
+# (yet). `tests/integration/gateways/test_profiles_external.py` holds the stored table to exactly these, so a
+# new disagreement fails it, and so does one that went away (drop its line).
+EXPLAINED: dict[str, str] = {}
+
 # Scenarios on which releases are known to differ from the reference (README's release matrix), plus the
 # ones that guard the profiles' switches.
 SCENARIOS = (
@@ -53,15 +58,16 @@ class Cell:
 
 
 def cells_for(profile: GatewayProfile, scenarios: dict[str, Scenario]) -> list[Cell]:
-    """Each scenario's first topology (of its default-suite cut), every connector, the release's
-    transports."""
+    """Each scenario's first topology and first connector (of its default-suite cut: Mooncake where the
+    scenario runs it, the connector whose engine id the releases mishandle), on the release's transports."""
     out = []
     for name in SCENARIOS:
         s = scenarios.get(name)
         if s is None:
             continue
-        first = s.topologies[0]
-        out += [Cell(name, t, c, tr) for t, c, tr in s.matrix() if t == first and tr in profile.transports]
+        first = (s.topologies[0], s.connectors[0])
+        out += [Cell(name, t, c, tr) for t, c, tr in s.matrix()
+                if (t, c) == first and tr in profile.transports]
     return out
 
 
@@ -120,12 +126,14 @@ async def check_profile(profile: GatewayProfile, out: Path, only: Sequence[str] 
     return {"release": profile.release, "bugs": list(profile.bugs), "cells": rows}
 
 
-def disagreements(table: dict[str, Any]) -> list[str]:
+def disagreements(table: dict[str, Any], explained: dict[str, str] | None = None) -> list[str]:
+    """`PROFILE CELL CHECKER: release X, profile Y` for each checker where a profile and its release differ,
+    leaving out those `explained` names (keys `PROFILE CELL CHECKER`)."""
     out = []
     for name, entry in table.items():
         for key, row in entry.get("cells", {}).items():
             for checker, c in row["checkers"].items():
-                if c["agrees"] is False:
+                if c["agrees"] is False and f"{name} {key} {checker}" not in (explained or {}):
                     out.append(f"{name} {key} {checker}: release {c['release']}, profile {c['profile']}")
     return out
 
@@ -151,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for prof in chosen:
             table[prof.name] = asyncio.run(check_profile(prof, Path(tmp), args.only))
             args.table.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    bad = disagreements(table)
+    bad = disagreements(table, EXPLAINED)
     for line in bad:
         print("disagrees:", line)
     return 1 if bad else 0

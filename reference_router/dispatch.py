@@ -105,15 +105,24 @@ class Dispatcher:
             return await self._handle(request, endpoint, body)
 
     async def _handle(self, request: web.Request, endpoint: str, body: dict[str, Any]) -> web.StreamResponse:
-        flow = DispatchFlow(new_request_id(), body, self.registry, self.policies, self.limits, pd=self.cfg.pd,
-                            breaker=self.breaker, bugs=self.cfg.bugs)
-        try:
-            return await self._dispatch(request, endpoint, body, flow)
-        except RouterError as exc:
-            if not flow.masks_errors:
-                raise
-            stream = bool(body.get("stream"))
-            return await _error_as_200(request, endpoint, flow.request_id, self._model(body), exc, stream)
+        attempts = 0
+        while True:
+            attempts += 1
+            flow = DispatchFlow(new_request_id(), body, self.registry, self.policies, self.limits,
+                                pd=self.cfg.pd, breaker=self.breaker, bugs=self.cfg.bugs)
+            try:
+                return await self._dispatch(request, endpoint, body, flow)
+            except RouterError as exc:
+                backoff = flow.retry_backoff_s(attempts, exc.status)  # bug retry_failed_requests only
+                if backoff is not None:
+                    log.warning("request %s failed (%d): running it again whole in %.3f s (attempt %d)",
+                                flow.request_id, exc.status, backoff, attempts + 1)
+                    await asyncio.sleep(backoff)
+                    continue
+                if not flow.masks_errors:
+                    raise
+                stream = bool(body.get("stream"))
+                return await _error_as_200(request, endpoint, flow.request_id, self._model(body), exc, stream)
 
     async def _dispatch(
         self, request: web.Request, endpoint: str, body: dict[str, Any], flow: DispatchFlow

@@ -20,7 +20,9 @@ WORKLOAD = Workload(
 )
 
 # What every scenario checks besides its own expectations.
-CORE_EXPECT = (Expect("nothing_lost"), Expect("output"))
+# Every request ends before its deadline with the right text, and runs once: a leg is run again only where
+# its engine never saw it.
+CORE_EXPECT = (Expect("nothing_lost"), Expect("output"), Expect("legs_once"))
 BASE_EXPECT = (
     *CORE_EXPECT,
     # Every PD request is handed off; only restarts and crashes excuse a local prefill on a decode.

@@ -95,7 +95,7 @@ SCENARIOS = [
         "These failures are the path's, not the decode's: its circuit breaker (3 failures) must not take the "
         "healthy sole decode out.",
         bugs=("#2491",),
-        catches=("breaker_charges_kv_failure", "nixl_not_relayed"),
+        catches=("breaker_charges_kv_failure", "nixl_not_relayed", "retry_failed_requests"),
         topologies=("1p1d",),
         connectors=("nixl",),
         router=replace(ROUTER, circuit_breaker_failures=3, circuit_breaker_open_s=5.0),

@@ -178,7 +178,7 @@ SCENARIOS = [
             ROUTER, request_timeout_s=1.0, circuit_breaker_failures=2, circuit_breaker_open_s=10.0
         ),
         engines=ENGINES,
-        workload=replace(WORKLOAD, duration_s=7.0, deadline_s=2.5),
+        workload=replace(WORKLOAD, duration_s=8.0, deadline_s=2.5),
         timeline=(
             Step("hang", Wedge("decode-0", "generate"), At(1.0)),
             Step("unhang", Heal("decode-0", "wedge"), At(6.0)),

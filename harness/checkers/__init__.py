@@ -23,7 +23,7 @@ from harness.checkers.handoff import (
     check_no_local_compute,
 )
 from harness.checkers.latency import LatencyExpect, check_latency
-from harness.checkers.legs import LegsSequencedExpect, check_legs_sequenced
+from harness.checkers.legs import LegsOnceExpect, LegsSequencedExpect, check_legs_once, check_legs_sequenced
 from harness.checkers.lost import NothingLostExpect, check_nothing_lost
 from harness.checkers.metadata_reads import MetadataReadsExpect, check_metadata_reads
 from harness.checkers.output import OutputExpect, check_output
@@ -45,6 +45,7 @@ __all__ = [
     "HandoffExpect",
     "HandoffStrictExpect",
     "LatencyExpect",
+    "LegsOnceExpect",
     "LegsSequencedExpect",
     "MetadataReadsExpect",
     "NoLocalComputeExpect",
@@ -59,6 +60,7 @@ __all__ = [
     "check_balance",
     "check_handoff",
     "check_latency",
+    "check_legs_once",
     "check_legs_sequenced",
     "check_metadata_reads",
     "check_no_local_compute",
@@ -113,6 +115,7 @@ CHECKERS: dict[str, CheckerSpec] = {
         CheckerSpec("balance", BalanceExpect, check_balance, needs=HANDOFFS),
         CheckerSpec("reported_engine_id", ReportedEngineIdExpect, check_reported_engine_id),
         CheckerSpec("legs_sequenced", LegsSequencedExpect, check_legs_sequenced, needs=HANDOFFS),
+        CheckerSpec("legs_once", LegsOnceExpect, check_legs_once, needs=HANDOFFS),
         CheckerSpec("latency", LatencyExpect, check_latency),
     )
 }

@@ -46,11 +46,16 @@ class HandoffStrictExpect(HandoffExpect):
     excuse_kinds: tuple[str, ...] | None = ()
 
 
+# A fault's `fault_applied` is stamped once its action returned (a kill, a proxy call): on a loaded machine
+# the fault has already broken a pull a few milliseconds before that stamp. Windows open this much earlier.
+FAULT_STAMP_SLACK_S = 0.05
+
+
 def grace_windows(
     history: History, grace_s: float, kinds: tuple[str, ...] | None = None
 ) -> list[tuple[float, float]]:
     return [
-        (start, end + grace_s)
+        (start - FAULT_STAMP_SLACK_S, end + grace_s)
         for f, start, end in history.fault_windows()
         if kinds is None or kind_matches(f.kind, kinds)
     ]

@@ -35,6 +35,11 @@ def _prefill_computed(h: Handoff) -> bool:
     return h.role == "prefill" and h.kind == "prefill" and h.outcome == "computed"
 
 
+def _client_saw(history: History, tag: str) -> str:
+    req = history.request_by_tag(tag)
+    return "" if req is None else f"; the client got {req.status} after {rounded(req.latency_s, 3)}s"
+
+
 def check_legs_sequenced(history: History, exp: LegsSequencedExpect | None = None) -> Verdict:
     exp = exp or LegsSequencedExpect()
     decodes = [h for h in history.handoffs if _decode_side(h) and h.tag]
@@ -50,8 +55,7 @@ def check_legs_sequenced(history: History, exp: LegsSequencedExpect | None = Non
         mine = [h for h in records if _decode_side(h)]
         if any(h.kind == "decode" and h.outcome == "pulled" for h in mine):
             continue  # the KV arrived: a prefill computed it (its record may have gone with a crash)
-        req = history.request_by_tag(tag)
-        client = "" if req is None else f"; the client got {req.status} after {rounded(req.latency_s, 3)}s"
+        client = _client_saw(history, tag)
         for h in mine:
             outcomes[f"{h.kind}/{h.outcome}"] += 1
             xfer = f", transfer {h.transfer_id}" if h.transfer_id else ""
@@ -65,3 +69,51 @@ def check_legs_sequenced(history: History, exp: LegsSequencedExpect | None = Non
         return Verdict.fail(NAME, what, numbers, cap(unsequenced))
     what = f"every decode leg of {len(tags)} request(s) followed a computed prefill"
     return Verdict.ok(NAME, what, numbers)
+
+
+NAME_ONCE = "legs_once"
+
+
+@dataclass(frozen=True)
+class LegsOnceExpect:
+    """`max_repeated`: client requests whose legs reached engines of one role more than once that are
+    tolerated (0: none)."""
+
+    max_repeated: int = 0
+
+
+def _prefill_side(h: Handoff) -> bool:
+    return h.role == "prefill" and h.kind == "prefill"
+
+
+def check_legs_once(history: History, exp: LegsOnceExpect | None = None) -> Verdict:
+    """Each client request reaches the prefills once and the decodes once. A correct router runs a leg again
+    only when its engine never saw it (no record), so a second record of one request on one side means the
+    router ran the request again after an engine had it: during an outage every retry is more load on the
+    engines and more charges to their circuit breakers, and a failure that repeats costs each request several
+    times over (bug retry_failed_requests)."""
+    exp = exp or LegsOnceExpect()
+    sides = {"prefill": _prefill_side, "decode": _decode_side}
+    seen: dict[str, dict[str, list[Handoff]]] = {}
+    for h in history.handoffs:
+        for side, belongs in sides.items():
+            if h.tag and belongs(h):
+                seen.setdefault(h.tag, {}).setdefault(side, []).append(h)
+    if not seen:
+        return Verdict.unknown_(NAME_ONCE, "no handoff records with a request tag")
+    repeated: list[str] = []
+    most = 0
+    for tag in sorted(seen):
+        for side, records in sorted(seen[tag].items()):
+            most = max(most, len(records))
+            if len(records) < 2:
+                continue
+            client = _client_saw(history, tag)
+            runs = ", ".join(f"{h.engine} {h.outcome} at {rounded(h.at, 3)}s" for h in records)
+            repeated.append(f"router side: {tag} reached the {side}s {len(records)} times ({runs}){client}")
+    numbers = {"requests": len(seen), "repeated": len(repeated), "most_records_per_side": most}
+    if len(repeated) > exp.max_repeated:
+        what = f"{len(repeated)} request leg(s) ran more than once on an engine (requests run again)"
+        return Verdict.fail(NAME_ONCE, what, numbers, cap(repeated))
+    what = f"each of {len(seen)} request(s) reached each role's engines once"
+    return Verdict.ok(NAME_ONCE, what, numbers)

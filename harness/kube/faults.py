@@ -145,8 +145,10 @@ def _control(ctx: m.CellContext, engine: str, method: str, path: str, body: Mapp
     if ctx.options.preset.kind != "fake":
         raise Unsupported(f"{ctx.options.preset.name} engines have no fault control API (a protocol fault "
                           "needs the fake engines' preset, pdchaos-fake)")
+    secret = ctx.options.control_token_secret
     return ClusterAction("http", f"http://{ctx.host(engine)}:{CONTROL_PORT}{path}", body=body,
-                         params={"method": method})
+                         params={"method": method, "bearer_secret": secret},
+                         note=f"Authorization: Bearer <secret {secret}, key token>")
 
 
 def _proxy_call(ctx: m.CellContext, engine: str, link: str, method: str, path: str,

@@ -158,6 +158,9 @@ def _engine_env(ctx: CellContext, engine: str) -> list[dict[str, Any]]:
         # The side channel must be reachable from the decodes' pods: the pod IP, not localhost.
         env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
                     "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+    if p.kind == "fake":
+        env.append({"name": "PDCHAOS_CONTROL_TOKEN", "valueFrom": {"secretKeyRef": {
+            "name": ctx.options.control_token_secret, "key": "token"}}})
     env += [{"name": k, "value": v} for k, v in sorted(p.env.items())]
     if p.kind == "vllm" and ctx.options.hf_token_secret:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {

@@ -25,11 +25,16 @@ class KubeOptions:
     # How the harness (outside the cluster) reaches the router, and an outside router the engines.
     service_type: str = "ClusterIP"
     hf_token_secret: str | None = None
+    # The Secret (key `token`) that holds the fake engines' control-API bearer token: the engines read it
+    # from their environment, the fault actions send it (an open control API on a shared cluster would let
+    # anyone wedge the engines).
+    control_token_secret: str = "pdchaos-control"
     node_selector: Mapping[str, str] = field(default_factory=dict)
     ready_timeout_s: float = 900.0
 
 
-_STR_KEYS = ("namespace", "context", "router_image", "harness_image", "toxiproxy_image", "hf_token_secret")
+_STR_KEYS = ("namespace", "context", "router_image", "harness_image", "toxiproxy_image", "hf_token_secret",
+             "control_token_secret")
 _PRESET_KEYS = ("image", "model", "cpu", "memory", "shm")
 
 

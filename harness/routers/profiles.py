@@ -25,7 +25,12 @@ PREFIX = "profile:"
 # smg's and vllm-router's circuit breaker when no flag says otherwise.
 GATEWAY_BREAKER = (10, 60.0)
 
-_SMG = ("api_reports_first_id", "no_identity_check", "breaker_charges_kv_failure")
+# Seen in every smg release over gRPC: its --request-timeout-secs does not end a PD request whose decode hangs
+# (hung_decode_ejected loses requests at a 1 s timeout that the reference router ends).
+_SMG = ("api_reports_first_id", "no_identity_check", "breaker_charges_kv_failure", "no_request_timeout")
+# Up to 1.12: a request whose decode failed to load its KV runs again whole (`Retry backoff attempt=N` in its
+# log; the releases fail `legs_once` where the reference passes); 1.13 logs no retry and fails it nowhere.
+_SMG_RETRY = (*_SMG, "retry_failed_requests")
 
 
 @dataclass(frozen=True)
@@ -54,31 +59,36 @@ PROFILES: dict[str, GatewayProfile] = {
         GatewayProfile(
             "smg-1.13.0", "smg==1.13.0", _SMG,
             "re-reads the engine id after a restart its probes saw, but never notices one between probes; "
-            "/workers keeps the id read at registration; a decode's failed KV load is charged to its breaker",
+            "/workers keeps the id read at registration; a decode's failed KV load is charged to its "
+            "breaker; a hung decode holds its requests past --request-timeout-secs",
             transports=("grpc",),
         ),
         GatewayProfile(
-            "smg-1.12.0", "smg==1.12.0", (*_SMG, "breaker_no_readmit"),
-            "as 1.13.0, and a recovered worker stays out until its breaker's open period ends",
+            "smg-1.12.0", "smg==1.12.0", (*_SMG_RETRY, "breaker_no_readmit"),
+            "as 1.13.0, runs a request whose decode failed again whole, and a recovered worker stays out "
+            "until its breaker's open period ends",
             transports=("grpc",),
         ),
         GatewayProfile(
-            "smg-1.11.0", "smg==1.11.0", (*_SMG, "breaker_no_readmit"),
+            "smg-1.11.0", "smg==1.11.0", (*_SMG_RETRY, "breaker_no_readmit"),
             "as 1.12.0",
             transports=("grpc",),
         ),
         GatewayProfile(
             "smg-1.10.1", "smg==1.10.1",
             ("stale_engine_id", "api_reports_first_id", "breaker_charges_kv_failure", "breaker_no_readmit",
-             "no_worker_404"),
+             "no_worker_404", "patch_drops_kv_config", "no_request_timeout", "retry_failed_requests"),
             "never re-reads the engine id after a restart (the #2491 hang), answers 404 for a leg with no "
-            "worker, and keeps recovered workers out for the breaker's open period",
+            "worker, keeps recovered workers out for the breaker's open period, runs a failed request again "
+            "whole, and loses a worker's KV transfer facts when its labels are updated",
             transports=("grpc",),
         ),
         GatewayProfile(
-            "vllm-router-0.1.17", "vllm-router==0.1.17", ("stale_engine_id", "no_prefill_retry"),
-            "keeps the Mooncake engine ids read at startup for good, and fails a refused prefill leg with "
-            "500 instead of retrying the other prefill",
+            "vllm-router-0.1.17", "vllm-router==0.1.17",
+            ("stale_engine_id", "no_prefill_retry", "no_outlier_ejection"),
+            "keeps the Mooncake engine ids read at startup for good, fails a refused prefill leg with 500 "
+            "instead of retrying the other prefill, and keeps a hung decode in rotation (its request "
+            "timeouts do not count against it)",
             transports=("http",),
         ),
     )

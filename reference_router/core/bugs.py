@@ -40,6 +40,7 @@ ERROR_AS_200 = "error_as_200"
 PREFILL_ON_DECODE = "prefill_on_decode"
 WEDGED_STALLS_ALL = "wedged_stalls_all"
 NO_OUTLIER_EJECTION = "no_outlier_ejection"
+RETRY_FAILED_REQUESTS = "retry_failed_requests"
 
 ROUTER_BUGS: dict[str, BugSwitch] = catalog([
     BugSwitch(
@@ -131,6 +132,15 @@ ROUTER_BUGS: dict[str, BugSwitch] = catalog([
         BREAKER_CHARGES_KV_FAILURE, "router", "field", f"every smg release in {_GATEWAYS}",
         "a decode's failed KV load (its prefill or the path broke) counts against the decode's circuit "
         "breaker: a healthy sole decode is taken out and every request gets 503",
+    ),
+    BugSwitch(
+        RETRY_FAILED_REQUESTS, "router", "field",
+        "gateway-level retries with these defaults: smg `launch --help` (--retry-max-retries 5, "
+        "--retry-initial-backoff-ms 50, --retry-backoff-multiplier 1.5); retry amplification: "
+        "https://aws.amazon.com/builders-library/timeouts-retries-and-backoff-with-jitter/",
+        "a request whose leg failed with a 5xx is run again whole, up to 5 attempts: every attempt is "
+        "charged to the worker's circuit breaker (one outage opens it five times sooner) and a failure that "
+        "repeats (a stale engine id) costs each request five KV transfer timeouts instead of one",
     ),
     BugSwitch(
         BREAKER_NO_READMIT, "router", "field",

@@ -54,6 +54,7 @@ from .bugs import (
     NO_REQUEST_TIMEOUT,
     NO_WORKER_404,
     PREFILL_ON_DECODE,
+    RETRY_FAILED_REQUESTS,
     WEDGED_STALLS_ALL,
 )
 from .connectors import HandoffPlan, UuidFactory, decode_body, plan_handoff, sanitize_prefill_body
@@ -75,6 +76,7 @@ from .retry import (
     avoid_suspects,
     decide_retry,
     mark_suspect,
+    request_retry_backoff_s,
 )
 from .workers import Connector, Role, Worker
 
@@ -189,6 +191,15 @@ class DispatchFlow:
         # Bug error_as_200: the shell answers this request's error as a 200 completion with finish_reason
         # "error" and no content. Correct: the error's own status and JSON body.
         self.masks_errors = ERROR_AS_200 in bugs
+        # Whether the request failed in a leg (an engine was called), as opposed to refused before any leg.
+        self.leg_failed = False
+
+    def retry_backoff_s(self, attempts_done: int, status: int) -> float | None:
+        """Bug retry_failed_requests only: the wait before the shell runs this failed request again whole,
+        in a new flow (None: answer the failure, as the correct router always does)."""
+        if RETRY_FAILED_REQUESTS not in self._bugs:
+            return None
+        return request_retry_backoff_s(attempts_done, status, self.leg_failed)
 
     # ---- workers ---------------------------------------------------------------------------------------
 
@@ -330,6 +341,7 @@ class DispatchFlow:
         if nxt is None:
             record_dispatch(out, self._record, error.status, "prefill_failed", error.message)
             self._phase = _Phase.DONE
+            self.leg_failed = True
             return PrefillFailed(out, answer=error.answer("prefill"))
         record_leg_retry(out, "retried")
         out.warn(f"prefill leg to {failed.id} never reached it ({error.message}): retrying on {nxt.id}")
@@ -390,6 +402,7 @@ class DispatchFlow:
             record_dispatch(out, self._record, 200, "decode_stream_failed", error.message)
             return Finished(out)
         record_dispatch(out, self._record, error.status, "decode_failed", error.message)
+        self.leg_failed = True
         return Finished(out, error.answer("decode"))
 
     # ---- state -----------------------------------------------------------------------------------------

@@ -73,3 +73,21 @@ def avoid_suspects(candidates: list[Worker]) -> list[Worker]:
     """The candidates not marked suspect, or all of them when every one is."""
     clear = [w for w in candidates if w.runtime.suspect_since is None]
     return clear or candidates
+
+
+# Bug retry_failed_requests: smg's defaults (5 attempts in all, 50 ms first backoff, x1.5, at most 30 s; its
+# 20% jitter is left out so a run stays reproducible) and the statuses its retry treats as transient.
+REQUEST_ATTEMPTS = 5
+_FIRST_BACKOFF_S = 0.05
+_BACKOFF_FACTOR = 1.5
+_MAX_BACKOFF_S = 30.0
+RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def request_retry_backoff_s(attempts_done: int, status: int, leg_failed: bool) -> float | None:
+    """Bug retry_failed_requests only: how long to wait before running a failed request again whole (None:
+    answer the failure). Only a leg's failure is retried, not a request refused before any leg ran.
+    Correct: never; a leg is retried only when it never reached its engine (`decide_retry`)."""
+    if not leg_failed or status not in RETRYABLE_STATUSES or attempts_done >= REQUEST_ATTEMPTS:
+        return None
+    return min(_FIRST_BACKOFF_S * _BACKOFF_FACTOR ** (attempts_done - 1), _MAX_BACKOFF_S)

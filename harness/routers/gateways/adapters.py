@@ -13,12 +13,20 @@ import functools
 import math
 import re
 import subprocess
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import aiohttp
 
 from harness.routers.base import RouterAdapter, RouterAdapterError, RouterLaunch
+from harness.routers.gateways.kv_facts import (
+    KvFacts,
+    engine_facts,
+    facts_style,
+    read_query,
+    registration_body,
+)
 from harness.scenario import AddWorker, PatchWorker, RemoveWorker, RouterSettings, Scenario
 from harness.topology import Topology
 from pdchaos.ports import free_port
@@ -71,6 +79,8 @@ class GatewayAdapter(RouterAdapter):
     has_worker_ids = True
     supports_inject_bug = False
     has_events = False
+    # A named way of configuring the gateway (`smg-flags`), shown in its name and so in every report.
+    variant = ""
 
     def __init__(
         self,
@@ -88,7 +98,8 @@ class GatewayAdapter(RouterAdapter):
         self.version = version
         self.flags = flags
         self.log_level = log_level
-        self.name = self.package + (f"-{version}" if version else "")
+        variant = f"-{self.variant}" if self.variant else ""
+        self.name = self.package + variant + (f"-{version}" if version else "")
         self.dropped: list[str] = []
 
     # -- what it can run
@@ -224,11 +235,31 @@ class GatewayAdapter(RouterAdapter):
         return [self.normalize_worker(w) for w in items]
 
 
+# How long the adapter waits for a Mooncake prefill's bootstrap `/query` when it registers that worker.
+QUERY_TIMEOUT_S = 3.0
+ACCEPTED = frozenset({200, 201, 202})
+
+
 class SmgRouter(GatewayAdapter):
-    """smg (`pip install smg`): `smg launch --pd-disaggregation`; gRPC workers are its vLLM PD path."""
+    """smg (`pip install smg`): `smg launch --pd-disaggregation`, configured as its users run it.
+
+    gRPC workers come from `--prefill/--decode`: smg reads their KV transfer facts itself (`GetServerInfo`).
+    HTTP workers are registered through the worker API after start, each with its facts (`kv_facts`): the
+    flags alone give smg no connector, so it would pass requests through and every decode would compute the
+    prompt itself. `smg-flags` (SmgFlagsRouter) is the flag-only way, which some users run.
+    """
 
     package = "smg"
     policies = SMG_POLICIES
+    # Register HTTP workers with their KV transfer facts through the worker API (False: `--prefill` flags).
+    register_http_facts = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Set by launch when the workers are to be registered once smg serves: (router topology, engines).
+        self._to_register: tuple[Topology, list[str]] | None = None
+        # The `POST /workers` bodies sent, in order (what a report or a test can show of the registration).
+        self.registrations: list[dict[str, Any]] = []
 
     def help_argv(self) -> tuple[str, ...]:
         return (self.executable, "launch", "--help")
@@ -236,25 +267,83 @@ class SmgRouter(GatewayAdapter):
     def optional_flags(self) -> list[str]:
         return [*super().optional_flags(), "--shutdown-grace-period-secs"]
 
+    def registers_through_api(self, transport: str) -> bool:
+        return self.register_http_facts and transport == "http"
+
     def launch(
         self, topo: Topology, settings: RouterSettings, registered: list[str], events_file: str
     ) -> RouterLaunch:
         del events_file
         self.dropped = []
+        self.registrations = []
         argv = [self.executable, "launch", *self.base_argv(topo), "--pd-disaggregation"]
-        argv += self.worker_args(topo, registered)
+        if self.registers_through_api(topo.transport):
+            # No worker flags: each worker goes in through `POST /workers` with its facts (wait_ready).
+            self._to_register = (topo, list(registered))
+        else:
+            self._to_register = None
+            argv += self.worker_args(topo, registered)
         # A short in-flight grace: the harness stops it with SIGTERM and SIGKILLs after about a second.
         argv += self._filter([*self.common_pairs(settings), ("--shutdown-grace-period-secs", ["1"])])
         return RouterLaunch(argv=argv + self.extra_args)
 
+    async def wait_ready(self, session: aiohttp.ClientSession, topo: Topology, timeout_s: float) -> None:
+        """Liveness, then (HTTP with facts) every worker of the launch registered within the same deadline."""
+        started = time.monotonic()
+        await super().wait_ready(session, topo, timeout_s)
+        pending, self._to_register = self._to_register, None
+        if pending is None:
+            return
+        rtopo, engines = pending
+        for name in engines:
+            left = timeout_s - (time.monotonic() - started)
+            if left <= 0:
+                raise TimeoutError(f"{self.name}: registering workers took over {timeout_s:g} s")
+            status, body = await self._register(session, rtopo, name, min(QUERY_TIMEOUT_S, left))
+            if status not in ACCEPTED:
+                raise RouterAdapterError(f"{self.name} refused worker {name}: HTTP {status} {body}")
+
+    async def kv_facts(
+        self, session: aiohttp.ClientSession, topo: Topology, engine: str, timeout_s: float
+    ) -> KvFacts:
+        """The engine's facts as its operator has them (the Mooncake engine id from the engine's `/query`)."""
+        spec = topo.engine(engine)
+        answer = None
+        if topo.connector == "mooncake" and spec.role == "prefill":
+            answer = await read_query(session, spec.host, spec.bootstrap_port, timeout_s)
+        return engine_facts(topo.connector, spec.role, spec.bootstrap_port, answer)
+
+    def worker_body(self, topo: Topology, engine: str, facts: KvFacts | None) -> dict[str, Any]:
+        spec = topo.engine(engine)
+        if facts is None:
+            body: dict[str, Any] = {"url": spec.url(topo.transport), "worker_type": spec.role}
+            if spec.role == "prefill" and topo.connector == "mooncake":
+                body["bootstrap_port"] = spec.bootstrap_port
+            return body
+        return registration_body(spec.url(topo.transport), spec.role, facts, facts_style(self.version))
+
+    async def _register(
+        self, session: aiohttp.ClientSession, topo: Topology, engine: str, timeout_s: float
+    ) -> tuple[int, Any]:
+        facts = None
+        if self.registers_through_api(topo.transport):
+            facts = await self.kv_facts(session, topo, engine, timeout_s)
+        body = self.worker_body(topo, engine, facts)
+        self.registrations.append(body)
+        return await self._call(session, "POST", f"{topo.router_url}/workers", body)
+
     async def add_worker(
         self, session: aiohttp.ClientSession, topo: Topology, engine: str
     ) -> tuple[int, Any]:
-        spec = topo.engine(engine)
-        body: dict[str, Any] = {"url": spec.url(topo.transport), "worker_type": spec.role}
-        if spec.role == "prefill" and topo.connector == "mooncake":
-            body["bootstrap_port"] = spec.bootstrap_port
-        return await self._call(session, "POST", f"{topo.router_url}/workers", body)
+        return await self._register(session, topo, engine, QUERY_TIMEOUT_S)
+
+
+class SmgFlagsRouter(SmgRouter):
+    """smg with its workers from `--prefill/--decode` only, over HTTP too: no KV transfer facts, so smg
+    passes vLLM requests through and the decode computes the prompt (`--router smg-flags[==X.Y.Z]`)."""
+
+    variant = "flags"
+    register_http_facts = False
 
 
 class VllmRouter(GatewayAdapter):
@@ -267,6 +356,16 @@ class VllmRouter(GatewayAdapter):
 
     def optional_flags(self) -> list[str]:
         return ["--kv-connector", *super().optional_flags()]
+
+    def cannot_run(self, scenario: Scenario, topology: str, connector: str, transport: str) -> str | None:
+        why = super().cannot_run(scenario, topology, connector, transport)
+        if why is not None:
+            return why
+        known = self.known_flags()
+        if connector != "nixl" and known is not None and "--kv-connector" not in known:
+            # Without the flag it assumes NIXL: a Mooncake cell would be run misconfigured, not as users do.
+            return f"{self.name} has no --kv-connector flag (it speaks NIXL only)"
+        return None
 
     def transport_reason(self, transport: str, connector: str) -> str:
         del connector
@@ -294,4 +393,6 @@ class VllmRouter(GatewayAdapter):
         return out
 
 
-ADAPTERS: dict[str, type[GatewayAdapter]] = {"smg": SmgRouter, "vllm-router": VllmRouter}
+ADAPTERS: dict[str, type[GatewayAdapter]] = {
+    "smg": SmgRouter, "smg-flags": SmgFlagsRouter, "vllm-router": VllmRouter,
+}

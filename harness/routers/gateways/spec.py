@@ -1,5 +1,6 @@
 """Router specs as the user writes them: `reference`, `cmd:<template>`, `smg`, `smg==1.12.0`, `smg==latest`,
-`vllm-router==0.1.17`. Pure parsing; nothing is looked up or installed here."""
+`vllm-router==0.1.17`, and named variants of a gateway's configuration (`smg-flags==1.13.0`: the same
+release, workers from flags only). Pure parsing; nothing is looked up or installed here."""
 
 from __future__ import annotations
 
@@ -17,10 +18,18 @@ class Gateway:
     executable: str
     env_var: str
     adapter: str
+    # The spec's own name when it is a variant of the package (`smg-flags`); empty: the package's name.
+    name: str = ""
+
+    @property
+    def spec_name(self) -> str:
+        return self.name or self.package
 
 
 GATEWAYS: dict[str, Gateway] = {
     "smg": Gateway("smg", "smg", "PDCHAOS_SMG", "smg"),
+    # The same releases, run with `--prefill/--decode` only (no KV transfer facts over HTTP).
+    "smg-flags": Gateway("smg", "smg", "PDCHAOS_SMG", "smg-flags", name="smg-flags"),
     "vllm-router": Gateway("vllm-router", "vllm-router", "PDCHAOS_VLLM_ROUTER", "vllm-router"),
 }
 ALIASES = {"vllm_router": "vllm-router"}
@@ -44,7 +53,7 @@ class RouterSpec:
     def label(self) -> str:
         """Short, file-name friendly name of the router in reports (`smg-1.12.0`, `vllm-router`, `cmd`)."""
         if self.kind == "gateway" and self.gateway is not None:
-            return self.gateway.package + (f"-{self.version}" if self.version else "")
+            return self.gateway.spec_name + (f"-{self.version}" if self.version else "")
         return self.kind
 
 

@@ -364,18 +364,25 @@ class SimRouter:
     def _handle(
         self, plan: RequestPlan, client_deadline: float, t0: float
     ) -> Generator[Any, Any, ClientAnswer]:
-        flow = DispatchFlow(
-            new_request_id(self.new_uuid),
-            dict(plan.body),
-            self.registry,
-            self.policies,
-            self.limits,
-            pd=True,
-            new_uuid=self.new_uuid,
-            breaker=self.breaker,
-            bugs=self.cfg.bugs,
-        )
-        answer = yield from self._dispatch(flow, plan, client_deadline, t0)
+        attempts = 0
+        while True:
+            attempts += 1
+            flow = DispatchFlow(
+                new_request_id(self.new_uuid),
+                dict(plan.body),
+                self.registry,
+                self.policies,
+                self.limits,
+                pd=True,
+                new_uuid=self.new_uuid,
+                breaker=self.breaker,
+                bugs=self.cfg.bugs,
+            )
+            answer = yield from self._dispatch(flow, plan, client_deadline, t0)
+            backoff = None if answer.status == 200 else flow.retry_backoff_s(attempts, answer.status)
+            if backoff is None:  # bug retry_failed_requests only: a failed request runs again whole
+                break
+            yield from wait(self.env, backoff, client_deadline)
         if flow.masks_errors and answer.status != 200:
             # Bug error_as_200: a 200 completion with finish_reason "error" and no content.
             return ClientAnswer(200, "", None, ttft_s=answer.ttft_s, latency_s=answer.latency_s)

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from harness.routers import RouterAdapterError
 from harness.routers.gateways.adapters import (
+    SmgFlagsRouter,
     SmgRouter,
     VllmRouter,
     help_flags,
@@ -83,13 +84,14 @@ def test_smg_grpc_mooncake_flags() -> None:
 
 
 def test_smg_nixl_http_unregistered_and_api_key() -> None:
+    # Over HTTP the worker flags are the `smg-flags` variant's (the default registers through the API).
     topo = allocate("1p2d", "nixl", "http")
-    a = SmgRouter("smg", api_key="k-123", flags=SMG_FLAGS)
+    a = SmgFlagsRouter("smg", api_key="k-123", flags=SMG_FLAGS)
     argv = a.launch(topo, SETTINGS, ["prefill-0", "decode-0"], "/dev/null").argv
     assert _flag(argv, "--prefill") == [f"{topo.prefills[0].url('http')} none"]
     assert _flag(argv, "--decode") == [topo.decodes[0].url("http")]
     assert _flag(argv, "--api-key") == ["k-123"]
-    assert a.name == "smg"
+    assert a.name == "smg-flags"
 
 
 def test_flags_a_release_lacks_are_dropped_and_noted() -> None:
@@ -131,7 +133,8 @@ def _scenario(**kw: Any) -> Scenario:
 
 def test_skip_reasons() -> None:
     smg = SmgRouter("smg", flags=SMG_FLAGS)
-    vr = VllmRouter("vllm-router", flags=SMG_FLAGS)
+    # A release with --kv-connector (one without it cannot run Mooncake: test_smg_kv_facts.py).
+    vr = VllmRouter("vllm-router", flags=SMG_FLAGS | {"--kv-connector"})
     s = _scenario()
     assert smg.cannot_run(s, "1p1d", "mooncake", "grpc") is None
     assert smg.cannot_run(s, "1p1d", "mooncake", "http") is None

@@ -123,6 +123,24 @@ def test_handoff_stale_engine_id_fails_outside_grace_only() -> None:
     assert check_handoff(h, HandoffExpect(grace_s=100.0)).status == "pass"
 
 
+def test_a_pull_broken_just_before_its_crash_was_stamped_is_excused() -> None:
+    """A crash's `fault_applied` is stamped after the kill returned: the pull it reset ended a few ms
+    before."""
+    def run(gap_s: float) -> str:
+        hb = HB()
+        hb.engine(0.0, "prefill-0", "A", "prefill")
+        hb.engine(0.0, "decode-0", "D", "decode")
+        tag = hb.request(2.0, 0.05, status=500)
+        hb.handoff(2.0, "prefill-0", "prefill", tag, "computed", "A")
+        hb.handoff(2.02, "decode-0", "decode", tag, "failed", "D", "A", None)
+        hb.fault("crash", "crash", "prefill-0", applied=2.02 + gap_s, healed=2.5)
+        hb.end(10.0)
+        return check_handoff(hb.history(), HandoffExpect(grace_s=0.5)).status
+
+    assert run(0.008) == "pass"
+    assert run(1.0) == "fail"  # a second before the fault: not the fault's doing
+
+
 def test_handoff_silent_recompute() -> None:
     h = restart_run(recompute_after=True).history()
     v = check_handoff(h, HandoffExpect(grace_s=1.0))

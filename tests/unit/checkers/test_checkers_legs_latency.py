@@ -1,11 +1,18 @@
-"""`legs_sequenced` (a decode leg only after a computed prefill) and `latency` (successful requests are not
-held up during a fault), on scripted histories."""
+"""`legs_sequenced` (a decode leg only after a computed prefill), `legs_once` (a request reaches each role's
+engines once) and `latency` (successful requests are not held up during a fault), on scripted histories."""
 
 from __future__ import annotations
 
 from test_checkers_builders import HB
 
-from harness.checkers import LatencyExpect, LegsSequencedExpect, check_latency, check_legs_sequenced
+from harness.checkers import (
+    LatencyExpect,
+    LegsOnceExpect,
+    LegsSequencedExpect,
+    check_latency,
+    check_legs_once,
+    check_legs_sequenced,
+)
 
 
 def _engines(hb: HB) -> None:
@@ -52,6 +59,41 @@ def test_legs_sequenced_is_unknown_without_decode_records() -> None:
     hb.request(1.0, 0.05)
     hb.end(5.0)
     assert check_legs_sequenced(hb.history()).status == "unknown"
+
+
+def test_legs_once_passes_when_each_request_ran_once_per_role() -> None:
+    hb = HB()
+    _engines(hb)
+    for i in range(3):
+        hb.pd_request(1.0 + i, "A")
+    hb.end(5.0)
+    v = check_legs_once(hb.history())
+    assert v.status == "pass" and v.numbers == {"requests": 3, "repeated": 0, "most_records_per_side": 1}
+
+
+def test_a_request_run_again_after_its_decode_failed_is_the_routers_fault() -> None:
+    hb = HB()
+    _engines(hb)
+    tag = hb.request(1.0, 0.5)
+    # The first decode's pull failed; the router ran the whole request again: both sides saw it twice.
+    for t, outcome in ((1.0, "failed"), (1.2, "pulled")):
+        hb.handoff(t, "prefill-0", "prefill", tag, "computed", "A")
+        hb.handoff(t + 0.05, "decode-0", "decode", tag, outcome, "D", "A")
+    hb.end(5.0)
+    v = check_legs_once(hb.history())
+    assert v.status == "fail" and v.numbers["repeated"] == 2 and v.numbers["most_records_per_side"] == 2
+    first = f"router side: {tag} reached the decodes 2 times (decode-0 failed at 1.05s"
+    assert v.evidence[0].startswith(first)
+    assert "the client got 200 after 0.5s" in v.evidence[0]
+    assert check_legs_once(hb.history(), LegsOnceExpect(max_repeated=2)).status == "pass"
+
+
+def test_legs_once_is_unknown_without_records() -> None:
+    hb = HB()
+    _engines(hb)
+    hb.request(1.0, 0.05)
+    hb.end(5.0)
+    assert check_legs_once(hb.history()).status == "unknown"
 
 
 def _wedge_run(slow_latency: float) -> HB:

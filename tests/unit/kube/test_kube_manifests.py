@@ -136,6 +136,18 @@ def test_the_fake_engines_preset_runs_protocol_faults_through_their_control_api(
     assert unsupported(s, "mooncake", "grpc", FAKE) is None
 
 
+def test_fake_engine_pods_and_control_calls_share_the_token_secret() -> None:
+    """An engine started without a token makes up a random one: the pods must read the Secret and the
+    fault actions must present it, or every control call gets 401."""
+    ctx = context(scenario("wedged_decode_generate"), "k", "mooncake", "grpc",
+                  parse_options({**FAKE, "control_token_secret": "my-token"}))
+    (wedge,) = actions_for(Wedge("decode-0", surface="generate"), ctx)
+    assert wedge.params["bearer_secret"] == "my-token" and "Bearer" in wedge.describe()
+    env = m.engine_pod(ctx, "decode-0")["spec"]["containers"][0]["env"]
+    (tok,) = [e for e in env if e["name"] == "PDCHAOS_CONTROL_TOKEN"]
+    assert tok["valueFrom"]["secretKeyRef"] == {"name": "my-token", "key": "token"}
+
+
 def test_vllm_cells_say_which_checkers_cannot_judge_without_provenance_records() -> None:
     p = plan("prefill_restart_nixl")
     assert any("provenance" in n for n in p.notes)

@@ -171,6 +171,26 @@ def test_no_prefill_retry_fails_a_refused_leg_another_prefill_could_serve() -> N
         assert (failed.answer is not None) is not retried
 
 
+def test_retry_failed_requests_runs_a_failed_leg_again_whole_with_smgs_backoff() -> None:
+    def failed_decode(*bugs: str) -> DispatchFlow:
+        f = _flow(_cluster(), *bugs)
+        f.pick(0.0)
+        f.prefill_leg(0.0)
+        f.prefill_done(None)
+        assert f.final_done(KV_FAILED, now=0.2).answer is not None
+        return f
+
+    assert failed_decode().retry_backoff_s(1, 502) is None  # the correct router answers the failure
+    f = failed_decode(b.RETRY_FAILED_REQUESTS)
+    waits = [f.retry_backoff_s(n, 502) for n in range(1, 6)]
+    assert waits[:4] == pytest.approx([0.05, 0.075, 0.1125, 0.16875])
+    assert waits[4] is None  # five attempts in all
+    assert f.retry_backoff_s(1, 400) is None  # a client error is not transient
+    refused = _flow(_cluster(prefills=0), b.RETRY_FAILED_REQUESTS)
+    answer = refused.pick(0.0)
+    assert answer is not None and refused.retry_backoff_s(1, answer.status) is None  # no leg ran
+
+
 def test_legs_joined_sends_the_decode_after_a_failed_prefill() -> None:
     f = _flow(_cluster(), b.LEGS_JOINED)
     f.pick(0.0)

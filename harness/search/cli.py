@@ -1,0 +1,140 @@
+"""`pdchaos search`: generate fault schedules, run them in simulated time, shrink each failure and write it
+as a scenario file."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.jobs import default_jobs, jobs_arg
+
+_USAGE = """\
+Search for fault schedules that break the router: Hypothesis draws cases (topology 1p1d..8p8d, connector,
+transport, settings preset, workload, circuit breaker, and a fault schedule: restarts, crashes, freezes,
+engine faults, link cuts, latency, resets, flapping, swizzle-clogs; overlapping, repeated and clustered),
+runs each in the simulated world and judges it with invariants a correct router keeps under any schedule.
+A failure is shrunk by Hypothesis to the smallest case that fails the same checker for the same reason, and
+written as a scenario file OUT/found/<checker>-<hash>.py that `pdchaos run` replays (sim, or real time).
+
+Seeds are independent: seed N always draws the same cases; --jobs runs seeds in parallel processes.
+OUT/summary.json (and the terminal) say seeds tried, runs, runs/s, failures, distinct signatures, time to
+first failure and shrunk sizes.
+
+Exit status: 0 no failure found; 1 failures found (files in OUT/found); 3 bad arguments.
+
+examples:
+  pdchaos search --inject-bug stale_engine_id --budget 60
+  pdchaos search --budget 300 --jobs 2                     # the reference router as it is: expect nothing
+  pdchaos run runs/search-.../found/handoff-0123abcd.py --world sim --settings scaled --seed 0
+"""
+
+SETTINGS_CHOICES = ("scaled", "production", "any")
+
+
+class UsageError(ValueError):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pdchaos search", description=_USAGE,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--router", default="reference",
+                   help="reference (default) or profile:NAME (the simulated world runs the reference core)")
+    p.add_argument("--inject-bug", action="append", default=[], metavar="BUG",
+                   help="put a known bug back (repeatable; `pdchaos zoo --list` lists them)")
+    p.add_argument("--budget", default="60", metavar="SECONDS",
+                   help="wall seconds for generating cases (default 60); a failure found in time is still "
+                   "shrunk for up to --shrink-budget more")
+    p.add_argument("--shrink-budget", default="60", metavar="SECONDS",
+                   help="wall seconds a seed may spend shrinking after the budget (default 60)")
+    p.add_argument("--seeds", type=int, default=None, metavar="N",
+                   help="at most N seeds (default: as many as the budget allows)")
+    p.add_argument("--first-seed", type=int, default=0, metavar="S", help="seeds S, S+1, ... (default 0)")
+    p.add_argument("--examples", type=int, default=100, metavar="N",
+                   help="cases generated per seed before the next seed (default 100)")
+    p.add_argument("--jobs", type=jobs_arg, default=None, metavar="N",
+                   help="seeds searched at once, in worker processes (default: one per CPU, at most 8)")
+    p.add_argument("--settings", choices=SETTINGS_CHOICES, default="scaled",
+                   help="settings preset the cases run at: scaled (default; what real time replays), "
+                   "production, or any (drawn per case)")
+    p.add_argument("--max-side", type=int, default=8, metavar="N",
+                   help="at most N prefills and N decodes (default 8: up to 8p8d)")
+    p.add_argument("--connector", choices=("mooncake", "nixl"), help="only this connector")
+    p.add_argument("--transport", choices=("http", "grpc"), help="only this transport")
+    p.add_argument("--stop-at-first", action="store_true",
+                   help="stop generating once a failure is found (it is still shrunk, for up to "
+                   "--shrink-budget from then): time to first failure without spending the whole budget")
+    p.add_argument("--out", type=Path, metavar="DIR", help="default: runs/search-<timestamp-id>")
+    return p
+
+
+def _seconds(text: str, flag: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{flag} takes a number of seconds, not {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{flag} must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _options(args: argparse.Namespace) -> object:
+    from harness.runner import sim_router_name
+    from harness.scenario import ScenarioError
+    from harness.scenario.bugs import INJECTABLE_BUGS, unknown_bugs
+    from harness.search.bias import space_for
+    from harness.search.driver import SearchOptions
+
+    bad = unknown_bugs(args.inject_bug)
+    if bad:
+        raise UsageError(f"unknown bug {', '.join(bad)} (known: {', '.join(INJECTABLE_BUGS)})")
+    budget = _seconds(args.budget, "--budget")
+    shrink = _seconds(args.shrink_budget, "--shrink-budget")
+    if args.seeds is not None and args.seeds < 1:
+        raise UsageError("--seeds must be at least 1")
+    if args.first_seed < 0:
+        raise UsageError("--first-seed must be >= 0")
+    if args.examples < 1:
+        raise UsageError("--examples must be at least 1")
+    if not 1 <= args.max_side <= 8:
+        raise UsageError("--max-side must be within 1..8")
+    try:
+        router = sim_router_name(args.router)
+    except ScenarioError as e:
+        raise UsageError(str(e)) from None
+    out = args.out or Path("runs") / ("search-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-"
+                                      + uuid.uuid4().hex[:6])
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"{out} exists and is not an empty folder")
+    presets = ("scaled", "production") if args.settings == "any" else (args.settings,)
+    space = space_for(tuple(dict.fromkeys(args.inject_bug)), max_side=args.max_side, presets=presets,
+                      connector=args.connector, transport=args.transport)
+    return SearchOptions(out=out, bugs=tuple(dict.fromkeys(args.inject_bug)), router=router, budget_s=budget,
+                         shrink_s=shrink, seeds=args.seeds, first_seed=args.first_seed,
+                         jobs=args.jobs or default_jobs(), examples=args.examples, space=space,
+                         settings_label=args.settings, stop_at_first=args.stop_at_first)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        opts = _options(args)
+    except UsageError as e:
+        print(f"pdchaos: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 3
+    from harness.search.driver import SearchOptions, run_search
+
+    assert isinstance(opts, SearchOptions)
+    try:
+        summary = run_search(opts)
+    except KeyboardInterrupt:
+        print(f"pdchaos: interrupted; what was found is in {opts.out}/found", file=sys.stderr)
+        return 2
+    print(summary.text())
+    print(f"pdchaos search: {opts.out / 'summary.json'}", file=sys.stderr)
+    return 1 if summary.found else 0

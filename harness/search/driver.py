@@ -1,0 +1,116 @@
+"""The search driver: seeds handed to worker processes (`concurrent.futures`, one seed per task: seeds are
+independent), results gathered into the summary and every failure written as a scenario file.
+
+Only the driver reads the clock: the budget decides when no new seed starts and when each seed stops
+generating (then shrinking) cases; nothing a run sees depends on it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.search.found import failing_reason, write_found
+from harness.search.seedrun import SeedJob, SeedResult, search_seed
+from harness.search.strategies import Space
+from harness.search.summary import FoundEntry, Summary
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    out: Path
+    bugs: tuple[str, ...] = ()
+    router: str = "reference"
+    budget_s: float = 60.0
+    shrink_s: float = 60.0
+    seeds: int | None = None
+    first_seed: int = 0
+    jobs: int = 1
+    examples: int = 100
+    space: Space = field(default_factory=Space)
+    settings_label: str = "scaled"
+    # Stop generating once any seed finds a failure (it is still shrunk): time to first failure without
+    # spending the rest of the budget.
+    stop_at_first: bool = False
+
+    @property
+    def stop_file(self) -> Path | None:
+        return self.out / "work" / "found-one" if self.stop_at_first else None
+
+    def stopped(self) -> bool:
+        return self.stop_file is not None and self.stop_file.exists()
+
+
+def _seeds(opts: SearchOptions) -> Iterator[int]:
+    if opts.seeds is None:
+        return itertools.count(opts.first_seed)
+    return iter(range(opts.first_seed, opts.first_seed + opts.seeds))
+
+
+def _job(opts: SearchOptions, seed: int, search_until: float) -> SeedJob:
+    return SeedJob(seed=seed, bugs=opts.bugs, work_dir=opts.out / "work" / f"seed-{seed}", space=opts.space,
+                   max_examples=opts.examples, search_until=search_until,
+                   shrink_until=search_until + opts.shrink_s, router=opts.router,
+                   stop_file=opts.stop_file, shrink_s=opts.shrink_s)
+
+
+def _record(summary: Summary, opts: SearchOptions, res: SeedResult, started_after_s: float) -> None:
+    summary.seeds_tried += 1
+    summary.runs += res.runs
+    summary.unsound_runs += res.unsound_runs
+    f = res.found
+    if f is None:
+        return
+    reason = failing_reason(f.outcome, f.signature)
+    path = write_found(opts.out, f.signature, res.seed, opts.bugs, f.original, f.shrunk, reason)
+    when = started_after_s + f.found_after_s
+    if summary.time_to_first_failure_s is None or when < summary.time_to_first_failure_s:
+        summary.time_to_first_failure_s = when
+    shrunk = {**f.shrunk.size(), "requests": f.outcome.requests}
+    summary.found.append(FoundEntry(res.seed, f.signature.text, str(path), round(when, 3),
+                                    f.original.size(), shrunk, f.shrink_runs))
+
+
+def run_search(opts: SearchOptions) -> Summary:
+    opts.out.mkdir(parents=True, exist_ok=True)
+    (opts.out / "work").mkdir(exist_ok=True)
+    summary = Summary(list(opts.bugs), opts.router, opts.settings_label, opts.budget_s, opts.jobs)
+    start = time.time()
+    search_until = start + opts.budget_s
+    seeds = _seeds(opts)
+    if opts.jobs <= 1:
+        for seed in seeds:
+            if time.time() >= search_until or opts.stopped():
+                break
+            began = time.time() - start
+            _record(summary, opts, search_seed(_job(opts, seed, search_until)), began)
+    else:
+        with ProcessPoolExecutor(max_workers=opts.jobs) as pool:
+            running: dict[Future[SeedResult], float] = {}
+
+            def submit() -> bool:
+                if time.time() >= search_until or opts.stopped():
+                    return False
+                seed = next(seeds, None)
+                if seed is None:
+                    return False
+                running[pool.submit(search_seed, _job(opts, seed, search_until))] = time.time() - start
+                return True
+
+            for _ in range(opts.jobs):
+                if not submit():
+                    break
+            while running:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    began = running.pop(fut)
+                    _record(summary, opts, fut.result(), began)
+                    submit()
+    summary.found.sort(key=lambda f: f.found_after_s)
+    summary.wall_s = time.time() - start
+    summary.write(opts.out)
+    return summary

@@ -1,0 +1,95 @@
+"""Write a failure a search found as a normal scenario file: `found/<checker>-<hash>.py` with
+`SCENARIOS = [<the shrunk scenario>]`, the original schedule beside it (`ORIGINAL`, not run by default),
+the seed, the bug switches (inside the scenario, so `pdchaos run` puts them back) and the replay commands."""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from pathlib import Path
+from typing import Any
+
+import harness.scenario as scenario_module
+from harness.search.case import SearchCase
+from harness.search.execute import scenario_of
+from harness.search.signature import Signature
+from harness.search.source import to_source
+
+
+def replay_command(path: Path, case: SearchCase, world: str = "sim") -> str:
+    settings = case.settings if world == "sim" else "scaled"
+    return shlex.join(["pdchaos", "run", str(path), "--world", world, "--settings", settings,
+                       "--seed", str(case.run_seed)])
+
+
+def _schedule_lines(case: SearchCase) -> list[str]:
+    return [f"#   {f.label()}" for f in case.faults]
+
+
+def _file_name(sig: Signature, body: str) -> str:
+    digest = hashlib.sha256(body.encode()).hexdigest()[:10]
+    return f"{sig.checker}-{digest}.py"
+
+
+def render(sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCase, shrunk: SearchCase,
+           reason: str, path_hint: Path | None = None) -> tuple[str, str]:
+    """(file name, source). The name hashes the shrunk scenario, so the same failure found by two seeds is
+    one file."""
+    names: set[str] = set()
+    file_name = _file_name(sig, to_source(scenario_of(shrunk, bugs, "x"), set(), 0))
+    # Named after the file, so that found files can be loaded together (scenario names are unique).
+    name = f"search_{file_name.removesuffix('.py').replace('-', '_')}"
+    shrunk_src = to_source(scenario_of(shrunk, bugs, name), names, 0)
+    original_src = to_source(scenario_of(original, bugs, name + "_original"), names, 0)
+    unknown = sorted(n for n in names if n not in scenario_module.__all__)
+    if unknown:
+        raise ValueError(f"scenario classes not exported by harness.scenario: {unknown}")
+    path = (path_hint or Path("found")) / file_name
+    header = [
+        f'"""Found by `pdchaos search` (seed {seed}): {sig.checker} fails ({sig.reason}).',
+        "",
+        f"Bug switches on: {', '.join(bugs) if bugs else 'none'}.",
+        f"Failure: {reason}",
+        f"Shrunk: {len(shrunk.faults)} fault(s) on {shrunk.topology} ({shrunk.connector}/{shrunk.transport}, "
+        f"settings {shrunk.settings}, run seed {shrunk.run_seed}); the original: {len(original.faults)} "
+        f"fault(s) on {original.topology}.",
+        "",
+        "Replay (simulated time, the same verdict):",
+        f"    {replay_command(path, shrunk, 'sim')}",
+        "Real time (scaled settings):",
+        f"    {replay_command(path, shrunk, 'real')}",
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        f"from harness.scenario import {', '.join(sorted(names))}",
+        "",
+        "# The shrunk schedule (timeline seconds at scaled settings):",
+        *_schedule_lines(shrunk),
+        f"SHRUNK = {shrunk_src}",
+        "",
+        "# The schedule as first found, before shrinking (not run by default):",
+        *_schedule_lines(original),
+        f"ORIGINAL = {original_src}",
+        "",
+        "SCENARIOS = [SHRUNK]",
+        "",
+    ]
+    return file_name, "\n".join(header)
+
+
+def write_found(out_dir: Path, sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCase,
+                shrunk: SearchCase, reason: str) -> Path:
+    folder = out_dir / "found"
+    folder.mkdir(parents=True, exist_ok=True)
+    name, text = render(sig, seed, bugs, original, shrunk, reason, folder)
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def failing_reason(outcome: Any, sig: Signature) -> str:
+    for checker, status, reason in outcome.verdicts:
+        if checker == sig.checker and status == "fail":
+            return " ".join(reason.split())[:300]
+    return sig.reason

@@ -1,0 +1,128 @@
+"""One seed of a search: Hypothesis generates cases from the seed until one fails, then shrinks it keeping
+its failure signature.
+
+Hypothesis is both the generator and the shrinker: the test function runs a case and raises `_Failed` only
+when the case fails with the signature being shrunk (the first failure's first signature), so every smaller
+case Hypothesis keeps fails the same way. We record each failing case as Hypothesis finds it: the last one
+recorded is the smallest so far, which survives a budget that runs out mid-shrink. No example database
+(`database=None`) and an explicit seed: the same seed draws the same cases.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import seed as hypothesis_seed
+
+from harness.search.case import SearchCase
+from harness.search.execute import RunOutcome, run_case
+from harness.search.signature import Signature
+from harness.search.strategies import Space, search_cases
+
+
+class _Failed(Exception):
+    """The case failed with the signature being searched for (Hypothesis shrinks on it)."""
+
+
+class _Stop(BaseException):
+    """Out of time: a BaseException, so Hypothesis does not take it for a failure and stops at once."""
+
+
+@dataclass(frozen=True)
+class SeedJob:
+    seed: int
+    bugs: tuple[str, ...]
+    work_dir: Path
+    space: Space = field(default_factory=Space)
+    max_examples: int = 200
+    # time.time() after which no new case is generated, and after which shrinking stops.
+    search_until: float = float("inf")
+    shrink_until: float = float("inf")
+    router: str = "reference"
+    # A file whose existence means some seed of the search found a failure (`--stop-at-first`): no seed
+    # generates another case then, and the seed that found one makes it when it does.
+    stop_file: Path | None = None
+    # Shrinking also stops this long after the failure was found (with `stop_file`: the search ends with
+    # that shrink, so the budget's end is no reason to go on).
+    shrink_s: float = float("inf")
+
+
+@dataclass
+class Found:
+    signature: Signature
+    original: SearchCase
+    shrunk: SearchCase
+    outcome: RunOutcome
+    found_after_s: float
+    found_at_run: int
+    shrink_runs: int
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    runs: int = 0
+    unsound_runs: int = 0
+    wall_s: float = 0.0
+    found: Found | None = None
+    stopped: str = "exhausted"
+
+
+def search_seed(job: SeedJob) -> SeedResult:
+    """Search one seed (runs in a pool worker; the clock here is the budget's, nothing a run sees)."""
+    started = time.time()
+    res = SeedResult(job.seed)
+    state: dict[str, object] = {}
+    shrink_until = [job.shrink_until]
+    job.work_dir.mkdir(parents=True, exist_ok=True)
+
+    @settings(
+        database=None, max_examples=job.max_examples, deadline=None, phases=[Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck), report_multiple_bugs=False, verbosity=Verbosity.quiet,
+        print_blob=False,
+    )
+    @hypothesis_seed(job.seed)
+    @given(search_cases(job.space))
+    def probe(case: SearchCase) -> None:
+        target = state.get("target")
+        now = time.time()
+        if (target is None and now > job.search_until) or (target is not None and now > shrink_until[0]):
+            raise _Stop
+        if target is None and job.stop_file is not None and job.stop_file.exists():
+            raise _Stop
+        outcome = run_case(case, job.bugs, job.work_dir, job.router)
+        res.runs += 1
+        if not outcome.sound:
+            res.unsound_runs += 1
+            return
+        if target is None and outcome.signatures:
+            target = outcome.signatures[0]
+            state["target"] = target
+            if job.stop_file is not None:
+                job.stop_file.touch()
+                shrink_until[0] = min(job.shrink_until, time.time() + job.shrink_s)
+            res.found = Found(target, case, case, outcome, time.time() - started, res.runs, 0)
+        elif target is not None and target in outcome.signatures:
+            assert res.found is not None
+            res.found.shrunk, res.found.outcome = case, outcome
+        else:
+            return
+        # One raise site: Hypothesis tells failures apart by where they are raised.
+        raise _Failed(str(target))
+
+    try:
+        probe()
+        res.stopped = "exhausted"
+    except _Failed:
+        res.stopped = "shrunk"
+    except _Stop:
+        res.stopped = "budget"
+    except Exception as e:  # Hypothesis' own end (e.g. Flaky when a replay differs): what we recorded stands
+        res.stopped = f"hypothesis: {type(e).__name__}"
+    if res.found is not None:
+        res.found.shrink_runs = res.runs - res.found.found_at_run
+    res.wall_s = time.time() - started
+    return res

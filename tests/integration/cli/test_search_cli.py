@@ -1,0 +1,81 @@
+"""`pdchaos search`: bad arguments (exit 3, one line), and a short search with an easy switch that finds a
+failure, stops there (`--stop-at-first`), shrinks it to at most two faults and writes a scenario file that
+replays with the same failing checker in simulated time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from harness import cli
+from harness.runner import run_scenario
+from harness.scenario import scenarios_in_file
+
+
+def _main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as e:
+        code = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["search", "--inject-bug", "no_such_bug"], "unknown bug no_such_bug"),
+        (["search", "--budget", "soon"], "--budget takes a number of seconds"),
+        (["search", "--budget", "-5"], "--budget must be a positive number"),
+        (["search", "--budget", "nan"], "--budget must be a positive number"),
+        (["search", "--seeds", "0"], "--seeds must be at least 1"),
+        (["search", "--max-side", "9"], "--max-side must be within 1..8"),
+        (["search", "--router", "smg==1.0"], "runs the reference router only"),
+    ],
+)
+def test_bad_arguments_exit_3_with_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    code, _, err = _main(capsys, *argv)
+    assert code == 3 and needle in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_out_folder_in_use_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "x").write_text("")
+    code, _, err = _main(capsys, "search", "--out", str(tmp_path))
+    assert code == 3 and "not an empty folder" in err
+
+
+def test_help_explains_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _main(capsys, "search", "--help")
+    assert code == 0 and "--inject-bug" in out and "found/<checker>-<hash>.py" in out
+
+
+def test_a_short_search_finds_shrinks_and_writes_a_replayable_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "search"
+    code, text, err = _main(capsys, "search", "--inject-bug", "stale_engine_id", "--budget", "15",
+                            "--seeds", "3", "--jobs", "1", "--stop-at-first", "--out", str(out))
+    assert code == 1, text + err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["failures_found"] >= 1 and summary["runs"] >= 1
+    # --stop-at-first: seed 0 finds it, and no later seed is started.
+    assert summary["seeds_tried"] == 1 and summary["found"][0]["seed"] == 0
+    found = summary["found"][0]
+    assert found["shrunk"]["faults"] <= 2
+    path = Path(found["file"])
+    source = path.read_text()
+    assert "stale_engine_id" in source and "pdchaos run" in source and "ORIGINAL = Scenario(" in source
+    (scenario,) = scenarios_in_file(path)
+    assert scenario.router.inject_bugs == ("stale_engine_id",)
+    seed = int(source.split("--seed ")[1].split()[0])
+    result = asyncio.run(run_scenario(scenario, scenario.topologies[0], scenario.connectors[0],
+                                      scenario.transports[0], "reference", tmp_path / "replay", seed=seed,
+                                      world="sim", settings="scaled"))
+    checker = found["signature"].split(":")[0]
+    assert any(v.name == checker and v.status == "fail" for v in result.verdicts)
