@@ -34,7 +34,64 @@ _REFERENCE: dict[str, dict[str, str]] = {}
 # Where a profile does not match its release yet, with what the runs showed: behaviour no switch describes
 # (yet). `tests/integration/gateways/test_profiles_external.py` holds the stored table to exactly these, so a
 # new disagreement fails it, and so does one that went away (drop its line).
-EXPLAINED: dict[str, str] = {}
+EXPLAINED: dict[str, str] = {
+    'smg-1.10.1 one_of_two_prefills_down[2p1d/mooncake/grpc] handoff':
+        "the release's verdict varied between runs (fail, fail, fail, pass): one run per cell cannot "
+        "settle it",
+    'smg-1.10.1 one_of_two_prefills_down[2p1d/mooncake/grpc] legs_once':
+        "the release's verdict varied between runs (fail, fail, pass): one run per cell cannot settle it",
+    'smg-1.10.1 one_of_two_prefills_down[2p1d/mooncake/grpc] nothing_lost':
+        "the release's verdict varied between runs (fail, fail, fail, pass): one run per cell cannot "
+        "settle it",
+    'smg-1.10.1 one_of_two_prefills_down[2p1d/mooncake/grpc] recovery':
+        "the release's verdict varied between runs (pass, pass, pass, fail): one run per cell cannot "
+        "settle it",
+    'smg-1.10.1 one_of_two_prefills_down[2p1d/mooncake/grpc] transfer_timeout':
+        "the release's verdict varied between runs (fail, fail, fail, pass): one run per cell cannot "
+        "settle it",
+    'smg-1.10.1 prefill_link_partitioned[2p1d/mooncake/grpc] recovery':
+        "the release gave fail in all 4 runs, the profile pass: not modelled yet (the partitioned prefill "
+        "is not back within 3 s of the heal ; its breaker or gRPC channel holds it out)",
+    'smg-1.10.1 prefill_restart_mooncake[1p1d/mooncake/grpc] handoff':
+        "the release's verdict varied between runs (pass, pass, pass, fail): one run per cell cannot "
+        "settle it",
+    'smg-1.10.1 side_channel_reset_during_pull[1p1d/nixl/grpc] legs_once':
+        "the release gave pass in all 3 runs, the profile fail: not modelled yet (a NIXL read reset is not "
+        "rerun by this release, unlike a Mooncake KV timeout)",
+    'smg-1.11.0 prefill_link_partitioned[2p1d/mooncake/grpc] recovery':
+        "the release gave fail in all 4 runs, the profile pass: not modelled yet (the partitioned prefill "
+        "is not back within 3 s of the heal ; its breaker or gRPC channel holds it out)",
+    'smg-1.11.0 prefill_restart_mooncake[1p1d/mooncake/grpc] legs_once':
+        "the release's verdict varied between runs (fail, pass, fail): one run per cell cannot settle it",
+    'smg-1.11.0 prefill_restart_mooncake[1p1d/mooncake/grpc] transfer_timeout':
+        "the release's verdict varied between runs (pass, fail, pass, fail): one run per cell cannot "
+        "settle it",
+    'smg-1.11.0 side_channel_reset_during_pull[1p1d/nixl/grpc] legs_once':
+        "the release's verdict varied between runs (fail, pass, fail): one run per cell cannot settle it",
+    'smg-1.11.0 sole_prefill_down[1p1d/mooncake/grpc] recovery':
+        "the release gave fail in all 4 runs, the profile pass: not modelled yet (the recovered sole "
+        "prefill stays out longer than the profile's breaker keeps it)",
+    'smg-1.12.0 one_of_two_prefills_down[2p1d/mooncake/grpc] recovery':
+        "the release's verdict varied between runs (fail, pass, fail): one run per cell cannot settle it",
+    'smg-1.12.0 prefill_link_partitioned[2p1d/mooncake/grpc] recovery':
+        "the release gave fail in all 3 runs, the profile pass: not modelled yet (the partitioned prefill "
+        "is not back within 3 s of the heal ; its breaker or gRPC channel holds it out)",
+    'smg-1.12.0 prefill_restart_between_probes[1p1d/mooncake/grpc] nothing_lost':
+        "the release gave fail in all 3 runs, the profile pass: not modelled yet (a restart no probe sees "
+        "costs the release more than the profile's switches do)",
+    'smg-1.13.0 prefill_link_partitioned[2p1d/mooncake/grpc] recovery':
+        "the release gave fail in all 3 runs, the profile pass: not modelled yet (the partitioned prefill "
+        "is not back within 3 s of the heal ; its breaker or gRPC channel holds it out)",
+    'smg-1.13.0 prefill_restart_between_probes[1p1d/mooncake/grpc] availability':
+        "the release gave fail in all 3 runs, the profile pass: not modelled yet (a restart no probe sees "
+        "costs the release more than the profile's switches do)",
+    'smg-1.13.0 prefill_restart_between_probes[1p1d/mooncake/grpc] handoff':
+        "the release gave fail in all 3 runs, the profile pass: not modelled yet (a restart no probe sees "
+        "costs the release more than the profile's switches do)",
+    'vllm-router-0.1.17 sole_prefill_down[1p1d/mooncake/http] handoff':
+        "the release gave fail in all 3 runs, the profile pass: not modelled yet (the recovered sole "
+        "prefill stays out longer than the profile's breaker keeps it)",
+}
 
 # Scenarios on which releases are known to differ from the reference (README's release matrix), plus the
 # ones that guard the profiles' switches.

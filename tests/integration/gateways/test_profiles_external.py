@@ -1,0 +1,74 @@
+"""Gateway profiles against their real releases (`harness.profile_check`).
+
+The stored table (tests/data/profiles.json) is checked on every run: every profile has been compared with its
+release, on every cell `profile_check` chooses for it, and no checker disagrees. With PDCHAOS_EXTERNAL=1 one
+profile is compared again with its real release (PyPI needed on first use: the release is installed into the
+gateway cache).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.profile_check import EXPLAINED, TABLE, cells_for, check_profile, compare, disagreements
+from harness.routers.profiles import PROFILES
+from harness.scenario import load_scenarios
+
+
+def _table() -> dict:
+    return json.loads(TABLE.read_text(encoding="utf-8"))
+
+
+def test_every_profile_was_compared_with_its_release_on_every_cell() -> None:
+    table = _table()
+    scenarios = {s.name: s.suite_cut() for s in load_scenarios()}
+    assert sorted(table) == sorted(PROFILES)
+    for name, profile in PROFILES.items():
+        entry = table[name]
+        assert entry["release"] == profile.release
+        rerun = f"{name}: rerun python -m harness.profile_check --profile {name}"
+        assert sorted(entry["bugs"]) == sorted(profile.bugs), rerun
+        assert set(entry["cells"]) == {c.key for c in cells_for(profile, scenarios)}, rerun
+
+
+def test_no_profile_disagrees_with_its_release_but_where_explained() -> None:
+    table = _table()
+    assert disagreements(table, EXPLAINED) == []
+    gone = set(EXPLAINED) - {line.split(":")[0] for line in disagreements(table)}
+    assert not gone, f"these agree now: drop them from EXPLAINED: {sorted(gone)}"
+    assert all(why.strip() for why in EXPLAINED.values())
+
+
+def test_each_profile_differs_from_the_reference_somewhere_the_release_does() -> None:
+    """A profile that agrees only because nothing differs would prove nothing: each release differs from
+    the reference router on at least one compared checker, and the profile agrees there."""
+    for name, entry in _table().items():
+        differing = [(key, checker) for key, row in entry["cells"].items()
+                     for checker, c in row["checkers"].items() if c["release_differs"] and c["agrees"]]
+        assert differing, f"{name}: no cell where the release differs from the reference"
+
+
+def test_compare_marks_disagreement_and_missing_evidence() -> None:
+    out = compare({"a": "fail", "b": "unknown", "c": "pass"}, {"a": "pass", "b": "fail", "c": "pass"},
+                  {"a": "pass", "b": "pass", "c": "pass"})
+    assert out["a"]["agrees"] is False and out["a"]["release_differs"] is True
+    assert out["b"]["agrees"] is None  # the release gave no evidence: nothing to compare
+    assert out["c"]["agrees"] is True and out["c"]["release_differs"] is False
+    table = {"p": {"cells": {"k": {"checkers": out}}}}
+    assert disagreements(table) == ["p k a: release fail, profile pass"]
+    assert disagreements(table, {"p k a": "known"}) == []
+
+
+@pytest.mark.external
+@pytest.mark.skipif(os.environ.get("PDCHAOS_EXTERNAL") != "1",
+                    reason="external gateway test: PDCHAOS_EXTERNAL=1")
+def test_profile_agrees_with_its_release_when_rerun(tmp_path: Path) -> None:
+    name = os.environ.get("PDCHAOS_PROFILE", "smg-1.13.0")
+    result = asyncio.run(check_profile(PROFILES[name], tmp_path, only=("sole_prefill_down",)))
+    assert result["cells"], "no cell ran"
+    assert disagreements({name: result}) == []
