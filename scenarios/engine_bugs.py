@@ -70,10 +70,10 @@ SCENARIOS = [
         connectors=("mooncake", "nixl"),
         router=ROUTER,
         engines=ENGINES,
-        # Six clients: about three parked requests hold KV on prefill-0 when the stop comes. The run goes on
-        # well past the respawn, which a loaded machine can delay by a second or more, so the availability
-        # checker always has requests after it.
-        workload=replace(WORKLOAD, concurrency=6, duration_s=6.5),
+        # Six clients: about three parked requests hold KV on prefill-0 when the stop comes. The load goes on
+        # 3 s past the respawn, which a loaded machine can delay by seconds, so the availability checker
+        # always has requests after it.
+        workload=replace(WORKLOAD, concurrency=6, duration_s=5.0, after_heal_s=3.0),
         timeline=(
             Step("stall", Wedge("decode-0", "generate"), At(0.7)),
             Step("sigterm", GracefulStop("prefill-0", grace_s=3.0), At(1.0)),

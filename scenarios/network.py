@@ -59,7 +59,9 @@ SCENARIOS = [
             *CORE_EXPECT,
             STRICT_LOCAL,
             Expect("availability", _CUT_AVAILABILITY),
-            Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["link_down"]}),
+            # Nominally under 1 s (probes every 0.3 s); the bound leaves room for a machine running several
+            # cells at once (`--jobs`), where the router's probes queue behind other cells' work.
+            Expect("recovery", {"max_recovery_s": 5.0, "kinds": ["link_down"]}),
             Expect("handoff", {"grace_s": 1.0}),
             Expect("transfer_timeout"),
         ),

@@ -31,7 +31,8 @@ the output says which and why); 3 bad arguments.
 
 examples:
   pdchaos bisect prefill_restart_mooncake --router smg --good 1.13.0 --bad 1.10.1 --transport grpc
-  pdchaos bisect prefill_restart_mooncake --router smg --good 1.13.0 --bad 1.10.1 --checker handoff
+  pdchaos bisect prefill_restart_mooncake --router smg --good 1.13.0 --bad 1.10.1 --transport grpc \
+      --checker handoff --gateway-arg=--disable-circuit-breaker
   pdchaos bisect quick --router smg-flags --good 1.11.0 --bad 1.13.0 --dry-run
 """
 
@@ -65,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="runs per release; runs that disagree make the release unknown (default 1)")
+    p.add_argument("--gateway-arg", action="append", default=[], metavar="ARG",
+                   help="a gateway flag passed to every release, verbatim (repeatable; write "
+                   "--gateway-arg=--disable-circuit-breaker)")
     p.add_argument("--out", type=Path, metavar="DIR", help="default: runs/bisect-<timestamp-id>")
     p.add_argument("--dry-run", action="store_true",
                    help="list the releases and the most runs the search needs, run nothing")
@@ -135,7 +139,8 @@ def pick_target(args: argparse.Namespace, gateway: str) -> Any:
         check_cell(scenario, cell.topology, cell.connector, None, "real")
     except ScenarioError as e:
         raise UsageError(str(e)) from None
-    return Target(scenario, cell, gateway, args.checker, args.settings, args.seed, args.repeat)
+    return Target(scenario, cell, gateway, args.checker, args.settings, args.seed, args.repeat,
+                  tuple(args.gateway_arg))
 
 
 def list_releases(cache: ReleaseCache, gateway: str, say: Any) -> list[str]:
@@ -181,7 +186,8 @@ def main(argv: Sequence[str] | None = None, cache: ReleaseCache | None = None) -
         return EXIT_USAGE
     meta = {"scenario": target.scenario.name, "cell": target.cell.label, "router": gateway,
             "judged_by": target.judged_by, "checker": target.checker, "good": good, "bad": bad,
-            "settings": target.settings or "scaled", "seed": target.seed, "repeat": target.repeat}
+            "settings": target.settings or "scaled", "seed": target.seed, "repeat": target.repeat,
+            "gateway_args": list(target.gateway_args)}
     if args.dry_run:
         print(f"bisect {meta['scenario']} {meta['cell']} on {gateway}, judged by {meta['judged_by']}")
         print(f"releases {good} (good) .. {bad} (bad): {', '.join(chain)}")

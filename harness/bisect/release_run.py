@@ -36,6 +36,9 @@ class Target:
     settings: str | None = None
     seed: int = 0
     repeat: int = 1
+    # Gateway flags passed last, verbatim, to every release (e.g. `--disable-circuit-breaker`: to look past a
+    # behaviour that hides the one bisected).
+    gateway_args: tuple[str, ...] = ()
 
     @property
     def judged_by(self) -> str:
@@ -102,7 +105,7 @@ class ReleaseRunner:
         self.say(f"{spec}: installing if needed")
         try:
             # pip may run for minutes: off the event loop, so an interrupt still reaches the run.
-            adapter = await asyncio.to_thread(make_gateway_adapter, spec, self.cache)
+            adapter = await asyncio.to_thread(make_gateway_adapter, spec, self.cache, t.gateway_args)
         except RouterAdapterError as e:
             return Outcome(version, UNKNOWN, f"cannot get {spec}: {e}")
         why = adapter.cannot_run(t.scenario, t.cell.topology, t.cell.connector, t.cell.transport)

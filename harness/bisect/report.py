@@ -21,9 +21,29 @@ def to_json(res: BisectResult, meta: dict[str, Any]) -> dict[str, Any]:
         "pair": [o.to_dict() for o in res.pair] if res.pair else None,
         "reason": res.reason,
         "narrowed": list(res.narrowed) if res.narrowed else None,
+        "differing_checkers": differing_checkers(res) if not res.found else [],
         "chain": res.chain,
         "tested": [o.to_dict() for o in res.tested],
     }
+
+
+def differing_checkers(res: BisectResult) -> list[str]:
+    """When the ends give the same verdict: the checkers whose verdicts differ between them (candidates for
+    `--checker`), from their runs' not-passed lists; empty when an end was not judged."""
+    by_version = {o.version: o for o in res.tested}
+    ends = [by_version.get(v) for v in (res.chain[:1] + res.chain[-1:])] if res.chain else []
+    if len(ends) != 2 or any(o is None or not o.detail.get("runs") for o in ends):
+        return []
+
+    def not_passed(o: Outcome) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for run in o.detail["runs"]:
+            for v in run.get("not_passed", []):
+                out.setdefault(v["checker"], set()).add(v["status"])
+        return out
+
+    a, b = (not_passed(o) for o in ends if o is not None)
+    return sorted(c for c in set(a) | set(b) if a.get(c) != b.get(c))
 
 
 def _evidence_lines(o: Outcome) -> list[str]:
@@ -57,6 +77,10 @@ def render_text(res: BisectResult, meta: dict[str, Any]) -> str:
         head.append(f"no pair: {res.reason}")
         if res.narrowed:
             head.append(f"the change lies between {res.narrowed[0]} and {res.narrowed[1]}")
+        differ = differing_checkers(res)
+        if differ:
+            head.append(f"checkers whose verdicts differ between the ends: {', '.join(differ)} "
+                        "(bisect one with --checker NAME)")
         for o in res.tested:
             if o.status == "unknown":
                 head += _evidence_lines(o)

@@ -4,10 +4,11 @@ where the real one cannot go: in simulated time at production settings, or at sc
 
 `--router profile:NAME` runs the reference router with the profile's switches, in either world. A profile also
 carries what the release does when a scenario says nothing (smg and vllm-router run a circuit breaker of 10
-failures / 60 s by default; the reference router runs none unless told), and the transports on which the
-release does what the reference does at all (smg does vLLM PD over gRPC only: over HTTP it sends no handoff
-parameters, which no switch describes). `harness.profile_check` compares each profile with its release,
-checker by checker.
+failures / 60 s by default; the reference router runs none unless told), and the transports on which it has
+been compared with the release (smg: gRPC; over HTTP smg hands off only when its workers are registered with
+their KV transfer facts, which its adapter now does but no profile has been compared on yet; the `smg-flags`
+variant sends no handoff parameters at all, which no switch describes). `harness.profile_check` compares each
+profile with its release, checker by checker.
 """
 
 from __future__ import annotations

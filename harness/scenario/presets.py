@@ -126,6 +126,7 @@ def _workload(w: Workload, k: float) -> Workload:
         deadline_s=w.deadline_s * k,
         think_time_s=w.think_time_s * k,
         rate_rps=w.rate_rps / k,
+        after_heal_s=None if w.after_heal_s is None else w.after_heal_s * k,
     )
 
 

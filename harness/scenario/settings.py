@@ -78,3 +78,7 @@ class Workload:
     max_tokens: int = 8
     deadline_s: float = 6.0
     think_time_s: float = 0.02
+    # Closed loop: once no fault is active, the load goes on at least this long, however late the last heal
+    # came (a loaded machine can take seconds to start an engine again), so what is judged after a heal
+    # always has traffic. None: the load ends at `duration_s`.
+    after_heal_s: float | None = None

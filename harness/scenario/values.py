@@ -94,6 +94,9 @@ def workload_problems(w: Workload) -> list[str]:
         out.append("workload duration and deadline must be positive")
     if w.mode == "open" and w.rate_rps <= 0:
         out.append("open-loop workload needs rate_rps > 0")
+    if w.after_heal_s is not None and (w.mode != "closed" or w.after_heal_s <= 0):
+        out.append("workload.after_heal_s must be positive, and needs a closed-loop workload (open-loop "
+                   "arrivals are drawn before the run)")
     if w.mode == "closed" and w.concurrency < 1:
         out.append("closed-loop workload needs concurrency >= 1")
     if not (0 <= w.stream_fraction <= 1 and 0 <= w.chat_fraction <= 1):

@@ -657,11 +657,24 @@ class ScenarioSession:
             self.ledger.raised(fault, ev.error)
             return []
         self.ledger.action_done(fault, action, ev.verified, ev.evidence)
+        self._load_after_heal(now)
         if isinstance(action, LinkFlap) and self.ledger.is_active(fault):
             offsets = flap_schedule(action.down_s, action.up_s, action.cycles)[1:]
             self._flaps[fault] = _Flap(fault, LinkRef(action.target, action.link),
                                        [(now + off, enabled) for off, enabled in offsets])
         return []
+
+    def _load_after_heal(self, now: float) -> None:
+        """`Workload.after_heal_s`: with no fault active any more, keep the load going that long from now."""
+        tail = self.scenario.workload.after_heal_s
+        if tail is None or self.t0 is None or self.ledger is None or self.ledger.active:
+            return
+        self._load_end = max(self._load_end, now + tail)
+        self._planned_end = max(self._planned_end, now - self.t0 + tail)
+        # Clients that saw the load end before the heal came start again.
+        for _ in range(self.scenario.workload.concurrency - self._clients_running):
+            heapq.heappush(self._client_next, now)
+            self._clients_running += 1
 
     def _toggles(self, now: float) -> list[c.Command]:
         cmds: list[c.Command] = []

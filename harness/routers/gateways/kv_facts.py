@@ -6,8 +6,10 @@ handoff from the prefill worker's metadata (`routers/common/kv_transfer.rs`): `k
 `NixlConnector` relays the prefill's params, anything else (absent included) is a passthrough and the decode
 computes the prompt itself. Its HTTP discovery (the `--prefill/--decode` flags) does not read these facts:
 the operator supplies them with the worker. 1.10.x takes them as labels (`kv_connector`, `kv_role`,
-`kv_engine_id`, lifted out of the labels when the worker is created); 1.11+ as fields of the worker spec
-in `POST /workers`. The bootstrap port is a spec field in every release.
+`kv_engine_id`, lifted out of the labels when the worker is created: `workflow/steps/local/create_worker.rs`)
+and ignores them as spec fields (runs: 1.10.1 with spec fields registers no engine id, every decode computes);
+1.11+ documents them as fields of the worker spec in `POST /workers` (runs: 1.11.0-1.13.0 hand off with
+either spelling). The bootstrap port is a spec field in every release.
 
 Where the facts come from, as an operator has them: the connector and the role are the engine's own
 `--kv-transfer-config` (what the harness started it with); the Mooncake engine id is only known once the
@@ -46,9 +48,9 @@ class KvFacts:
 
 
 def facts_style(version: str | None) -> Style:
-    """How a release takes the facts. An unknown release (a binary from PATH) gets both spellings: every
-    release reads one of them and none rejects the other (extra labels are kept as labels; extra spec
-    fields are ignored by 1.10.x's serde defaults)."""
+    """How a release takes the facts: its documented spelling. An unknown release (a binary from PATH) gets
+    both: 1.10.x ignores the spec fields and reads the labels, 1.11+ reads either (seen with 1.10.1 to
+    1.13.0)."""
     if version is None:
         return "both"
     return "spec" if version_key(version) >= version_key(SPEC_FIELDS_SINCE) else "labels"

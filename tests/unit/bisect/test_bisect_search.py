@@ -160,3 +160,23 @@ async def test_report_names_the_pair_and_both_runs_evidence() -> None:
     assert "run smg-1.12.0: PASS" in text and "handoff fail: stale id" in text and "- req 7" in text
     doc = to_json(res, meta)
     assert doc["found"] is True and [p["version"] for p in doc["pair"]] == ["1.12.0", "1.11.0"]
+
+
+async def test_same_verdict_at_the_ends_names_the_checkers_that_differ() -> None:
+    def outcome(v: str, failing: list[str]) -> Outcome:
+        np = [{"checker": c, "status": "fail", "reason": "r", "evidence": []} for c in failing]
+        run = {"status": "fail", "router": f"smg-{v}", "cell_dir": "/x", "not_passed": np}
+        return Outcome(v, "fail", "r", {"runs": [run]})
+
+    table = {"1.13.0": ["reported_engine_id"], "1.12.0": ["recovery"],
+             "1.10.1": ["reported_engine_id", "handoff", "recovery"]}
+
+    async def judge(v: str) -> Outcome:
+        return outcome(v, table[v])
+
+    res = await bisect_releases(["1.13.0", "1.12.0", "1.10.1"], judge)
+    meta = {"scenario": "s", "cell": "c", "router": "smg", "judged_by": "the verdict"}
+    assert not res.found
+    assert to_json(res, meta)["differing_checkers"] == ["handoff", "recovery"]
+    text = render_text(res, meta)
+    assert "differ between the ends: handoff, recovery (bisect one with --checker NAME)" in text

@@ -117,6 +117,8 @@ SCENARIO_CASES: list[tuple[str, str, str]] = [
     ("concurrency-zero", "workload=Workload(concurrency=0)", "concurrency >= 1"),
     ("think-negative", "workload=Workload(think_time_s=-1)", "think_time_s must be >= 0"),
     ("rate-zero", "workload=Workload(mode='open', rate_rps=0)", "rate_rps > 0"),
+    ("after-heal-open", "workload=Workload(mode='open', after_heal_s=2.0)", "needs a closed-loop workload"),
+    ("after-heal-zero", "workload=Workload(after_heal_s=0)", "after_heal_s must be positive"),
     # router settings
     ("health-interval-negative", "router=RouterSettings(health_interval_s=-1)",
      "health_interval_s must be > 0"),

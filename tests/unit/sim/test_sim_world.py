@@ -128,3 +128,30 @@ async def test_simulation_agrees_with_real_time_per_checker(row: Any, tmp_path: 
         return
     assert not diff, f"{row.key}: {diff}; " + json.dumps({v.name: v.reason for v in res.verdicts
                                                           if v.status != 'pass'})[:1500]
+
+
+# ---------------------------------------------------------------- load after a late heal
+
+
+async def test_the_load_outlasts_a_late_heal_by_after_heal_s(tmp_path: Path) -> None:
+    """A restart that takes long (3 s down) still leaves `after_heal_s` of traffic after it."""
+    from dataclasses import replace
+
+    from harness.scenario import At, Restart, Step
+
+    base = replace(SCENARIOS["sole_prefill_down"],
+                   timeline=(Step("restart", Restart("prefill-0", down_s=3.0), At(0.5)),))
+    base = replace(base, workload=replace(base.workload, duration_s=2.0))
+    kept = replace(base, workload=replace(base.workload, after_heal_s=1.5))
+
+    def last_send_after_heal(res: Any) -> float:
+        h = load_history(Path(res.history_path))
+        healed = max(f.healed_t for f in h.fault_list() if f.healed_t is not None)
+        return max(r.invoked_t for r in h.request_list() if r.invoked_t is not None) - healed
+
+    short = await run_scenario(base, "1p1d", "mooncake", "grpc", "reference", tmp_path / "a", world="sim",
+                               settings="scaled")
+    long = await run_scenario(kept, "1p1d", "mooncake", "grpc", "reference", tmp_path / "b", world="sim",
+                              settings="scaled")
+    assert last_send_after_heal(short) < 0  # the load ended before the engine was back
+    assert 1.0 < last_send_after_heal(long) <= 1.5
