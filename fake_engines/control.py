@@ -66,14 +66,21 @@ def _number(body: dict[str, Any], key: str, default: float) -> float:
     return float(v)
 
 
+# The token in a header of its own, for callers behind a proxy that takes `Authorization` for itself (the
+# Kubernetes API server's service proxy authenticates the caller with it and does not pass it on).
+TOKEN_HEADER = "X-Pdchaos-Control-Token"
+
+
 def control_app(handle: ControlledEngine) -> web.Application:
     token = handle.config.control_token
 
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         if token:
-            given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            bearer = request.headers.get("Authorization", "")
+            plain = request.headers.get(TOKEN_HEADER, "")
+            if not (hmac.compare_digest(bearer.encode(), f"Bearer {token}".encode())
+                    or hmac.compare_digest(plain.encode(), token.encode())):
                 return _fail(401, "missing or wrong bearer token")
         try:
             return await handler(request)

@@ -8,6 +8,7 @@ cluster's network for them.
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,8 @@ from harness.kube.options import KubeOptions
 from harness.kube.schema import kube_client
 
 POLL_S = 1.0
+# fake_engines.control.TOKEN_HEADER (not imported: the cluster side needs none of the engine's code).
+CONTROL_TOKEN_HEADER = "X-Pdchaos-Control-Token"
 
 
 class ClusterError(RuntimeError):
@@ -40,6 +43,7 @@ class KubeCluster:
         self.net = client.NetworkingV1Api(api_client)
         self._sleep = sleep
         self._clock = clock
+        self._tokens: dict[str, str] = {}
 
     @property
     def namespace(self) -> str:
@@ -130,6 +134,10 @@ class KubeCluster:
         path = f"/api/v1/namespaces/{self.namespace}/services/{service}:{url.port}/proxy{url.path}"
         method = a.params.get("method", "POST")
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        secret = a.params.get("bearer_secret")
+        if secret:
+            # The API server keeps `Authorization` for itself: the engine's token goes in its own header.
+            headers[CONTROL_TOKEN_HEADER] = self._secret_token(str(secret))
         if hasattr(self.api, "param_serialize"):
             return self.api.call_api(*self.api.param_serialize(
                 method=method, resource_path=path, body=body or None, header_params=headers,
@@ -137,6 +145,16 @@ class KubeCluster:
         # Clients generated before the pydantic models take the call in one go.
         return self.api.call_api(path, method, header_params=headers, body=body or None,
                                  auth_settings=["BearerToken"], _preload_content=False)
+
+    def _secret_token(self, name: str) -> str:
+        """Key `token` of the Secret `name` (read once per cell)."""
+        if name not in self._tokens:
+            data = self.core.read_namespaced_secret(name, self.namespace).data or {}
+            if "token" not in data:
+                raise ClusterError(f"secret {self.namespace}/{name} has no key 'token' (the fake engines' "
+                                   "control token: kubectl create secret generic NAME --from-literal=token=...)")
+            self._tokens[name] = base64.b64decode(data["token"]).decode()
+        return self._tokens[name]
 
     def do_router(self, a: ClusterAction) -> None:
         """Worker API calls are the router adapter's, as on loopback: nothing to do on the cluster."""

@@ -55,6 +55,14 @@ async def test_state_and_token(engine: EngineHandle, client: EngineControlClient
         with pytest.raises(ControlError) as exc:
             await EngineControlClient(engine.url("control"), bad).state()
         assert exc.value.status == 401
+    # Behind a proxy that keeps `Authorization` for itself (the Kubernetes API server), the token travels in
+    # the engine's own header; a wrong one is refused the same way.
+    async with aiohttp.ClientSession() as session:
+        for value, status in ((TOKEN, 200), ("wrong", 401)):
+            async with session.get(engine.url("control") + "/control/state",
+                                   headers={"X-Pdchaos-Control-Token": value},
+                                   timeout=aiohttp.ClientTimeout(total=5)) as r:
+                assert r.status == status
 
 
 async def test_restart_refuses_while_down(engine: EngineHandle, client: EngineControlClient) -> None:

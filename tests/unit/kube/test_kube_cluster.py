@@ -152,3 +152,45 @@ def test_an_action_with_no_cluster_meaning_is_refused() -> None:
     kube, _ = cluster()
     with pytest.raises(ClusterError, match="no way to carry out"):
         kube.apply(ClusterAction("teleport", "x"))
+
+
+def test_a_control_call_carries_the_engine_token_from_its_secret_past_the_api_server() -> None:
+    """The API server's service proxy keeps `Authorization` for itself: the fake engine's token is read from
+    the cell's Secret once and sent in the engine's own token header."""
+    import base64
+
+    from harness.scenario import Wedge
+
+    opts = parse_options({"preset": "pdchaos-fake", "namespace": "ns", "control_token_secret": "ctl"})
+    (s,) = load_scenarios(["wedged_decode_generate"])
+    c = context(s, "k", "mooncake", "grpc", opts)
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ctl"},
+              "data": {"token": base64.b64encode(b"s3cret").decode()}}
+    api = client.ApiClient(client.Configuration(host="https://cluster.test"))
+    seen: list[Any] = []
+
+    class HeaderRecorder(Recorder):
+        def request(self, method: str, url: str, headers: Any = None, body: Any = None, **kw: Any) -> Any:
+            seen.append(dict(headers or {}))
+            return super().request(method, url, headers, body, **kw)
+
+    rec = HeaderRecorder([(200, secret), (200, {}), (200, {})])
+    api.rest_client = rec  # type: ignore[assignment]
+    kube = KubeCluster(opts, api, sleep=lambda s: None)
+    (wedge,) = actions_for(Wedge("decode-0", surface="generate"), c)
+    kube.apply(wedge)
+    kube.apply(wedge)
+    assert rec.calls[0][:2] == ("GET", "api/v1/namespaces/ns/secrets/ctl")
+    assert [m for m, _, _ in rec.calls].count("GET") == 1  # read once
+    assert seen[1]["X-Pdchaos-Control-Token"] == "s3cret" and seen[2]["X-Pdchaos-Control-Token"] == "s3cret"
+
+
+def test_a_secret_without_its_token_is_a_clear_error() -> None:
+    opts = parse_options({"preset": "pdchaos-fake", "namespace": "ns"})
+    api = client.ApiClient(client.Configuration(host="https://cluster.test"))
+    api.rest_client = Recorder([(200, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"},
+                                       "data": {}})])  # type: ignore[assignment]
+    kube = KubeCluster(opts, api, sleep=lambda s: None)
+    with pytest.raises(ClusterError, match="has no key 'token'"):
+        kube.apply(ClusterAction("http", "http://e.ns.svc.cluster.local:8002/control/clear",
+                                 params={"method": "POST", "bearer_secret": "pdchaos-control"}))
