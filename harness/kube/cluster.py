@@ -152,7 +152,8 @@ class KubeCluster:
             data = self.core.read_namespaced_secret(name, self.namespace).data or {}
             if "token" not in data:
                 raise ClusterError(f"secret {self.namespace}/{name} has no key 'token' (the fake engines' "
-                                   "control token: kubectl create secret generic NAME --from-literal=token=...)")
+                                   "control token: kubectl create secret generic NAME "
+                                   "--from-literal=token=...)")
             self._tokens[name] = base64.b64decode(data["token"]).decode()
         return self._tokens[name]
 
