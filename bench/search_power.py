@@ -50,13 +50,14 @@ def _replay_real(found: dict[str, Any], work: Path) -> str:
 
 
 def measure(bug: str, budget: float, jobs: int, replay_real: bool, work: Path,
-            full_budget: bool = False) -> dict[str, Any]:
+            full_budget: bool = False, shrink_budget: float | None = None) -> dict[str, Any]:
     out = work / bug
     # By default the search stops generating at its first failure (which it still shrinks): the time to
     # first failure is the same, and a switch found early does not spend the rest of the budget.
     stop = [] if full_budget else ["--stop-at-first"]
-    _pdchaos("search", "--inject-bug", bug, "--budget", str(budget), "--shrink-budget", str(budget),
-             "--jobs", str(jobs), "--out", str(out), *stop, timeout=budget * 3 + 120)
+    shrink = shrink_budget or budget
+    _pdchaos("search", "--inject-bug", bug, "--budget", str(budget), "--shrink-budget", str(shrink),
+             "--jobs", str(jobs), "--out", str(out), *stop, timeout=budget + shrink * 2 + 120)
     try:
         s = json.loads((out / "summary.json").read_text())
     except (OSError, ValueError):
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("bugs", nargs="*", help="switches (default: all)")
     p.add_argument("--budget", type=float, default=60.0)
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--shrink-budget", type=float, help="seconds a failure may be shrunk (default: --budget)")
     p.add_argument("--replay-real", action="store_true")
     p.add_argument("--full-budget", action="store_true",
                    help="search for the whole budget (default: stop generating at the first failure)")
@@ -90,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         for bug in bugs:
-            row = measure(bug, args.budget, args.jobs, args.replay_real, work, args.full_budget)
+            row = measure(bug, args.budget, args.jobs, args.replay_real, work, args.full_budget,
+                          args.shrink_budget)
             rows.append(row)
             shrunk = row.get("shrunk") or {}
             ttff = row.get("ttff_s")

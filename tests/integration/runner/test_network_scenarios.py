@@ -79,9 +79,9 @@ async def test_wedged_decode_link_and_side_channel_reset(tmp_path: Path) -> None
     start, end = _window(reset)
     hit = [r for r in _records(reset, "request_completed") if not r["ok"]]
     assert hit and all(r["status"] in (200, 502) and r["latency_s"] < 1.0 for r in hit), hit
-    # Caught by the reset: each failed request was sent while the reset was in force (records lag the cut by
-    # a few ms), whenever a loaded machine got round to finishing it.
-    assert all(start - 0.05 <= r["t"] - r["latency_s"] <= end for r in hit), (start, end, hit)
+    # Caught by the reset: each failed request overlapped it (sent before the heal, ended after the reset
+    # began), however long a loaded machine took to finish it.
+    assert all(r["t"] >= start and r["t"] - r["latency_s"] <= end for r in hit), (start, end, hit)
 
 
 async def test_slow_side_channel_shows_in_ttft_and_cli_runs_a_network_scenario(tmp_path: Path) -> None:
