@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -21,18 +20,6 @@ from fake_engines.core.generator import prompt_digest
 from fake_engines.core.tokenizer import encode
 from fake_engines.testing import loopback_config, running_engine
 from pdchaos.ports import free_ports
-
-
-@pytest.fixture
-async def procs() -> AsyncIterator[list[asyncio.subprocess.Process]]:
-    started: list[asyncio.subprocess.Process] = []
-    try:
-        yield started
-    finally:
-        for p in started:
-            if p.returncode is None:
-                p.kill()
-                await p.wait()
 
 
 async def prefill_process(procs: list[asyncio.subprocess.Process], *extra: str) -> tuple[int, dict[str, Any]]:

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -41,16 +40,6 @@ async def ready_state(proc: asyncio.subprocess.Process, timeout_s: float = 20) -
     return json.loads(text[len(READY_PREFIX) + 1 :])
 
 
-@pytest.fixture
-async def procs() -> AsyncIterator[list[asyncio.subprocess.Process]]:
-    started: list[asyncio.subprocess.Process] = []
-    try:
-        yield started
-    finally:
-        for p in started:
-            if p.returncode is None:
-                p.kill()
-                await p.wait()
 
 
 async def test_cli_start_ready_serve_sigterm(procs: list[asyncio.subprocess.Process], tmp_path: Path) -> None:
