@@ -55,10 +55,13 @@ class _Pump:
                     self.room.clear()
                     await self.room.wait()
                 data = await self.reader.read(READ_SIZE)
-                if data:
-                    self.chain.feed(data, loop.time())
-                else:
+                if not data:
+                    # EOF ends reading whether or not the chain still takes it: a chain that already handed
+                    # out a close or reset ignores the EOF, and reading on would spin on b"" for good.
                     self.chain.feed_eof(loop.time())
+                    self.wake.set()
+                    return
+                self.chain.feed(data, loop.time())
                 self.wake.set()
         except ConnectionResetError:
             self.link.end("reset")

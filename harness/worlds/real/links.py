@@ -10,9 +10,10 @@ Toxiproxy at `TOXIPROXY_URL`, else the embedded one (`harness.toxiproxy`) on a t
 - `apply(fault_id, action, emit)` puts a network fault in place and verifies it (connect refused, toxic
   listed, a probe that gets no answer or a reset); `set_enabled` toggles a flapping link.
 
-The client is synchronous (requests, no timeouts of its own): every call runs in a worker thread under
-`asyncio.wait_for`, so the event loop never blocks on it. Proxies are named `<prefix><engine>.<link>` with a
-per-run prefix, so runs sharing a real Toxiproxy do not collide; they are deleted when the cell ends.
+The client is synchronous (requests, no timeouts of its own): every call runs in a daemon thread of its
+own under `asyncio.wait_for`, so neither the event loop nor its shutdown ever blocks on it. Proxies are
+named `<prefix><engine>.<link>` with a per-run prefix, so runs sharing a real Toxiproxy do not collide; they
+are deleted when the cell ends.
 """
 
 from __future__ import annotations
@@ -51,8 +52,32 @@ class NetworkError(RuntimeError):
 
 
 async def call(fn: Callable[[], T], timeout_s: float = CLIENT_TIMEOUT_S) -> T:
-    """Run one synchronous toxiproxy-python call in a worker thread, under a deadline."""
-    return await asyncio.wait_for(asyncio.to_thread(fn), timeout_s)
+    """Run one synchronous toxiproxy-python call in a thread of its own, under a deadline.
+
+    Not the loop's default executor: the client has no socket timeout, and a call that never returns
+    would hold that executor's shutdown (and so the end of `asyncio.run`) for good. A daemon thread that
+    outlives its deadline is abandoned instead."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def work() -> None:
+        try:
+            result, error = fn(), None
+        except BaseException as e:  # handed to the awaiting task, whatever it is
+            result, error = None, e
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=work, name="pdchaos-toxiproxy-call", daemon=True).start()
+    return await asyncio.wait_for(done, timeout_s)
 
 
 class _SharedToxiproxy:
