@@ -155,6 +155,11 @@ class SearchCase:
         }
 
 
+def shifted(case: SearchCase, by_s: float) -> SearchCase:
+    """The case with its whole fault schedule `by_s` seconds later (the load and the probes as they were)."""
+    return replace(case, faults=tuple(replace(f, start_s=round(f.start_s + by_s, 3)) for f in case.faults))
+
+
 def recovery_bound_s(settings: str, breaker: Breaker | None, identity_checks: bool = True) -> float:
     """Heal -> first correct handoff through the healed engine on a correct router, in scaled seconds: one
     probe interval to notice, the promotion (success threshold probes), a probe timeout for a probe caught

@@ -55,8 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=None, metavar="N",
                    help="at most N seeds (default: as many as the budget allows)")
     p.add_argument("--first-seed", type=int, default=0, metavar="S", help="seeds S, S+1, ... (default 0)")
-    p.add_argument("--examples", type=int, default=100, metavar="N",
-                   help="cases generated per seed before the next seed (default 100)")
+    p.add_argument("--examples", type=int, default=25, metavar="N",
+                   help="cases generated per seed before the next seed (default 25: many short seeds draw "
+                   "more varied cases than a few long ones, whose later cases vary the earlier ones)")
+    p.add_argument("--shifts", default="0.1,0.2", metavar="S,...",
+                   help="a failure counts only if the case also fails the same way with its fault schedule "
+                   "shifted later by each of these seconds (default 0.1,0.2: fractions of a probe interval, "
+                   "the phase real time does not keep); 'none' counts every failure")
     p.add_argument("--jobs", type=jobs_arg, default=None, metavar="N",
                    help="seeds searched at once, in worker processes (default: one per CPU, at most 8)")
     p.add_argument("--settings", choices=SETTINGS_CHOICES, default="scaled",
@@ -83,6 +88,21 @@ def _seconds(text: str, flag: str) -> float:
     return value
 
 
+def _shifts(text: str) -> tuple[float, ...]:
+    if text.strip().lower() == "none":
+        return ()
+    out = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            raise UsageError(f"--shifts takes seconds separated by commas or 'none', not {text!r}") from None
+        if not math.isfinite(value) or not 0 < value <= 5:
+            raise UsageError(f"--shifts: each shift must be within (0, 5] seconds, got {part.strip()!r}")
+        out.append(value)
+    return tuple(dict.fromkeys(out))
+
+
 def _options(args: argparse.Namespace) -> object:
     from harness.runner import sim_router_name
     from harness.scenario import ScenarioError
@@ -101,6 +121,7 @@ def _options(args: argparse.Namespace) -> object:
         raise UsageError("--first-seed must be >= 0")
     if args.examples < 1:
         raise UsageError("--examples must be at least 1")
+    shifts = _shifts(args.shifts)
     if not 1 <= args.max_side <= 8:
         raise UsageError("--max-side must be within 1..8")
     try:
@@ -117,7 +138,7 @@ def _options(args: argparse.Namespace) -> object:
     return SearchOptions(out=out, bugs=tuple(dict.fromkeys(args.inject_bug)), router=router, budget_s=budget,
                          shrink_s=shrink, seeds=args.seeds, first_seed=args.first_seed,
                          jobs=args.jobs or default_jobs(), examples=args.examples, space=space,
-                         settings_label=args.settings, stop_at_first=args.stop_at_first)
+                         settings_label=args.settings, stop_at_first=args.stop_at_first, shifts=shifts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

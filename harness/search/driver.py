@@ -30,7 +30,8 @@ class SearchOptions:
     seeds: int | None = None
     first_seed: int = 0
     jobs: int = 1
-    examples: int = 100
+    examples: int = 25
+    shifts: tuple[float, ...] = (0.1, 0.2)
     space: Space = field(default_factory=Space)
     settings_label: str = "scaled"
     # Stop generating once any seed finds a failure (it is still shrunk): time to first failure without
@@ -55,18 +56,20 @@ def _job(opts: SearchOptions, seed: int, search_until: float) -> SeedJob:
     return SeedJob(seed=seed, bugs=opts.bugs, work_dir=opts.out / "work" / f"seed-{seed}", space=opts.space,
                    max_examples=opts.examples, search_until=search_until,
                    shrink_until=search_until + opts.shrink_s, router=opts.router,
-                   stop_file=opts.stop_file, shrink_s=opts.shrink_s)
+                   stop_file=opts.stop_file, shrink_s=opts.shrink_s, shifts=opts.shifts)
 
 
 def _record(summary: Summary, opts: SearchOptions, res: SeedResult, started_after_s: float) -> None:
     summary.seeds_tried += 1
     summary.runs += res.runs
     summary.unsound_runs += res.unsound_runs
+    summary.shift_runs += res.shift_runs
+    summary.fragile_failures += res.fragile
     f = res.found
     if f is None:
         return
     reason = failing_reason(f.outcome, f.signature)
-    path = write_found(opts.out, f.signature, res.seed, opts.bugs, f.original, f.shrunk, reason)
+    path = write_found(opts.out, f.signature, res.seed, opts.bugs, f.original, f.shrunk, reason, opts.shifts)
     when = started_after_s + f.found_after_s
     if summary.time_to_first_failure_s is None or when < summary.time_to_first_failure_s:
         summary.time_to_first_failure_s = when
@@ -78,7 +81,8 @@ def _record(summary: Summary, opts: SearchOptions, res: SeedResult, started_afte
 def run_search(opts: SearchOptions) -> Summary:
     opts.out.mkdir(parents=True, exist_ok=True)
     (opts.out / "work").mkdir(exist_ok=True)
-    summary = Summary(list(opts.bugs), opts.router, opts.settings_label, opts.budget_s, opts.jobs)
+    summary = Summary(list(opts.bugs), opts.router, opts.settings_label, opts.budget_s, opts.jobs,
+                      shifts=opts.shifts)
     start = time.time()
     search_until = start + opts.budget_s
     seeds = _seeds(opts)

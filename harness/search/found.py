@@ -32,7 +32,7 @@ def _file_name(sig: Signature, body: str) -> str:
 
 
 def render(sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCase, shrunk: SearchCase,
-           reason: str, path_hint: Path | None = None) -> tuple[str, str]:
+           reason: str, path_hint: Path | None = None, shifts: tuple[float, ...] = ()) -> tuple[str, str]:
     """(file name, source). The name hashes the shrunk scenario, so the same failure found by two seeds is
     one file."""
     names: set[str] = set()
@@ -53,6 +53,8 @@ def render(sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCas
         f"Shrunk: {len(shrunk.faults)} fault(s) on {shrunk.topology} ({shrunk.connector}/{shrunk.transport}, "
         f"settings {shrunk.settings}, run seed {shrunk.run_seed}); the original: {len(original.faults)} "
         f"fault(s) on {original.topology}.",
+        *([f"Robust: it fails the same way with the fault schedule shifted by "
+           f"{', '.join(f'{x:g}' for x in shifts)} s."] if shifts else []),
         "",
         "Replay (simulated time, the same verdict):",
         f"    {replay_command(path, shrunk, 'sim')}",
@@ -79,10 +81,10 @@ def render(sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCas
 
 
 def write_found(out_dir: Path, sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCase,
-                shrunk: SearchCase, reason: str) -> Path:
+                shrunk: SearchCase, reason: str, shifts: tuple[float, ...] = ()) -> Path:
     folder = out_dir / "found"
     folder.mkdir(parents=True, exist_ok=True)
-    name, text = render(sig, seed, bugs, original, shrunk, reason, folder)
+    name, text = render(sig, seed, bugs, original, shrunk, reason, folder, shifts)
     path = folder / name
     path.write_text(text)
     return path

@@ -6,6 +6,12 @@ when the case fails with the signature being shrunk (the first failure's first s
 case Hypothesis keeps fails the same way. We record each failing case as Hypothesis finds it: the last one
 recorded is the smallest so far, which survives a budget that runs out mid-shrink. No example database
 (`database=None`) and an explicit seed: the same seed draws the same cases.
+
+A failure counts only when it is robust: the case also fails the same way with its whole fault schedule
+shifted later by each of `SeedJob.shifts` (a fraction of a probe interval) against the load and the probes.
+Simulated time carries a schedule out at exactly the same phase every run; real time does not, and a failure
+that needs one phase (a crash landing just before a probe, the third failure opening a breaker just before a
+retry) is gone when the case is replayed in real time. A fragile failure is counted and set aside.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 
-from harness.search.case import SearchCase
+from harness.search.case import SearchCase, shifted
 from harness.search.execute import RunOutcome, run_case
 from harness.search.signature import Signature
 from harness.search.strategies import Space, search_cases
@@ -48,6 +54,8 @@ class SeedJob:
     # Shrinking also stops this long after the failure was found (with `stop_file`: the search ends with
     # that shrink, so the budget's end is no reason to go on).
     shrink_s: float = float("inf")
+    # Seconds the fault schedule is also run shifted by: a failure must show at each (see the module doc).
+    shifts: tuple[float, ...] = (0.1, 0.2)
 
 
 @dataclass
@@ -66,9 +74,26 @@ class SeedResult:
     seed: int
     runs: int = 0
     unsound_runs: int = 0
+    # Failures gone with the schedule shifted (set aside) and the runs their checks took.
+    fragile: int = 0
+    shift_runs: int = 0
     wall_s: float = 0.0
     found: Found | None = None
     stopped: str = "exhausted"
+
+
+def robust_signatures(case: SearchCase, wanted: list[Signature], job: SeedJob,
+                      res: SeedResult) -> list[Signature]:
+    """Those of `wanted` the case also fails with at each of the job's shifts (stops at the first shift that
+    leaves none)."""
+    kept = list(wanted)
+    for by_s in job.shifts:
+        if not kept:
+            break
+        outcome = run_case(shifted(case, by_s), job.bugs, job.work_dir, job.router)
+        res.shift_runs += 1
+        kept = [s for s in kept if outcome.sound and s in outcome.signatures]
+    return kept
 
 
 def search_seed(job: SeedJob) -> SeedResult:
@@ -98,8 +123,13 @@ def search_seed(job: SeedJob) -> SeedResult:
         if not outcome.sound:
             res.unsound_runs += 1
             return
-        if target is None and outcome.signatures:
-            target = outcome.signatures[0]
+        wanted = outcome.signatures if target is None else [target] if target in outcome.signatures else []
+        robust = robust_signatures(case, wanted, job, res)
+        if wanted and not robust:
+            res.fragile += 1
+            return
+        if target is None and robust:
+            target = robust[0]
             state["target"] = target
             if job.stop_file is not None:
                 job.stop_file.touch()

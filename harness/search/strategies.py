@@ -114,10 +114,14 @@ MAX_OPEN_S = 2.0
 def breakers(space: Space | None = None) -> st.SearchStrategy[Breaker | None]:
     # A long open period (LONG_OPEN_S) outlasts any run: only a re-admission at promotion brings the worker
     # back before it ends (`search_cases` keeps it only for schedules whose faults the probes see).
+    # No breaker first, even where the catching scenarios run one: the branches are drawn alike either way,
+    # and the shrinker then drops a breaker the failure does not need. One that only opens on the first few
+    # failures makes a case hang on the order those failures come in, which real time does not keep.
     some = st.builds(Breaker, failures=st.integers(2, 5),
                      open_s=st.sampled_from([0.5, 1.0, MAX_OPEN_S, LONG_OPEN_S]))
     if space is not None and space.favour_breaker:
-        return st.one_of(some, st.none())
+        # Two draws in three have one.
+        return st.one_of(st.none(), some, some)
     return st.one_of(st.none(), some)
 
 

@@ -32,13 +32,17 @@ class Summary:
     seeds_tried: int = 0
     runs: int = 0
     unsound_runs: int = 0
+    # Failures set aside because the schedule shifted did not fail the same way, and the runs that told.
+    fragile_failures: int = 0
+    shift_runs: int = 0
+    shifts: tuple[float, ...] = ()
     wall_s: float = 0.0
     time_to_first_failure_s: float | None = None
     found: list[FoundEntry] = field(default_factory=list)
 
     @property
     def runs_per_s(self) -> float:
-        return round(self.runs / self.wall_s, 2) if self.wall_s > 0 else 0.0
+        return round((self.runs + self.shift_runs) / self.wall_s, 2) if self.wall_s > 0 else 0.0
 
     @property
     def signatures(self) -> list[str]:
@@ -55,6 +59,9 @@ class Summary:
             "seeds_tried": self.seeds_tried,
             "runs": self.runs,
             "unsound_runs": self.unsound_runs,
+            "shift_runs": self.shift_runs,
+            "shifts_s": list(self.shifts),
+            "fragile_failures": self.fragile_failures,
             "wall_s": round(self.wall_s, 3),
             "runs_per_s": self.runs_per_s,
             "seeds_per_s": round(self.seeds_tried / self.wall_s, 3) if self.wall_s > 0 else 0.0,
@@ -76,8 +83,10 @@ class Summary:
         lines = [
             f"pdchaos search: bugs {', '.join(self.bugs) or 'none'}; router {self.router}; settings "
             f"{self.settings}",
-            f"  seeds tried {self.seeds_tried}, runs {self.runs} ({d['runs_per_s']}/s, "
-            f"{self.unsound_runs} unsound), wall {d['wall_s']} s, jobs {self.jobs}",
+            f"  seeds tried {self.seeds_tried}, runs {self.runs} + {self.shift_runs} shifted "
+            f"({d['runs_per_s']}/s, {self.unsound_runs} unsound), wall {d['wall_s']} s, jobs {self.jobs}",
+            f"  fragile failures set aside {self.fragile_failures} (gone with the schedule shifted by "
+            f"{', '.join(f'{x:g}' for x in self.shifts) or '-'} s)",
             f"  failures found {len(self.found)}, distinct signatures {len(self.signatures)}, time to first "
             f"failure {'-' if ttff is None else f'{ttff} s'}",
         ]

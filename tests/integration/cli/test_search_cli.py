@@ -34,6 +34,9 @@ def _main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str
         (["search", "--seeds", "0"], "--seeds must be at least 1"),
         (["search", "--max-side", "9"], "--max-side must be within 1..8"),
         (["search", "--router", "smg==1.0"], "runs the reference router only"),
+        (["search", "--shifts", "0.1,later"], "--shifts takes seconds separated by commas"),
+        (["search", "--shifts", "0"], "each shift must be within (0, 5] seconds"),
+        (["search", "--shifts", "9"], "each shift must be within (0, 5] seconds"),
     ],
 )
 def test_bad_arguments_exit_3_with_one_line(
