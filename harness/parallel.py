@@ -33,8 +33,9 @@ from typing import Any
 from harness.cell_worker import CellJob, CellWorker, WorkerError, run_job
 from harness.result import ScenarioResult
 from harness.routers import RouterAdapter
-from harness.runner import Cell, cell_dir_name, expand_matrix, update_latest
-from harness.scenario import Scenario
+from harness.runner import Cell, cell_dir_name, expand_matrix, read_cell_result, update_latest
+from harness.scenario import At, Scenario
+from harness.topology import parse_topology
 
 
 def check_jobs(n: int) -> int:
@@ -44,10 +45,17 @@ def check_jobs(n: int) -> int:
     return n
 
 
-async def run_cells(jobs: Sequence[CellJob], n: int = 1, progress: Any = None) -> list[ScenarioResult]:
+async def run_cells(jobs: Sequence[CellJob], n: int = 1, progress: Any = None,
+                    reuse: bool = False) -> list[ScenarioResult]:
     """Run every job, at most `n` at once; results in the order of `jobs`. With n == 1 the cells run one
-    after the other in this process, exactly as a plain sequence of `run_scenario` calls."""
+    after the other in this process, exactly as a plain sequence of `run_scenario` calls. `reuse`: a job
+    whose folder already holds this cell's judged result (`runner.read_cell_result`) is not run again."""
     check_jobs(n)
+    if reuse:
+        kept = {i: r for i, j in enumerate(jobs)
+                if (r := read_cell_result(j.out_dir, j.scenario.name, j.cell, j.world)) is not None}
+        ran = iter(await run_cells([j for i, j in enumerate(jobs) if i not in kept], n, progress))
+        return [kept[i] if i in kept else next(ran) for i in range(len(jobs))]
     if n == 1 or len(jobs) <= 1:
         return [await run_job(job, progress) for job in jobs]
     sims = sum(1 for j in jobs if j.world == "sim")
@@ -78,14 +86,35 @@ async def run_cells(jobs: Sequence[CellJob], n: int = 1, progress: Any = None) -
             await pool.close()
 
 
+def expected_s(job: CellJob) -> float:
+    """A rough length of the cell, to start long ones first: its load (kept on after the last timed step
+    for `after_heal_s`) plus a start-up share per engine."""
+    s, w = job.scenario, job.scenario.workload
+    timed = [st.when.t for st in s.timeline if isinstance(st.when, At)]
+    load = max(w.duration_s, s.min_duration_s, max(timed, default=0.0) + (w.after_heal_s or 0.0))
+    shape = parse_topology(job.cell.topology)
+    return load + STARTUP_PER_ENGINE_S * (shape.prefills + shape.decodes)
+
+
+# What one more engine adds to a real cell's start-up and teardown on a small machine (measured: a 1p1d cell
+# starts serving in about 1.4 s, a loaded 2p1d one in about 3 s).
+STARTUP_PER_ENGINE_S = 0.5
+
+
 def spread(jobs: Sequence[CellJob]) -> list[int]:
     """The order to start jobs in: one cell of each scenario in turn. Cells of one scenario run the same
     timeline, so side by side they would restart, respawn and load their engines at the same moments, and
-    those bursts of process start-ups are what a real cell's timing checks feel on a small machine."""
+    those bursts of process start-ups are what a real cell's timing checks feel on a small machine.
+
+    Within that, the longest first (`expected_s`): scenarios by their longest cell, a scenario's cells by
+    length. A long cell started last would run on alone after every other one ended, and the whole run
+    would wait for it."""
     by_scenario: dict[str, list[int]] = {}
     for i, job in enumerate(jobs):
         by_scenario.setdefault(job.scenario.name, []).append(i)
-    queues = list(by_scenario.values())
+    length = [expected_s(j) for j in jobs]
+    queues = [sorted(q, key=lambda i: -length[i]) for q in by_scenario.values()]
+    queues.sort(key=lambda q: -length[q[0]])
     out: list[int] = []
     while any(queues):
         for q in queues:
@@ -163,6 +192,7 @@ async def run_suite(
     settings: str | None = None,
     check_determinism: bool = False,
     jobs: int = 1,
+    reuse: bool = False,
 ) -> list[ScenarioResult]:
     """Run every cell into `out_dir/<scenario>__<cell>/`, at most `jobs` at once (`harness.parallel`;
     results in cell order whatever `jobs` is), and point `out_dir/../latest` at out_dir.
@@ -183,4 +213,4 @@ async def run_suite(
                 world=world, settings=settings, check_determinism=check_determinism)
         for s, cell in cells
     ]
-    return await run_cells(work, jobs, progress)
+    return await run_cells(work, jobs, progress, reuse=reuse)

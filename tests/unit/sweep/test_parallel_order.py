@@ -11,11 +11,12 @@ import pytest
 from harness.jobs import default_jobs, jobs_arg
 from harness.parallel import CellJob, spread
 from harness.runner import Cell
-from harness.scenario import Scenario
+from harness.scenario import Scenario, Workload
 
 
-def job(name: str, i: int) -> CellJob:
-    return CellJob(Scenario(name=name, description="d"), Cell("1p1d", "mooncake", "http"), Path(f"/x/{i}"))
+def job(name: str, i: int, seconds: float = 4.0, topology: str = "1p1d") -> CellJob:
+    scenario = Scenario(name=name, description="d", workload=Workload(duration_s=seconds))
+    return CellJob(scenario, Cell(topology, "mooncake", "http"), Path(f"/x/{i}"))
 
 
 def test_cells_of_one_scenario_do_not_start_side_by_side() -> None:
@@ -23,6 +24,13 @@ def test_cells_of_one_scenario_do_not_start_side_by_side() -> None:
     assert spread(jobs) == [0, 3, 4, 1, 5, 2]
     assert sorted(spread(jobs)) == list(range(len(jobs)))
     assert spread([]) == []
+
+
+def test_the_longest_cells_start_first() -> None:
+    jobs = [job("short", 0, 3.0), job("long", 1, 8.0, "1p1d"), job("long", 2, 8.0, "2p2d"),
+            job("mid", 3, 6.0)]
+    # The long scenario first (its 2p2d cell before its 1p1d one), then the others by length, in turns.
+    assert spread(jobs) == [2, 3, 0, 1]
 
 
 def test_the_default_is_one_per_cpu_within_bounds() -> None:
