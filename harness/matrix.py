@@ -27,7 +27,7 @@ from harness.parallel import run_suite
 from harness.routers import RouterAdapter, RouterAdapterError, make_router_adapter
 from harness.routers.gateways.adapters import GatewayAdapter
 from harness.runner import Cell, expand_matrix
-from harness.scenario import Scenario
+from harness.scenario import Scenario, apply_preset, preset
 
 _USAGE = """Run scenarios against several routers and write the comparison report.
 
@@ -35,6 +35,13 @@ _USAGE = """Run scenarios against several routers and write the comparison repor
     pdchaos matrix --router smg==latest                       newest smg only
     pdchaos matrix --router smg==1.13.0 --router smg==1.12.0 --router vllm-router
     pdchaos matrix --compare-only runs/compare-X              re-render compare.* of a matrix
+    pdchaos matrix --router smg==1.13.0 --out runs/m --resume   go on with an interrupted matrix
+    pdchaos matrix --router smg==1.13.0 --settings production   the gateway's own defaults (long cells)
+
+`--settings production` runs every router at the settings its users have (60 s probes, 3 failures / 2
+successes, breaker 10 failures / 60 s open, vLLM's 480 s KV transfer timeout) and stretches each scenario's
+timeline to match (x600): cells take tens of minutes each. `--resume` reruns a matrix into its own folder
+and runs only the cells that have no verdict there yet.
 
 Exit codes as `pdchaos run`: 0 every cell passed, 1 a cell failed, 2 unknown, 3 usage error. Skipped cells
 (a router that cannot run them) are neither.
@@ -80,7 +87,8 @@ class RouterPlan:
 
 
 def plan_router(
-    spec: str | RouterAdapter, pairs: Sequence[tuple[Scenario, Cell]], label: str | None = None
+    spec: str | RouterAdapter, pairs: Sequence[tuple[Scenario, Cell]], label: str | None = None,
+    settings: str | None = None,
 ) -> RouterPlan:
     adapter = make_router_adapter(spec)
     plan = RouterPlan(spec if isinstance(spec, str) else adapter.name, adapter, label or adapter.name)
@@ -93,7 +101,8 @@ def plan_router(
             continue
         plan.run.append((s, cell))
         if isinstance(adapter, GatewayAdapter):
-            for a in adapter.adjustments(s.router):
+            router = s.router if settings is None else apply_preset(s, preset(settings)).router
+            for a in adapter.adjustments(router):
                 adjust.setdefault(a, None)
     plan.adjustments = list(adjust)
     return plan
@@ -146,10 +155,13 @@ async def run_matrix(
     seed: int = 0,
     progress: bool = True,
     jobs: int = 1,
+    settings: str | None = None,
+    resume: bool = False,
 ) -> dict[str, list[Any]]:
     """Run every cell against every router, `jobs` cells at once (one router after the other: two gateway
     releases never share the machine's attention in one comparison); returns results by router label and
-    writes matrix.json and the comparison report into out_dir."""
+    writes matrix.json and the comparison report into out_dir. `settings`: a preset for every cell (None:
+    scaled). `resume`: cells already judged in out_dir are taken as they are."""
     from reports import write_reports
     from reports.compare import write_comparison
 
@@ -157,9 +169,9 @@ async def run_matrix(
     out.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - local folder, once per matrix
     started = time.time()
     pairs = expand_matrix(scenarios, topologies, connectors, transports)
-    plans = [plan_router(r, pairs) for r in routers]
+    plans = [plan_router(r, pairs, settings=settings) for r in routers]
     unique_labels(plans)
-    extra = {"scenarios": [s.name for s in scenarios], "seed": seed,
+    extra = {"scenarios": [s.name for s in scenarios], "seed": seed, "settings": settings or "scaled",
              "cells": [{"scenario": s.name, "cell": c.label} for s, c in pairs]}
     write_matrix(out, plans, started, extra)
     results: dict[str, list[Any]] = {}
@@ -170,7 +182,8 @@ async def run_matrix(
         sub = out / router_dir_name(p.label)
         results[p.label] = await run_suite(
             [s for s, _ in p.run], p.run, sub, router=p.adapter, seed=seed,
-            progress=_Lines(p.label, len(p.run)) if progress else None, jobs=jobs,
+            progress=_Lines(p.label, len(p.run)) if progress else None, jobs=jobs, settings=settings,
+            reuse=resume,
         )
         write_reports(results[p.label], sub)
         write_matrix(out, plans, started, extra)
@@ -218,9 +231,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--jobs", type=jobs_arg, default=None, metavar="N", help=JOBS_HELP)
+    p.add_argument("--settings", choices=("scaled", "production"), default="scaled",
+                   help="settings preset of every cell: scaled (default: short probes, seconds per cell) or "
+                   "production (each gateway's own defaults; tens of minutes per cell)")
+    p.add_argument("--resume", action="store_true",
+                   help="go on with the matrix in --out: cells already judged there are not run again")
     p.add_argument("--compare-only", type=Path, metavar="MATRIX_DIR",
                    help="only re-render compare.json/html/md of a finished (or partial) matrix folder")
     return p
+
+
+def _out_problem(out: Path, args: argparse.Namespace) -> str | None:
+    """Why the matrix cannot write into `out` (None: it can)."""
+    if args.resume:
+        if args.out is None:
+            return "--resume needs --out: the folder of the matrix to go on with"
+        try:
+            doc = json.loads((out / MATRIX_JSON).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            return f"--resume: {out} holds no readable {MATRIX_JSON} ({type(e).__name__})"
+        for key, value in (("seed", args.seed), ("settings", args.settings)):
+            if doc.get(key, "scaled" if key == "settings" else None) != value:
+                return (f"--resume: {out} was run with {key} {doc.get(key)!r}, not {value!r}: its cells "
+                        "would not be comparable")
+        return None
+    if out.exists() and any(out.iterdir()):
+        return f"{out} exists and is not empty (--resume goes on with it)"
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -249,8 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     out = args.out or Path("runs") / ("compare-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime())
                                       + "-" + uuid.uuid4().hex[:6])
-    if out.exists() and any(out.iterdir()):
-        print(f"pdchaos: error: {out} exists and is not empty", file=sys.stderr)
+    problem = _out_problem(out, args)
+    if problem:
+        print(f"pdchaos: error: {problem}", file=sys.stderr)
         return 3
     try:
         asyncio.run(run_matrix(
@@ -258,13 +296,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             [args.connector] if args.connector else None,
             [args.transport] if args.transport else None,
             seed=args.seed, progress=not args.no_progress, jobs=args.jobs or default_jobs(),
+            settings=None if args.settings == "scaled" else args.settings, resume=args.resume,
         ))
     except RouterAdapterError as e:
         print(f"pdchaos: error: {e}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
         print("pdchaos: interrupted; partial comparison: pdchaos matrix --compare-only "
-              f"{out}", file=sys.stderr)
+              f"{out}; go on with the same command and --out {out} --resume", file=sys.stderr)
         return 2
     comp = load_comparison(out)
     print(markdown_table(comp))

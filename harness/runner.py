@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -170,7 +171,7 @@ async def run_scenario(
     if progress is not None and hasattr(progress, "finish"):
         with contextlib.suppress(Exception):
             progress.finish(out, overall.status)
-    return ScenarioResult(
+    result = ScenarioResult(
         scenario=scenario.name,
         description=scenario.description,
         bugs=list(scenario.bugs),
@@ -196,6 +197,31 @@ async def run_scenario(
         log_dir=out / "logs",
         notes=notes,
     )
+    write_cell_result(result, out)
+    return result
+
+
+# The finished cell's result, written last: a rerun that may reuse judged cells (`pdchaos matrix --resume`)
+# reads it back. A cell interrupted before its verdict has none and runs again.
+CELL_RESULT = "result.json"
+
+
+def write_cell_result(result: ScenarioResult, out: Path) -> None:
+    tmp = out / (CELL_RESULT + ".tmp")
+    tmp.write_text(json.dumps(result.to_dict(base=out), indent=1) + "\n", encoding="utf-8")
+    tmp.replace(out / CELL_RESULT)
+
+
+def read_cell_result(out: Path, scenario: str, cell: Cell, world: str) -> ScenarioResult | None:
+    """The judged result of this very cell in `out` (None: none, unreadable, or another cell's)."""
+    try:
+        data = json.loads((out / CELL_RESULT).read_text(encoding="utf-8"))
+        result = ScenarioResult.from_dict(data, base=out)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    same = (result.scenario, result.topology, result.connector, result.transport, result.world) == (
+        scenario, cell.topology, cell.connector, cell.transport, world)
+    return result if same else None
 
 
 async def _replay_verdict(scenario: Scenario, topo: Topology, router: str, seed: int, run_id: str,
@@ -277,7 +303,8 @@ def _broken_history(out: Path, s: Scenario, topology: str, connector: str, trans
 def _clear_previous_run(out: Path) -> None:
     """A cell folder reused by a new run: engines append to their records files and the router to its events
     file, so an old run's records would be judged again. Remove them (logs get fresh names anyway)."""
-    for stale in [*sorted((out / "engines").glob("*.records.jsonl")), out / "router-events.jsonl"]:
+    for stale in [*sorted((out / "engines").glob("*.records.jsonl")), out / "router-events.jsonl",
+                  out / CELL_RESULT]:
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
 

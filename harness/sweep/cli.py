@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the cells, the cells left out and why, and every cluster manifest and action")
     p.add_argument("--json", action="store_true", help="with --dry-run: one JSON document")
     p.add_argument("--out", type=Path, metavar="DIR", help="default: runs/sweep-<name>-<timestamp-id>")
+    p.add_argument("--resume", action="store_true",
+                   help="go on with the sweep in --out: cells already judged there are not run again")
     p.add_argument("--compare-only", type=Path, metavar="SWEEP_DIR",
                    help="compare a finished run or sweep folder with --baseline; run nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
@@ -101,8 +103,10 @@ def _main(args: argparse.Namespace) -> int:
     if not plan.cells:
         raise UsageError(f"sweep {spec.name} has no cell to run ({len(plan.skipped)} left out)")
     out = args.out or Path("runs") / f"sweep-{spec.name}-{_stamp()}"
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"sweep folder {out} already exists and is not empty")
+    if args.resume and (args.out is None or not out.is_dir()):
+        raise UsageError("--resume needs --out: the folder of the sweep to go on with")
+    if not args.resume and out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"sweep folder {out} already exists and is not empty (--resume goes on with it)")
     out.mkdir(parents=True, exist_ok=True)
     return _run(plan, out, jobs, baseline, args)
 
@@ -139,7 +143,7 @@ def _run(plan: Any, out: Path, jobs: int, baseline: Path | None, args: argparse.
         if progress is not None:
             progress.start()
         try:
-            return await run_sweep(plan, out, jobs, progress)
+            return await run_sweep(plan, out, jobs, progress, reuse=args.resume)
         finally:
             if progress is not None:
                 await progress.stop()
@@ -147,7 +151,8 @@ def _run(plan: Any, out: Path, jobs: int, baseline: Path | None, args: argparse.
     try:
         run = asyncio.run(go())
     except KeyboardInterrupt:
-        print(f"pdchaos: interrupted; the cells that finished are under {out}", file=sys.stderr)
+        print(f"pdchaos: interrupted; the cells that finished are under {out} (go on with the same command "
+              f"and --out {out} --resume)", file=sys.stderr)
         return EXIT_BY_STATUS["unknown"]
     write_sweep_json(run)
     _write_reports(run)

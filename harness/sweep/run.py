@@ -54,7 +54,8 @@ def cell_folder(out: Path, cell: SweepCell) -> Path:
     return out / cell.key.group / cell_dir_name(cell.key.scenario, cell.cell)
 
 
-async def run_sweep(plan: SweepPlan, out: Path, jobs: int, progress: Any = None) -> SweepRun:
+async def run_sweep(plan: SweepPlan, out: Path, jobs: int, progress: Any = None,
+                    reuse: bool = False) -> SweepRun:
     run = SweepRun(plan, out, jobs, skipped=list(plan.skipped))
     runnable, adapters = _runnable(plan, run.skipped)
     rid = re.sub(r"[^A-Za-z0-9_-]", "", out.name[-12:]) or "sweep"
@@ -62,7 +63,7 @@ async def run_sweep(plan: SweepPlan, out: Path, jobs: int, progress: Any = None)
                     router=adapters.get(c.router.spec, c.router.spec), seed=plan.spec.seed, run_id=rid,
                     world=c.key.world, settings=c.key.settings)
             for c in runnable]
-    results = await run_cells(work, jobs, progress)
+    results = await run_cells(work, jobs, progress, reuse=reuse)
     run.ran = list(zip(runnable, results, strict=True))
     run.ended_at = time.time()
     return run

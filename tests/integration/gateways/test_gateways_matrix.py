@@ -108,3 +108,43 @@ def test_pdchaos_run_plan_leaves_out_what_the_gateway_cannot_run(
     plan = plan_run(args)
     assert [c.transport for _, c in plan.cells] == ["http"]
     assert "skipping sole_prefill_down 1p1d-nixl-grpc on vllm-router" in capsys.readouterr().err
+
+
+def test_production_settings_need_no_rounding_of_a_gateways_whole_seconds() -> None:
+    pairs = expand_matrix([QUICK], None, None, ["grpc"])
+    smg = SmgRouter("/nonexistent/smg", version="1.13.0", flags=frozenset())
+    scaled = plan_router(smg, pairs)
+    production = plan_router(smg, pairs, settings="production")
+    assert any(a.startswith("health interval") for a in scaled.adjustments)
+    assert not any(a.startswith("health interval") for a in production.adjustments)
+
+
+async def test_resume_takes_judged_cells_and_runs_the_rest(tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    first = await run_matrix([QUICK], ["reference"], out, progress=False)
+    (cell,) = first["reference"]
+    assert cell.cell_dir is not None and (cell.cell_dir / "result.json").is_file()
+    again = await run_matrix([QUICK], ["reference"], out, progress=False, resume=True)
+    (kept,) = again["reference"]
+    assert (kept.status, kept.started_at) == (cell.status, cell.started_at)
+    assert kept.history_path == cell.history_path
+    assert [v.name for v in kept.verdicts] == [v.name for v in cell.verdicts]
+    # A cell with no verdict (interrupted) runs again.
+    (cell.cell_dir / "result.json").unlink()
+    rerun = await run_matrix([QUICK], ["reference"], out, progress=False, resume=True)
+    assert rerun["reference"][0].status == "pass"
+    assert rerun["reference"][0].started_at != cell.started_at
+
+
+def test_cli_resume_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--router", "reference", "--resume"]) == 3
+    assert "--resume needs --out" in capsys.readouterr().err
+    assert main(["--router", "reference", "--resume", "--out", str(tmp_path / "none")]) == 3
+    assert "holds no readable matrix.json" in capsys.readouterr().err
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "matrix.json").write_text(json.dumps({"seed": 0, "settings": "scaled"}))
+    assert main(["--router", "reference", "--resume", "--out", str(done), "--settings", "production"]) == 3
+    assert "was run with settings 'scaled', not 'production'" in capsys.readouterr().err
+    assert main(["--router", "reference", "--resume", "--out", str(done), "--seed", "4"]) == 3
+    assert "was run with seed 0, not 4" in capsys.readouterr().err

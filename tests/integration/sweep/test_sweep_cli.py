@@ -126,6 +126,22 @@ def test_the_dry_run_as_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert any("kill -STOP" in a for a in actions) and any("kill -CONT" in a for a in actions)
 
 
+def test_resume_runs_only_the_cells_without_a_verdict(tmp_path: Path) -> None:
+    out = tmp_path / "s"
+    mini = sweep_file(tmp_path, "mini", MINI)
+    assert sweep(str(mini), "--out", str(out)) == 0
+    results = sorted(out.rglob("result.json"))
+    assert len(results) == 2
+    kept, dropped = results[0], results[1]
+    before = kept.stat().st_mtime_ns
+    dropped.unlink()
+    assert sweep(str(mini), "--out", str(out)) == 3  # not without --resume
+    assert sweep(str(mini), "--out", str(out), "--resume") == 0
+    assert kept.stat().st_mtime_ns == before and dropped.is_file()
+    doc = json.loads((out / "report.json").read_text())
+    assert len(doc["results"]) == 2 and {r["status"] for r in doc["results"]} == {"pass"}
+
+
 def test_run_with_jobs_in_simulated_time(tmp_path: Path) -> None:
     out = tmp_path / "r"
     code = main(["run", "sole_prefill_down", "--topology", "1p1d", "--transport", "http", "--world", "sim",
@@ -144,6 +160,7 @@ def test_run_with_jobs_in_simulated_time(tmp_path: Path) -> None:
         ["sweep", "ci-regression", "--baseline", "/nowhere"],
         ["run", "--jobs", "zero"],
         ["matrix", "--jobs", "-1"],
+        ["sweep", "ci-regression", "--resume"],
     ],
 )
 def test_usage_errors_exit_3(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
