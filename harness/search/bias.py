@@ -35,7 +35,7 @@ from harness.scenario import (
 from harness.scenario.bugs import SWITCHES
 from harness.scenario.presets import SCALED_ENGINES, SCALED_ROUTER
 from harness.search.case import Breaker, Load
-from harness.search.faults import KINDS, FaultSpec
+from harness.search.faults import KINDS, LONG_GRACE_S, FaultSpec
 from harness.search.strategies import Space
 from harness.topology import parse_topology
 
@@ -148,6 +148,8 @@ def _params(a: Any, kind: str) -> tuple[tuple[str, Any], ...]:
         return (("cycles", a.cycles),)
     if kind == "patch_worker":
         return (("priority", int(a.body.get("priority", 1))),)
+    if kind == "graceful_stop":
+        return (("long_grace", a.grace_s >= LONG_GRACE_S),)
     return ()
 
 

@@ -19,6 +19,11 @@ from harness.topology import parse_topology
 # own setting): a request held by a fault is an error, never a lost request, on a correct router.
 REQUEST_TIMEOUT_S = 2.0
 CLIENT_DEADLINE_S = 6.0
+# The engines' KV transfer timeout: half the router's request timeout, so that a decode's pull that cannot
+# succeed (a prefill gone, a stale id) ends as a timed-out transfer in the engine's records before the router
+# gives the request up (with the scaled 2 s both end together, and the engine records only an abort). A
+# scenario's own setting: under a preset it scales with the timeline (`apply_preset`).
+TRANSFER_TIMEOUT_S = 1.0
 # Load before the first fault can start: every worker has served some requests.
 LEAD_S = 0.5
 # An identity check interval longer than any run (the shipped reread_fails_at_promotion's): the router
@@ -172,9 +177,10 @@ def recovery_bound_s(settings: str, breaker: Breaker | None, identity_checks: bo
         "health_interval_s", "health_timeout_s", "success_threshold", "identity_check_interval_s")},
         **p.router}
     k = p.time_scale
-    transfer = float(p.engines.get("transfer_timeout_s", SCALED_ENGINES.transfer_timeout_s))
     secs = ((router["success_threshold"] + 1) * router["health_interval_s"] + 2 * router["health_timeout_s"]
-            + ((router["identity_check_interval_s"] or 0.0) if identity_checks else 0.0) + transfer) / k
+            + ((router["identity_check_interval_s"] or 0.0) if identity_checks else 0.0)) / k
+    # The case's own transfer timeout scales with the timeline: the same in scaled seconds at any preset.
+    secs += TRANSFER_TIMEOUT_S
     # A long open period is drawn only for schedules of faults the probes see (`readmit_only`): the worker's
     # promotion closes its breaker, so the period never delays recovery on a correct router.
     held_out = breaker.open_s if breaker is not None and breaker.open_s < LONG_OPEN_S else 0.0
@@ -221,9 +227,10 @@ def router_settings(case: SearchCase) -> RouterSettings:
 
 
 def engine_settings(case: SearchCase) -> EngineSettings:
+    engines = replace(SCALED_ENGINES, transfer_timeout_s=TRANSFER_TIMEOUT_S)
     if case.kv_abort_s is None:
-        return SCALED_ENGINES
-    return replace(SCALED_ENGINES, kv_abort_timeout_s=case.kv_abort_s)
+        return engines
+    return replace(engines, kv_abort_timeout_s=case.kv_abort_s)
 
 
 def to_scenario(case: SearchCase, name: str, expect: tuple[Expect, ...], bugs: tuple[str, ...] = (),

@@ -59,6 +59,7 @@ from harness.search.faults import (
     FaultSpec,
     effective_windows,
     step_name,
+    stop_grace_s,
 )
 from harness.topology import parse_topology
 
@@ -327,9 +328,8 @@ def _drain_handoff(case: SearchCase, ws: Sequence[Window]) -> list[Expect]:
             continue
         stall = (f.kind == "wedge" and f.param.get("surface") == "generate" and f.target.startswith("decode")
                  and f.length_s <= SHORT_STALL_S)
-        # The grace (half the outage) must outlast every stall from each stop's start on, with a second to
-        # pull.
-        if not stall or any(w.end + SLACK_S > s.start + s.fault.length_s / 2 for s in stops):
+        # The grace must outlast every stall from each stop's start on, with a second to pull.
+        if not stall or any(w.end + SLACK_S > s.start + stop_grace_s(s.fault) for s in stops):
             return []
     return [Expect("handoff_strict", {"excuse_kinds": ["respawn"], "grace_s": bound_of(case),
                                       "excuse_in_flight": False})]

@@ -65,6 +65,14 @@ HOLDING_KINDS: tuple[str, ...] = (
 )
 # Gap kept after a healed fault before the next on its engine (or link): the heal/respawn is done first.
 SAME_TARGET_GAP_S = 0.3
+# A graceful stop's grace: half its outage (the process is gone before its respawn), or, with `long_grace`,
+# longer than any outage drawn (as an orchestrator's termination grace: the engine exits once drained).
+LONG_GRACE_S = 3.0
+
+
+def stop_grace_s(f: FaultSpec) -> float:
+    """How long a graceful stop lets its engine drain."""
+    return LONG_GRACE_S if f.param.get("long_grace") else round(f.length_s / 2, 3)
 
 
 @dataclass(frozen=True)
@@ -149,7 +157,7 @@ def _apply_action(f: FaultSpec) -> Any:
         # Exits within the outage, so the respawn finds the process gone.
         return Die(t, exit_after_s=round(length / 2, 3))
     if f.kind == "graceful_stop":
-        return GracefulStop(t, grace_s=round(length / 2, 3))
+        return GracefulStop(t, grace_s=stop_grace_s(f))
     if f.kind == "freeze":
         return Wedge(t, mode="sigstop")
     if f.kind == "wedge":

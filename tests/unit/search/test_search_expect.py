@@ -155,7 +155,7 @@ CAUGHT = [
         FaultSpec("restart", "prefill-0", 1.0, 1.0), FaultSpec("fail_server_info", "prefill-0", 2.0, 1.5))),
      "recovery"),
     ("shutdown_drops_pulls", SearchCase(topology="1p2d", load=Load(rate_rps=50.0), faults=(
-        FaultSpec("graceful_stop", "prefill-0", 1.3, 2.0),)), "transfer_timeout"),
+        FaultSpec("graceful_stop", "prefill-0", 1.3, 2.0),)), "handoff_strict"),
     ("no_outlier_ejection", SearchCase(topology="1p2d", breaker=Breaker(2, 1.0), load=Load(concurrency=2),
                                        faults=(FaultSpec("wedge", "decode-0", 1.0, 4.0, params=GENERATE),)),
      "availability"),
