@@ -15,6 +15,7 @@ import time
 import uuid
 import zipfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -44,6 +45,14 @@ def tokenizer_zip() -> bytes:
     return buf.getvalue()
 
 
+def write_model_dir(path: Path) -> Path:
+    """The stub's tokenizer files as a local model folder (for `StubState.model_dir`)."""
+    path.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(io.BytesIO(tokenizer_zip())) as zf:
+        zf.extractall(path)
+    return path
+
+
 @dataclass
 class StubState:
     """Behaviour knobs and records shared by both transports."""
@@ -64,6 +73,9 @@ class StubState:
     output_text: str = ""
     started_at: float = field(default_factory=time.monotonic)
     nixl_port: int = 5600
+    # A local folder holding the stub's tokenizer (`write_model_dir`), reported as `GetModelInfo.model_path`
+    # as vLLM reports its model folder; None: a path that is no folder (a gateway then tries to fetch it).
+    model_dir: str | None = None
     received: list[dict[str, Any]] = field(default_factory=list)
     probes: int = 0
     server_info_calls: int = 0
@@ -148,7 +160,9 @@ class HttpStubEngine:
         return web.Response(status=200 if self.state.healthy else 503)
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.state.model, "object": "model"}]})
+        # `owned_by: vllm` as vLLM says it: smg tells a vLLM worker from a generic OpenAI server by it.
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.state.model, "object": "model", "owned_by": "vllm"}]})
 
     async def _query(self, request: web.Request) -> web.Response:
         self.state.server_info_calls += 1
@@ -224,9 +238,10 @@ class _Servicer(vllm_engine_pb2_grpc.VllmEngineServicer):  # type: ignore[misc]
         )
 
     async def GetModelInfo(self, request: Any, context: Any) -> Any:
+        path = self.state.model_dir or "stub/not-a-local-folder"
         return vllm_engine_pb2.GetModelInfoResponse(
-            model_path="stub/not-a-local-folder", served_model_name=self.state.model, is_generation=True,
-            vocab_size=256, max_context_length=4096,
+            model_path=path, tokenizer_path=self.state.model_dir or "", served_model_name=self.state.model,
+            is_generation=True, vocab_size=256, max_context_length=4096,
         )
 
     async def GetTokenizer(self, request: Any, context: Any) -> Any:
