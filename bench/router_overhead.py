@@ -57,7 +57,8 @@ from harness.routers import RouterAdapter, RouterAdapterError, make_router_adapt
 from harness.routers.gateways import GATEWAYS, GatewayAdapter, ReleaseCache
 from harness.scenario import RouterSettings, Scenario
 from harness.topology import Topology, allocate
-from harness.worlds.real.processes import ManagedProcess, ProcessSupervisor, log_tail
+from harness.worlds.real.processes import ProcessSupervisor
+from harness.worlds.real.world import wait_router_serving
 from pdchaos.ports import free_port
 from reference_router.stub_engines import GrpcStubEngine, HttpStubEngine, StubState, write_model_dir
 
@@ -174,25 +175,6 @@ async def wait_routable(session: aiohttp.ClientSession, url: str, timeout_s: flo
     raise TimeoutError(f"no completion through the router within {timeout_s:g} s ({last})")
 
 
-async def wait_router(
-    adapter: RouterAdapter, proc: ManagedProcess, session: aiohttp.ClientSession, topo: Topology
-) -> None:
-    """The adapter's readiness check (smg registers its HTTP workers there), cut short if the router exits."""
-    ready = asyncio.create_task(adapter.wait_ready(session, topo, ROUTER_READY_TIMEOUT_S))
-    exited = asyncio.create_task(proc.wait(ROUTER_READY_TIMEOUT_S + 1.0))
-    try:
-        done, _ = await asyncio.wait({ready, exited}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in (ready, exited):
-            if not t.done():
-                t.cancel()
-    if ready in done:
-        ready.result()
-        return
-    tail = " | ".join(log_tail(proc.log_path).strip().splitlines()[-3:])
-    raise RuntimeError(f"router exited with code {proc.returncode} before serving: {tail}")
-
-
 async def run_cell(
     sup: ProcessSupervisor,
     adapter: RouterAdapter,
@@ -227,7 +209,7 @@ async def run_cell(
                                ready_timeout_s=ROUTER_READY_TIMEOUT_S)
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
         async with aiohttp.ClientSession(timeout=timeout) as s:
-            await wait_router(adapter, proc, s, rtopo)
+            await wait_router_serving(adapter, proc, s, rtopo, ROUTER_READY_TIMEOUT_S)
             await wait_routable(s, router_url, ROUTABLE_TIMEOUT_S)
             await paired_latency(s, direct_url, router_url, WARMUP_REQUESTS)
             direct, routed = await paired_latency(s, direct_url, router_url, args.requests)

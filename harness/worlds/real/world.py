@@ -128,21 +128,8 @@ class RealWorld(World):
         emit(e.RouterUp(has_events=self.router.has_events))
 
     async def _wait_router(self, proc: ManagedProcess) -> None:
-        """The adapter's readiness check, cut short when the router process exits first."""
         assert self.http is not None
-        ready = asyncio.create_task(self.router.wait_ready(self.http, self.topo, ROUTER_READY_TIMEOUT_S))
-        exited = asyncio.create_task(proc.wait(ROUTER_READY_TIMEOUT_S + 1.0))
-        try:
-            done, _ = await asyncio.wait({ready, exited}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in (ready, exited):
-                if not t.done():
-                    t.cancel()
-        if ready in done:
-            ready.result()
-            return
-        tail = log_tail(proc.log_path).strip().splitlines()[-5:]
-        raise RuntimeError(f"router exited with code {proc.returncode} before serving: {' | '.join(tail)}")
+        await wait_router_serving(self.router, proc, self.http, self.topo, ROUTER_READY_TIMEOUT_S)
 
     async def _do_PollWorkers(self, cmd: c.PollWorkers, emit: Emit) -> None:
         assert self.http is not None
@@ -228,3 +215,22 @@ class RealWorld(World):
             emit(e.HandoffsCollected(tuple(records), error=str(exc)))
             return
         emit(e.HandoffsCollected(tuple(records)))
+
+
+async def wait_router_serving(router: RouterAdapter, proc: ManagedProcess, http: aiohttp.ClientSession,
+                              topo: Topology, timeout_s: float) -> None:
+    """The adapter's readiness check (a gateway's workers are registered there), cut short when the router
+    process exits first; RuntimeError with the log's last lines then."""
+    ready = asyncio.create_task(router.wait_ready(http, topo, timeout_s))
+    exited = asyncio.create_task(proc.wait(timeout_s + 1.0))
+    try:
+        done, _ = await asyncio.wait({ready, exited}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (ready, exited):
+            if not t.done():
+                t.cancel()
+    if ready in done:
+        ready.result()
+        return
+    tail = log_tail(proc.log_path).strip().splitlines()[-5:]
+    raise RuntimeError(f"router exited with code {proc.returncode} before serving: {' | '.join(tail)}")
