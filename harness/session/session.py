@@ -692,6 +692,12 @@ class ScenarioSession:
         flap = self._flaps.get(ev.fault)
         assert self.ledger is not None
         if flap is None or not self.ledger.is_active(ev.fault):
+            if not ev.enabled and not any(a.target == ev.engine and a.link == ev.link
+                                          for a in self.ledger.active):
+                # The link was healed while this "down" was on its way: the heal ends the flap, so the link
+                # must end up, not cut for the rest of the run by the flap's last word.
+                self._h.note(f"flap {ev.engine}.{ev.link} down after its heal: up again", fault=ev.fault)
+                return [c.SetLinkEnabled(ev.fault, ev.engine, ev.link, True)]
             return []
         flap.in_flight = False
         if flap.toggles:

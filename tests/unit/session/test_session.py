@@ -20,6 +20,7 @@ from harness.scenario import (
     EngineSettings,
     Expect,
     Heal,
+    HealLink,
     LinkFlap,
     Partition,
     Respawn,
@@ -312,6 +313,31 @@ def test_a_flapping_link_toggles_on_time_then_heals_itself() -> None:
     # The flap ends with its last cycle; the partition (a link fault still active) with the run.
     assert [(r["fault"], r["reason"], r["link"]) for r in healed] == [
         ("flap", "flapping ended", "serve"), ("cut", "end of run", "serve")]
+
+
+def test_a_flap_toggle_still_on_its_way_when_the_link_is_healed_leaves_the_link_up() -> None:
+    """Found by `pdchaos search` (no bug switch): a restart held the timeline back, the heal of a flapping
+    link came before its last "down", and that "down", sent just before the heal, cut the link for good."""
+    flap = LinkFlap("prefill-0", down_s=0.4, up_s=0.3, cycles=2)
+    world = World()
+    base = world.__call__
+
+    def respond(cmd: c.Command, now: float) -> Answer:
+        if isinstance(cmd, c.ApplyAction) and isinstance(cmd.action, LinkFlap):
+            applied = e.FaultApplied(cmd.fault, "link_flap", "prefill-0", {"link": "serve"}, link="serve")
+            return [(0.0, applied), (0.1, e.FaultVerified(cmd.fault, True)), (0.1, e.ActionDone(cmd.fault))]
+        if isinstance(cmd, c.SetLinkEnabled):  # a slow toggle: the heal overtakes the "down" one
+            return [(0.3, e.LinkToggled(cmd.fault, cmd.engine, cmd.link, cmd.enabled))]
+        return base(cmd, now)
+
+    # Timeline zero plus: the flap is done at 0.6, "up" is sent at 1.0, "down" at 1.3 (answered at 1.6); the
+    # heal, sent at 1.2, is done at 1.4, while the "down" is on its way.
+    session = _session(_scenario(Step("flap", flap, At(0.5)), Step("mend", HealLink("prefill-0"), At(1.2))))
+    trace = drive(session, respond)
+    toggles = [cmd.enabled for _, cmd in trace.of(c.SetLinkEnabled)]
+    assert toggles == [True, False, True]
+    assert any(r["message"] == "flap prefill-0.serve down after its heal: up again"
+               for r in _records(session, "note"))
 
 
 def test_interrupt_tears_down_at_once() -> None:
