@@ -50,7 +50,9 @@ SCENARIOS = [
         # stays Ready for a while and keeps being picked, so several legs are refused: each must be retried.
         router=replace(ROUTER, failure_threshold=3),
         engines=ENGINES,
-        workload=_LOAD,
+        # The load goes on 4 s past the mend: on a machine running several cells at once the router can take
+        # seconds to see the prefill Ready again, and the recovery checker needs the run to last until then.
+        workload=replace(_LOAD, after_heal_s=4.0),
         timeline=(
             Step("cut", Partition("prefill-1", "serve", "down"), At(1.5)),
             Step("mend", HealLink("prefill-1", "serve"), At(3.5)),
