@@ -12,6 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.jobs import default_jobs, jobs_arg
+from harness.search import DEFAULT_EXAMPLES, DEFAULT_SHIFTS_S
+
+_SHIFTS = ",".join(f"{x:g}" for x in DEFAULT_SHIFTS_S)
 
 _USAGE = """\
 Search for fault schedules that break the router: Hypothesis draws cases (topology 1p1d..8p8d, connector,
@@ -55,12 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=None, metavar="N",
                    help="at most N seeds (default: as many as the budget allows)")
     p.add_argument("--first-seed", type=int, default=0, metavar="S", help="seeds S, S+1, ... (default 0)")
-    p.add_argument("--examples", type=int, default=25, metavar="N",
-                   help="cases generated per seed before the next seed (default 25: many short seeds draw "
+    p.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES, metavar="N",
+                   help=f"cases generated per seed before the next seed (default {DEFAULT_EXAMPLES}: many "
+                   "short seeds draw "
                    "more varied cases than a few long ones, whose later cases vary the earlier ones)")
-    p.add_argument("--shifts", default="0.1,0.2", metavar="S,...",
+    p.add_argument("--shifts", default=_SHIFTS, metavar="S,...",
                    help="a failure counts only if the case also fails the same way with its fault schedule "
-                   "shifted later by each of these seconds (default 0.1,0.2: fractions of a probe interval, "
+                   f"shifted later by each of these seconds (default {_SHIFTS}: fractions of a probe "
+                   "interval, "
                    "the phase real time does not keep); 'none' counts every failure")
     p.add_argument("--jobs", type=jobs_arg, default=None, metavar="N",
                    help="seeds searched at once, in worker processes (default: one per CPU, at most 8)")

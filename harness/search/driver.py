@@ -14,6 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.search import DEFAULT_EXAMPLES, DEFAULT_SHIFTS_S
 from harness.search.found import failing_reason, write_found
 from harness.search.seedrun import SeedJob, SeedResult, search_seed
 from harness.search.strategies import Space
@@ -30,8 +31,8 @@ class SearchOptions:
     seeds: int | None = None
     first_seed: int = 0
     jobs: int = 1
-    examples: int = 25
-    shifts: tuple[float, ...] = (0.1, 0.2)
+    examples: int = DEFAULT_EXAMPLES
+    shifts: tuple[float, ...] = DEFAULT_SHIFTS_S
     space: Space = field(default_factory=Space)
     settings_label: str = "scaled"
     # Stop generating once any seed finds a failure (it is still shrunk): time to first failure without

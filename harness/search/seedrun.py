@@ -23,6 +23,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 
+from harness.search import DEFAULT_EXAMPLES, DEFAULT_SHIFTS_S
 from harness.search.case import SearchCase, shifted
 from harness.search.execute import RunOutcome, run_case
 from harness.search.signature import Signature
@@ -43,7 +44,7 @@ class SeedJob:
     bugs: tuple[str, ...]
     work_dir: Path
     space: Space = field(default_factory=Space)
-    max_examples: int = 200
+    max_examples: int = DEFAULT_EXAMPLES
     # time.time() after which no new case is generated, and after which shrinking stops.
     search_until: float = float("inf")
     shrink_until: float = float("inf")
@@ -55,7 +56,7 @@ class SeedJob:
     # that shrink, so the budget's end is no reason to go on).
     shrink_s: float = float("inf")
     # Seconds the fault schedule is also run shifted by: a failure must show at each (see the module doc).
-    shifts: tuple[float, ...] = (0.1, 0.2)
+    shifts: tuple[float, ...] = DEFAULT_SHIFTS_S
 
 
 @dataclass
