@@ -50,6 +50,7 @@ class CellJob:
     world: str = "real"
     settings: str | None = None
     check_determinism: bool = False
+    engines: str = "fake"
 
 
 async def run_job(job: CellJob, progress: Any = None) -> ScenarioResult:
@@ -57,7 +58,7 @@ async def run_job(job: CellJob, progress: Any = None) -> ScenarioResult:
     return await run_scenario(
         job.scenario, job.cell.topology, job.cell.connector, job.cell.transport, job.router, job.out_dir,
         seed=job.seed, progress=progress, run_id=job.run_id, world=job.world, settings=job.settings,
-        check_determinism=job.check_determinism,
+        check_determinism=job.check_determinism, engines=job.engines,
     )
 
 

@@ -127,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
         "or an engine switch (any router); `pdchaos zoo --list` lists them all. The scenarios that guard it "
         "must fail",
     )
+    run.add_argument("--engines", default="fake", metavar="BACKEND",
+                     help="engine backend: fake (the default), vllm (real vLLM on this machine, NIXL over "
+                     "HTTP; `pdchaos engines install vllm` first; one cell at a time unless --jobs says "
+                     "otherwise) or command:FILE (command templates start, kill, pause and resume engines "
+                     "elsewhere; see README). Cells a backend cannot run are skipped with the reason")
     run.add_argument("--check-determinism", action="store_true",
                      help="sim: run each cell twice and require byte-identical histories")
     run.add_argument("--out", type=Path, metavar="DIR",
@@ -158,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("search", help="search fault schedules in simulated time, shrink failures to scenario "
                    "files",
                    description="Fault search (see `pdchaos search --help`).", add_help=False)
+    sub.add_parser("engines", help="install real engine backends (vllm) and show what is installed",
+                   description="Engine backends (see `pdchaos engines --help`).", add_help=False)
     sub.add_parser("sweep", help="run a sweep file (scenarios x cells x routers x worlds x engines) and "
                    "compare it with a baseline", description="Sweeps (see `pdchaos sweep --help`).",
                    add_help=False)
@@ -241,6 +248,39 @@ class RunPlan:
     settings: str = "scaled"
     check_determinism: bool = False
     jobs: int = 1
+    engines: str = "fake"
+
+
+def _check_engines(spec: str, world: str, cells: list[tuple[Any, Any]]) -> tuple[str, list[tuple[Any, Any]]]:
+    """The engine backend's label and the cells it can run; the others are said and left out."""
+    from harness.worlds.real.backends import EngineChoiceError, not_applicable, parse_engines
+
+    try:
+        choice = parse_engines(spec)
+    except EngineChoiceError as e:
+        raise UsageError(str(e)) from None
+    if choice.is_fake:
+        return choice.label, cells
+    if world != "real":
+        raise UsageError("--engines: the simulated world simulates its own engines (real time only)")
+    if choice.kind == "vllm":
+        from harness.vllm import VllmNotInstalled, find_install
+
+        try:
+            find_install()
+        except VllmNotInstalled as e:
+            raise UsageError(str(e)) from None
+    kept = []
+    for s, cell in cells:
+        why = not_applicable(choice, s, cell.connector, cell.transport)
+        if why:
+            print(f"pdchaos: skipping {s.name} {cell.topology}/{cell.connector}/{cell.transport}: {why}",
+                  file=sys.stderr)
+        else:
+            kept.append((s, cell))
+    if not kept:
+        raise UsageError(f"no selected cell can run on --engines {choice.label} (see the reasons above)")
+    return choice.label, kept
 
 
 def plan_run(args: argparse.Namespace) -> RunPlan:
@@ -274,13 +314,14 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
                                     ("transport", args.transport)) if v
         )
         raise UsageError(f"no selected scenario applies to {wanted or 'any cell'}")
+    engines, cells = _check_engines(args.engines, args.world, cells)
     settings = args.settings or default_settings(args.world)
     _check_at_preset(scenarios, settings)
     out = args.out if args.out is not None else Path("runs") / _run_id()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"run folder {out} already exists and is not empty")
     return RunPlan(scenarios, cells, args.router, out, args.seed, args.world, settings,
-                   args.check_determinism)
+                   args.check_determinism, engines=engines)
 
 
 def _check_at_preset(scenarios: Sequence[Any], settings: str) -> None:
@@ -310,6 +351,7 @@ def _write_run_info(plan: RunPlan, marker: str, argv: Sequence[str], **end: Any)
         "seed": plan.seed,
         "world": plan.world,
         "settings": plan.settings,
+        "engines": plan.engines,
         "cells": [
             {"scenario": s.name, "topology": c.topology, "connector": c.connector, "transport": c.transport}
             for s, c in plan.cells
@@ -335,7 +377,7 @@ async def _run_async(plan: RunPlan, show_progress: bool) -> tuple[list[Any], boo
     suite = asyncio.create_task(
         run_suite(plan.scenarios, plan.cells, plan.out, router=plan.router, seed=plan.seed, progress=progress,
                   world=plan.world, settings=plan.settings, check_determinism=plan.check_determinism,
-                  jobs=plan.jobs)
+                  jobs=plan.jobs, engines=plan.engines)
     )
     caught: list[int] = []
     signalled = asyncio.Event()
@@ -405,7 +447,8 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from reports import report_from_run_dir, summarize, write_reports
 
     plan = plan_run(args)
-    plan.jobs = args.jobs or default_jobs()
+    # Real vLLM engines take a core and about 3 GB each: one cell at a time unless asked.
+    plan.jobs = args.jobs or (default_jobs() if plan.engines == "fake" else 1)
     try:
         plan.out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -501,6 +544,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from harness.bisect.cli import main as bisect_main
 
         return bisect_main(args_list[1:])
+    if args_list[:1] == ["engines"]:
+        from harness.vllm.cli import main as engines_main
+
+        return engines_main(args_list[1:])
     if args_list[:1] == ["search"]:
         from harness.search.cli import main as search_main
 

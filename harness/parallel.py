@@ -193,6 +193,7 @@ async def run_suite(
     check_determinism: bool = False,
     jobs: int = 1,
     reuse: bool = False,
+    engines: str = "fake",
 ) -> list[ScenarioResult]:
     """Run every cell into `out_dir/<scenario>__<cell>/`, at most `jobs` at once (`harness.parallel`;
     results in cell order whatever `jobs` is), and point `out_dir/../latest` at out_dir.
@@ -210,7 +211,7 @@ async def run_suite(
     run_id = re.sub(r"[^A-Za-z0-9_-]", "", run_dir.name[-12:] or uuid.uuid4().hex[:8])
     work = [
         CellJob(s, cell, run_dir / cell_dir_name(s.name, cell), router=router, seed=seed, run_id=run_id,
-                world=world, settings=settings, check_determinism=check_determinism)
+                world=world, settings=settings, check_determinism=check_determinism, engines=engines)
         for s, cell in cells
     ]
     return await run_cells(work, jobs, progress, reuse=reuse)

@@ -67,6 +67,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="real: processes on loopback (default); sim: simulated time (reference router)")
     group.addoption("--pdchaos-settings", choices=("scaled", "production"), default=None,
                     help="settings preset (default: scaled in real time, production in simulation)")
+    group.addoption("--pdchaos-engines", default="fake", metavar="BACKEND",
+                    help="engine backend: fake (default), vllm, command:FILE (as `pdchaos run --engines`); "
+                    "cells the backend cannot run are skipped with the reason")
     group.addoption("--pdchaos-out", default=None, metavar="DIR",
                     help="run folder for histories, logs and reports (default: a pytest temp folder)")
     group.addoption("--pdchaos-unknown", choices=("fail", "skip"), default="fail",
@@ -86,6 +89,12 @@ def pytest_configure(config: pytest.Config) -> None:
             make_router_adapter(config.getoption("--pdchaos-router"))
         except RouterAdapterError as e:
             raise pytest.UsageError(f"--pdchaos-router: {e}") from None
+        from harness.worlds.real.backends import EngineChoiceError, parse_engines
+
+        try:
+            parse_engines(config.getoption("--pdchaos-engines"))
+        except EngineChoiceError as e:
+            raise pytest.UsageError(f"--pdchaos-engines: {e}") from None
     if config.getoption("--pdchaos") and config.args_source != pytest.Config.ArgsSource.ARGS:
         # `pytest --pdchaos` with no paths: the suite alone, not the project's tests as well.
         config.args = [str(_SCENARIO_DIR)]
@@ -191,14 +200,20 @@ class ScenarioItem(pytest.Item):
 
     def runtest(self) -> None:
         from harness.runner import cell_dir_name, run_scenario
+        from harness.worlds.real.backends import not_applicable, parse_engines
 
         cfg = self.config
+        engines = parse_engines(cfg.getoption("--pdchaos-engines"))
+        why = not_applicable(engines, self.scenario, self.cell.connector, self.cell.transport)
+        if why:
+            pytest.skip(why)
         out = _run_dir(cfg) / cell_dir_name(self.scenario.name, self.cell)
         result = asyncio.run(
             run_scenario(
                 self.scenario, self.cell.topology, self.cell.connector, self.cell.transport,
                 cfg.getoption("--pdchaos-router"), out, seed=cfg.getoption("--pdchaos-seed"),
                 world=cfg.getoption("--pdchaos-world"), settings=cfg.getoption("--pdchaos-settings"),
+                engines=engines.label,
             )
         )
         cfg.stash.setdefault(_RESULTS_KEY, []).append(result)

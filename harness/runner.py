@@ -33,6 +33,7 @@ from harness.scenario.bugs import injected_bugs
 from harness.session import ScenarioSession
 from harness.topology import PORTS_PER_ENGINE, Topology, allocate, build_topology, parse_topology
 from harness.verdict import Verdict, combine
+from harness.worlds.real.backends import adapt, not_applicable, parse_engines
 from harness.worlds.real.world import RealWorld
 from harness.worlds.sim.world import SimWorld
 
@@ -107,6 +108,7 @@ async def run_scenario(
     world: str = "real",
     settings: str | None = None,
     check_determinism: bool = False,
+    engines: str = "fake",
 ) -> ScenarioResult:
     """Run one cell, in real time (`world="real"`: processes on loopback) or simulated time (`"sim"`), at a
     settings preset (`settings`: None = the world's default); always returns a ScenarioResult (verdict
@@ -123,6 +125,7 @@ async def run_scenario(
     extra: list[Verdict] = []
     router_name = str(router_adapter)
     preset_name = settings or DEFAULT_SETTINGS.get(world, "scaled")
+    engine_choice = parse_engines(engines)
     try:
         if world == "sim":
             router_name = sim_router_name(router_adapter)
@@ -130,7 +133,12 @@ async def run_scenario(
             adapter = make_router_adapter(router_adapter)
             router_name = adapter.name
         check_cell(scenario, topology, connector, adapter, world)
-        scenario = apply_preset(scenario, preset(preset_name))
+        if world == "sim" and not engine_choice.is_fake:
+            raise ScenarioError("the simulated world simulates its own engines: --engines is for real time")
+        skip = not_applicable(engine_choice, scenario, connector, transport)
+        if skip:
+            raise ScenarioError(f"not applicable: {skip}")
+        scenario, engine_notes = adapt(engine_choice, apply_preset(scenario, preset(preset_name)))
         profile = router_profile(router_adapter)
         if profile is not None:
             scenario = profile.apply(scenario)
@@ -145,8 +153,12 @@ async def run_scenario(
         else:
             assert adapter is not None
             session = ScenarioSession(scenario, allocate(topology, connector, transport), router=router_name,
-                                      seed=seed, run_id=rid, history_path=out / "history.jsonl")
-            async with RealWorld(session.plan, adapter, out) as real:
+                                      seed=seed, run_id=rid, history_path=out / "history.jsonl",
+                                      engines=engine_choice.label,
+                                      engine_start_s=engine_choice.start_budget_s(),
+                                      text_known=engine_choice.text_known)
+            session.notes.extend(engine_notes)
+            async with RealWorld(session.plan, adapter, out, engines=engine_choice) as real:
                 await real.run(session)
     except asyncio.CancelledError:
         _close(session, "interrupted")
@@ -183,7 +195,7 @@ async def run_scenario(
         world=world,
         settings=preset_name,
         replay=replay_command(scenario, topology, connector, transport, router_name, seed, world,
-                              preset_name),
+                              preset_name, engine_choice.label),
         verdict=overall,
         verdicts=verdicts,
         reason=overall.reason if overall.status != "pass" else "",
@@ -269,7 +281,7 @@ def sim_topology(topology: str, connector: str, transport: str) -> Topology:
 
 
 def replay_command(s: Scenario, topology: str, connector: str, transport: str, router: str, seed: int,
-                   world: str, settings: str) -> str:
+                   world: str, settings: str, engines: str = "fake") -> str:
     """The `pdchaos run` line that runs this cell again (a shipped scenario by name, else its file)."""
     shipped = Path(s.source).parent.resolve() == SCENARIO_DIR if s.source else True
     what = s.name if shipped else shlex.quote(s.source)
@@ -277,6 +289,8 @@ def replay_command(s: Scenario, topology: str, connector: str, transport: str, r
              transport, "--world", world, "--settings", settings, "--seed", str(seed)]
     if router not in ("reference", ""):
         words += ["--router", shlex.quote(router)]
+    if engines != "fake":
+        words += ["--engines", shlex.quote(engines)]
     given = None
     with contextlib.suppress(RouterAdapterError):  # an unknown profile: the run already says why
         given = router_profile(router)

@@ -217,6 +217,55 @@ SCENARIOS = [
         ),
     ),
     Scenario(
+        name="prefill_process_frozen",
+        description="The only prefill's process is frozen (SIGSTOP: its sockets accept, nothing answers) for "
+        "2.5 s, then resumed, as a stuck host or a debugger would do. Requests caught on it end with the "
+        "router's request timeout, a prompt 503 or, for a pull already on its way, the decode's transfer "
+        "timeout (never a hang); its probes time out without holding the health loop, and it takes handoffs "
+        "again once resumed.",
+        bugs=("zoo-12", "zoo-2"),
+        topologies=("1p1d",),
+        connectors=("mooncake", "nixl"),
+        router=replace(ROUTER, request_timeout_s=2.0),
+        engines=ENGINES,
+        workload=_LONGER,
+        timeline=(
+            Step("freeze", Wedge("prefill-0", mode="sigstop"), At(1.5)),
+            Step("thaw", Heal("prefill-0"), At(4.0)),
+        ),
+        expect=(
+            *CORE_EXPECT,
+            Expect("probe_schedule", {"kinds": ["wedge"]}),
+            Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["wedge"]}),
+            # No `transfer_timeout`: a pull already on its way to the frozen prefill can only end at the
+            # decode's transfer timeout, which is that bound doing its job (nothing_lost still holds the
+            # request to its deadline).
+            Expect("handoff", {"grace_s": 3.0}),
+        ),
+    ),
+    Scenario(
+        name="decode_crash",
+        description="The only decode is killed (SIGKILL) and started again on the same address 2 s later. "
+        "While it is down requests end with a clear error or a prompt 503 (never a hang, never a prefill "
+        "leg run twice); it rejoins once it serves (Failed is not terminal) and handoffs resume.",
+        bugs=("zoo-6", "zoo-8"),
+        topologies=("1p1d",),
+        connectors=("mooncake", "nixl"),
+        router=ROUTER,
+        engines=ENGINES,
+        workload=_LONGER,
+        timeline=(
+            Step("crash", Crash("decode-0"), At(1.5)),
+            Step("respawn", Respawn("decode-0"), At(3.5)),
+        ),
+        expect=(
+            *CORE_EXPECT,
+            Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["crash"]}),
+            Expect("handoff", {"grace_s": 2.5}),
+            Expect("transfer_timeout"),
+        ),
+    ),
+    Scenario(
         name="decode_dies",
         description="A decode's engine dies (health 503, then the process exits 1 s later) and is respawned "
         "on the same address. The router stops routing to it on the first failed probe and takes it back "

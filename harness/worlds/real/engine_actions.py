@@ -61,7 +61,8 @@ class EngineActions:
         evidence: dict[str, Any] = {}
         verified = True
         if isinstance(a, Restart):
-            await (self._restart_control(fid, a, emit) if a.mode == "control"
+            # Without a control API (a real engine) every restart is a process restart with a new id.
+            await (self._restart_control(fid, a, emit) if a.mode == "control" and self.fleet.has_control()
                    else self._restart_process(fid, a, emit))
         elif isinstance(a, SlowStart):
             await self._slow_start(fid, a, emit)
@@ -264,7 +265,7 @@ class EngineActions:
         sent = proc.signal(signal.SIGSTOP)
         emit(FaultApplied(fid, "wedge", name, {"surface": "all", "mode": "sigstop"}, {"pid": proc.pid}))
         self.stopped.add(name)
-        stopped = bool(await poll_until(lambda: process_state(proc.pid) == "T", 1.0))
+        stopped = bool(await poll_until(lambda: self.fleet.is_paused(name), 1.0))
         probe = await http_probe(f"{self.topo.engine(name).http_url}/health", 0.5)
         emit(FaultVerified(fid, sent and stopped and probe == "timeout",
                            {"state": process_state(proc.pid), "health_probe": probe}))
@@ -288,14 +289,8 @@ class EngineActions:
             proc = self.fleet.procs[name]
             proc.signal(signal.SIGCONT)
             self.stopped.discard(name)
-            evidence["sigcont"] = bool(await poll_until(lambda: process_state(proc.pid) != "T", 1.0))
-        client = self.fleet.control(name)
-        if a.kind is None:
-            with contextlib.suppress(ControlError, aiohttp.ClientError, TimeoutError):
-                await client.clear()
-        else:
-            with contextlib.suppress(ControlError):
-                await client.clear_fault(a.kind)
+            evidence["sigcont"] = bool(await poll_until(lambda: not self.fleet.is_paused(name), 1.0))
+        await self.fleet.clear_faults(name, a.kind)
         st = await self._state(name, emit)
         remaining = (st or {}).get("faults") or {}
         evidence["remaining"] = remaining

@@ -1,8 +1,15 @@
 """The fake engines of a real-time cell: one `pdchaos-engine` OS process per engine, on fixed loopback ports
-(a restart or respawn keeps every serving port), driven through their control API."""
+(a restart or respawn keeps every serving port), driven through their control API.
+
+`EngineFleet` is also what the real world asks of any engine backend (`harness.worlds.real.backends`):
+start an engine and return once it serves, say what it is (`state`), clear its faults, tell whether it is
+frozen, hand over its provenance records. Real vLLM (`vllm_engines`) and command templates
+(`command_engines`) are subclasses that start other processes and answer from what they can see.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +20,9 @@ import aiohttp
 from fake_engines.control_client import ControlError, EngineControlClient
 from harness.scenario import EngineSettings
 from harness.topology import EngineSpec, Topology
+from harness.worlds.real.probes import process_state
 from harness.worlds.real.processes import ManagedProcess, ProcessSupervisor
+from pdchaos.jsonl import read_jsonl
 
 ENGINE_READY_PREFIX = "PDCHAOS_ENGINE_READY"
 
@@ -64,7 +73,9 @@ def engine_argv(
 
 @dataclass
 class EngineFleet:
-    """The topology's engines as processes."""
+    """The topology's engines as processes (the fake engines; the base of every engine backend)."""
+
+    kind = "fake"
 
     topo: Topology
     settings: EngineSettings
@@ -110,3 +121,38 @@ class EngineFleet:
         except (ControlError, aiohttp.ClientError, TimeoutError, ValueError):
             return None
         return st if isinstance(st, dict) else None
+
+    def has_control(self) -> bool:
+        """Whether the engines take the fakes' control API (protocol faults, control-mode restarts)."""
+        return True
+
+    @property
+    def text_known(self) -> bool:
+        """Whether a correct completion's text is known in advance (the fakes' output is a function of the
+        prompt; a real model's is not)."""
+        return True
+
+    async def clear_faults(self, name: str, kind: str | None) -> None:
+        """Clear one fault kind, or every fault (None), through the control API; an engine that does not
+        answer keeps whatever it has (the caller reads the state afterwards)."""
+        client = self.control(name)
+        with contextlib.suppress(ControlError, aiohttp.ClientError, TimeoutError):
+            await (client.clear() if kind is None else client.clear_fault(kind))
+
+    def is_paused(self, name: str) -> bool:
+        """The engine's process is stopped (SIGSTOP)."""
+        proc = self.procs.get(name)
+        return proc is not None and process_state(proc.pid) == "T"
+
+    async def close(self) -> None:
+        """The cell is over (its processes are gone or going): release what the backend holds."""
+        return None
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every engine's provenance records (the `--records` files survive crashes and respawns)."""
+        out: list[dict[str, Any]] = []
+        for spec in sorted(self.topo.engines, key=lambda s: s.name):
+            path = self.records_file(spec.name)
+            if path.exists():
+                out.extend(read_jsonl(path))
+        return out

@@ -14,7 +14,6 @@ import signal
 import uuid
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import aiohttp
 
@@ -25,12 +24,12 @@ from harness.session import commands as c
 from harness.session import events as e
 from harness.topology import Topology
 from harness.worlds.base import Emit, World
+from harness.worlds.real.backends import EngineChoice, make_fleet, parse_engines
 from harness.worlds.real.client import RouterClient
 from harness.worlds.real.engine_actions import EngineActions
 from harness.worlds.real.engines import EngineFleet
 from harness.worlds.real.links import NetworkLinks
 from harness.worlds.real.processes import ManagedProcess, ProcessSupervisor, log_tail
-from pdchaos.jsonl import read_jsonl
 
 ROUTER_READY_TIMEOUT_S = 20.0
 ROUTER_STOP_GRACE_S = 1.0
@@ -40,7 +39,7 @@ class RealWorld(World):
     kind = "real"
 
     def __init__(self, plan: CellPlan, router: RouterAdapter, out_dir: Path,
-                 engine_ready_timeout_s: float = 20.0) -> None:
+                 engine_ready_timeout_s: float = 20.0, engines: EngineChoice | str = "fake") -> None:
         self.plan = plan
         self.topo: Topology = plan.topology
         self.router = router
@@ -48,8 +47,8 @@ class RealWorld(World):
         self.token = uuid.uuid4().hex
         self.supervisor = ProcessSupervisor(out_dir / "logs")
         self.net = NetworkLinks(list(plan.links), plan.topology, seed=plan.seed)
-        self.fleet = EngineFleet(plan.topology, plan.scenario.engines, self.supervisor, out_dir,
-                                 token=self.token, ready_timeout_s=engine_ready_timeout_s)
+        self.fleet: EngineFleet = make_fleet(parse_engines(engines), plan.topology, plan.scenario.engines,
+                                             self.supervisor, out_dir, self.token, engine_ready_timeout_s)
         self.http: aiohttp.ClientSession | None = None
         self.client: RouterClient | None = None
         self.actions: EngineActions | None = None
@@ -84,6 +83,8 @@ class RealWorld(World):
                 self.actions.resume_all()
             with contextlib.suppress(Exception):
                 await self.net.close()
+            with contextlib.suppress(Exception):
+                await self.fleet.close()
             if self.http is not None:
                 await self.http.close()
         finally:
@@ -204,15 +205,11 @@ class RealWorld(World):
         emit(e.TornDown(tuple(resumed)))
 
     async def _do_CollectHandoffs(self, cmd: c.CollectHandoffs, emit: Emit) -> None:
-        """Every engine's provenance records (the `--records` files survive crashes and respawns)."""
-        records: list[dict[str, Any]] = []
+        """Every engine's provenance records, as the engine backend keeps them."""
         try:
-            for spec in sorted(self.topo.engines, key=lambda s: s.name):
-                path = self.fleet.records_file(spec.name)
-                if path.exists():
-                    records.extend(read_jsonl(path))
+            records = self.fleet.records()
         except OSError as exc:
-            emit(e.HandoffsCollected(tuple(records), error=str(exc)))
+            emit(e.HandoffsCollected((), error=str(exc)))
             return
         emit(e.HandoffsCollected(tuple(records)))
 

@@ -1,0 +1,184 @@
+"""Engine backends of the real world: who runs the engines of a cell (`--engines`).
+
+- `fake` (default): the fake engines (`engines.EngineFleet`), every fault of the vocabulary.
+- `vllm`: real vLLM servers on this machine (`vllm_engines.VllmFleet`; `pdchaos engines install vllm`).
+- `command:FILE`: engines started, stopped, killed, paused and resumed by command templates
+  (`command_engines.CommandFleet`), e.g. through ssh, kubectl or a scheduler.
+
+A backend without the fakes' control API runs process and network faults only. A scenario that needs more
+(a protocol fault, a control-mode wedge, an engine-side bug switch) is not applicable there: the cell is
+skipped with the reason, never passed (`not_applicable`). Real engines start in tens of seconds, not
+milliseconds: `adapt` keeps the load going past a slow restart so that recovery can be seen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from harness.scenario import (
+    Crash,
+    Die,
+    EngineFault,
+    Heal,
+    Scenario,
+    SlowStart,
+    Wedge,
+)
+from harness.scenario.bugs import split_bugs
+from harness.topology import Topology
+from harness.worlds.real.engines import EngineFleet
+from harness.worlds.real.processes import ProcessSupervisor
+
+BACKENDS = ("fake", "vllm", "command")
+ENGINES_HELP = ("engine backend: fake (the fake engines, the default), vllm (real vLLM on this machine; "
+                "`pdchaos engines install vllm` first) or command:FILE (start/stop/kill/pause/resume command "
+                "templates, see harness/worlds/real/command_engines.py)")
+# How long the load goes on after the last fault ends, on engines that take seconds to come back.
+REAL_AFTER_HEAL_S = 6.0
+FAKE_START_S = 60.0
+# What a vLLM 0.32 NIXL decode waits at most for a peer that does not answer (its handshake's receive
+# timeout): the bound the transfer_timeout checker holds requests to on real engines.
+VLLM_PULL_TIMEOUT_S = 5.0
+VLLM_START_S = 300.0
+
+
+class EngineChoiceError(ValueError):
+    """A bad `--engines` value; the message says what is accepted."""
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    kind: str = "fake"
+    file: Path | None = None
+
+    @property
+    def label(self) -> str:
+        return f"command:{self.file}" if self.kind == "command" else self.kind
+
+    @property
+    def is_fake(self) -> bool:
+        return self.kind == "fake"
+
+    @property
+    def text_known(self) -> bool:
+        """Whether a correct completion's text is known in advance (only the fakes' is)."""
+        if self.kind == "command" and self.file is not None:
+            from harness.worlds.real.command_engines import load_templates
+
+            return load_templates(self.file).serves == "fake"
+        return self.is_fake
+
+    def start_budget_s(self) -> float:
+        """How long the session waits for its engines to come up."""
+        if self.kind == "vllm":
+            return VLLM_START_S
+        if self.kind == "command":
+            from harness.worlds.real.command_engines import load_templates
+
+            return load_templates(self.file).ready_timeout_s + 30.0 if self.file else VLLM_START_S
+        return FAKE_START_S
+
+
+def parse_engines(text: str | EngineChoice | None) -> EngineChoice:
+    if isinstance(text, EngineChoice):
+        return text
+    spec = (text or "fake").strip()
+    if spec in ("fake", "vllm"):
+        return EngineChoice(spec)
+    if spec.startswith("command:"):
+        path = Path(spec.removeprefix("command:")).expanduser()
+        if not path.is_file():
+            raise EngineChoiceError(f"--engines command:FILE: no file {path}")
+        from harness.worlds.real.command_engines import load_templates
+
+        load_templates(path)  # a bad file is said now, not when the first engine starts
+        return EngineChoice("command", path)
+    raise EngineChoiceError(f"unknown engine backend {spec!r} (known: fake, vllm, command:FILE)")
+
+
+def make_fleet(choice: EngineChoice, topo: Topology, settings: Any, supervisor: ProcessSupervisor,
+               out_dir: Path, token: str | None, ready_timeout_s: float) -> EngineFleet:
+    if choice.kind == "vllm":
+        from harness.worlds.real.vllm_engines import VllmFleet
+
+        return VllmFleet(topo, settings, supervisor, out_dir, token=token, ready_timeout_s=ready_timeout_s)
+    if choice.kind == "command":
+        from harness.worlds.real.command_engines import CommandFleet, load_templates
+
+        assert choice.file is not None
+        return CommandFleet(topo, settings, supervisor, out_dir, token=token, ready_timeout_s=ready_timeout_s,
+                            templates=load_templates(choice.file))
+    return EngineFleet(topo, settings, supervisor, out_dir, token=token, ready_timeout_s=ready_timeout_s)
+
+
+def _control_only(action: Any) -> str | None:
+    """Why an action needs the fakes' control API (None: a process or network fault any engine takes)."""
+    if isinstance(action, EngineFault):
+        return f"protocol fault {action.kind!r}"
+    if isinstance(action, Die):
+        return "Die (an engine told to report itself dead)"
+    if isinstance(action, SlowStart):
+        return "SlowStart (listeners held closed by the engine)"
+    if isinstance(action, Wedge) and action.mode == "control":
+        return f"a {action.surface!r} wedge through the control API"
+    if isinstance(action, Crash) and action.mode == "control":
+        return "a crash through the control API"
+    if isinstance(action, Heal) and action.kind not in (None, "wedge"):
+        return f"healing protocol fault {action.kind!r}"
+    return None
+
+
+def not_applicable(choice: EngineChoice, scenario: Scenario, connector: str, transport: str) -> str | None:
+    """Why this scenario's cell cannot run on these engines (None: it can)."""
+    if choice.is_fake:
+        return None
+    who = "real vLLM engines" if choice.kind == "vllm" else f"engines of {choice.label}"
+    if choice.kind == "vllm":
+        if connector != "nixl":
+            return (f"{who}: the {connector} connector does not run on this machine (vLLM's "
+                    "MooncakeConnector needs an accelerator); NIXL only")
+        if transport != "http":
+            return f"{who}: served over HTTP only (the gRPC VllmEngine contract is the fakes' and smg's)"
+    for step in scenario.timeline:
+        why = _control_only(step.action)
+        if why:
+            return f"{who} have no fault control API: step {step.name!r} needs {why}"
+    _, engine_bugs = split_bugs(scenario.engines.inject_bugs)
+    per_engine = [b for v in scenario.engines.per_engine.values() for b in (v.get("inject_bugs") or ())]
+    if engine_bugs or per_engine:
+        names = ", ".join((*engine_bugs, *per_engine))
+        return f"{who}: engine bug switches exist only in the fake engines ({names})"
+    if any((v.get("load_time_s") or 0) > 0 for v in scenario.engines.per_engine.values()) or (
+            scenario.engines.load_time_s > 0):
+        return f"{who}: a scripted loading time is the fakes' (a real engine loads as long as it loads)"
+    return None
+
+
+OUTPUT_NOT_JUDGED = ("output: not judged on these engines (a real model's text is not known in advance; "
+                     "wrong KV shows in the handoff checker's records instead)")
+
+
+def adapt(choice: EngineChoice, scenario: Scenario) -> tuple[Scenario, list[str]]:
+    """The scenario as it runs on these engines, and notes on what changed: on real ones the load goes on
+    `REAL_AFTER_HEAL_S` past the last fault's end (a restart takes tens of seconds, longer than the whole
+    scaled workload), and the output checker is left out where the text is not known in advance."""
+    if choice.is_fake:
+        return scenario, []
+    notes = []
+    w = scenario.workload
+    tail = max(w.after_heal_s or 0.0, REAL_AFTER_HEAL_S)
+    if tail != w.after_heal_s:
+        notes.append(f"load kept on {tail:g} s after the last fault ends (real engines restart slowly)")
+    engines = scenario.engines
+    if choice.kind == "vllm" and engines.transfer_timeout_s != VLLM_PULL_TIMEOUT_S:
+        engines = replace(engines, transfer_timeout_s=VLLM_PULL_TIMEOUT_S)
+        notes.append(f"transfer timeout taken as {VLLM_PULL_TIMEOUT_S:g} s: vLLM's NIXL decode has no pull "
+                     "timeout of its own setting; a pull from a dead or replaced peer fails at its handshake "
+                     "timeout (5 s, vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py)")
+    expect = scenario.expect
+    if not choice.text_known and any(x.checker == "output" for x in expect):
+        expect = tuple(x for x in expect if x.checker != "output")
+        notes.append(OUTPUT_NOT_JUDGED)
+    return replace(scenario, workload=replace(w, after_heal_s=tail), engines=engines, expect=expect), notes
