@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.worlds.real.engines import EngineFleet
+from harness.worlds.real.engines import EngineFleet, NoControlApi
 from harness.worlds.real.probes import http_probe, port_closed
 from harness.worlds.real.processes import ManagedProcess, ProcessStartError, log_tail
 from pdchaos.waiting import poll_until
@@ -140,7 +140,7 @@ class CommandFleet(EngineFleet):
         return self.templates.serves == "fake"
 
     def control(self, name: str, timeout_s: float = 5.0) -> Any:
-        raise RuntimeError(f"{name} is driven by command templates: it has no fault control API")
+        raise NoControlApi(f"{name} is driven by command templates: it has no fault control API")
 
     async def clear_faults(self, name: str, kind: str | None) -> None:
         return None

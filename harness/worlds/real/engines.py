@@ -71,6 +71,10 @@ def engine_argv(
     return argv
 
 
+class NoControlApi(RuntimeError):
+    """A fault that needs the fake engines' control API was asked of an engine that has none."""
+
+
 @dataclass
 class EngineFleet:
     """The topology's engines as processes (the fake engines; the base of every engine backend)."""

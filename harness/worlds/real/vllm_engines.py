@@ -33,7 +33,7 @@ from harness.topology import EngineSpec
 from harness.vllm import VllmInstall, find_install
 from harness.vllm.launch import SERVED_MODEL, core_for, vllm_argv, vllm_env
 from harness.vllm.provenance import NixlLog, logging_config, records_from
-from harness.worlds.real.engines import EngineFleet
+from harness.worlds.real.engines import EngineFleet, NoControlApi
 from harness.worlds.real.probes import http_probe
 from harness.worlds.real.processes import ManagedProcess, ProcessStartError, log_tail
 from harness.worlds.real.relay import RecordingRelay
@@ -45,10 +45,6 @@ WARM_UP_PROMPT = "pdchaos warm-up: " + "the router sits in front of the engines.
 HEALTH_POLL_S = 0.5
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIXES = ("psm_", "sem.mp-")
-
-
-class NoControlApi(RuntimeError):
-    """A fault that needs the fake engines' control API was asked of an engine that has none."""
 
 
 @dataclass
