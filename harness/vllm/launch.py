@@ -10,6 +10,9 @@ Facts this rests on (vLLM 0.32, CPU build, measured on 2-core machines):
 - `kv_load_failure_policy` ("fail", vLLM's default, or "recompute") is the fakes' `load_failure_policy`.
   A prefill frees KV no decode came for when its lease runs out (`kv_lease_duration`, whole seconds): the
   fakes' `kv_abort_timeout_s`.
+- NIXL's progress thread polls with no delay, so each idle engine keeps a core busy; `engine_site/
+  sitecustomize.py` (on the engine's PYTHONPATH) sets a 1 ms delay, or two engines starve the router and
+  the harness on a 2-core machine. A pull then waits up to 1 ms more per progress step.
 - The KV cache is kept small (`VLLM_CPU_KVCACHE_SPACE`, GiB) so that two engines fit beside the harness.
 """
 
@@ -29,6 +32,8 @@ MAX_MODEL_LEN = 2048
 MAX_NUM_SEQS = 16
 KV_CACHE_GIB = 1
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+ENGINE_SITE = Path(__file__).resolve().parent / "engine_site"
+NIXL_PROGRESS_DELAY_US = 1000
 NIXL_CONNECTOR = "NixlConnector"
 
 
@@ -67,6 +72,8 @@ def vllm_env(spec: EngineSpec, core: int, side_channel_port: int | None = None) 
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(ENGINE_SITE),
+        "PDCHAOS_NIXL_PROGRESS_DELAY_US": str(NIXL_PROGRESS_DELAY_US),
         "TRANSFORMERS_OFFLINE": "1",
     }
 

@@ -1,0 +1,1 @@
+"""The folder named in a pdchaos-started vLLM engine's PYTHONPATH (see sitecustomize.py)."""
