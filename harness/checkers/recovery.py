@@ -80,7 +80,11 @@ def _judge_fault(history: History, fault: FaultView, exp: RecoveryExpect) -> tup
     if exp.require_ready and observed:
         if not workers:
             return "unknown", f"no router worker observed for target {fault.target!r}", nums
-        seen = [history.first_status_after(w, healed, READY) for w in workers]
+        # A worker the router still held Ready at the heal (a fault shorter than its probe could see,
+        # e.g. a 2.5 s freeze under a 1 s interval and 2 s timeout) is back at once; the handoff
+        # below still has to show it serving.
+        seen = [healed if (p := history.status_at(w, healed)) is not None and p.status == READY
+                else history.first_status_after(w, healed, READY) for w in workers]
         found = [t for t in seen if t is not None and t <= horizon]
         if not found:
             if ran_long_enough:

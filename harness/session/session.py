@@ -60,11 +60,12 @@ LOAD_SLACK_S = 5.0
 IDLE_WAKE_S = 1.0
 
 
-def _action_budget(action: Any) -> float:
+def _action_budget(action: Any, engine_start_s: float = ENGINES_UP_S) -> float:
     """How long an action may take before the session gives up on the world's answer: its own outage time
-    (a restart's down time, a slow start's refusal...) plus a margin for the world's checks."""
+    (a restart's down time, a slow start's refusal...) plus a margin for the world's checks, and never less
+    than an engine start on these engines (a restart of a real engine waits for it to serve again)."""
     own = sum(float(getattr(action, name, 0.0) or 0.0) for name in ACTION_TIMES)
-    return ACTION_S + own
+    return max(ACTION_S, engine_start_s + ENGINES_UP_S) + own
 
 
 class Phase(Enum):
@@ -299,7 +300,7 @@ class ScenarioSession:
             times.append(self.t0 + self._planned_end)
             times.append(self._load_end + self.scenario.workload.deadline_s + LOAD_SLACK_S)
         if self._action is not None:
-            times.append(self._action[2] + _action_budget(self._action[1]))
+            times.append(self._action[2] + _action_budget(self._action[1], self.engine_start_s))
         # Anything due by now was handled by the last call: only later times wake the session.
         later = [t for t in times if t is not None and t > now]
         return min(later) if later else now + IDLE_WAKE_S
@@ -637,7 +638,7 @@ class ScenarioSession:
     def _steps(self, now: float) -> list[c.Command]:
         assert self.t0 is not None
         if self._action is not None:
-            budget = _action_budget(self._action[1])
+            budget = _action_budget(self._action[1], self.engine_start_s)
             if now >= self._action[2] + budget:
                 late = e.ActionDone(self._action[0], error=f"TimeoutError: no answer within {budget:g} s")
                 return self._on(late, now)

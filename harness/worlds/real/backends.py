@@ -38,6 +38,12 @@ ENGINES_HELP = ("engine backend: fake (the fake engines, the default), vllm (rea
 # How long the load goes on after the last fault ends, on engines that take seconds to come back.
 REAL_AFTER_HEAL_S = 6.0
 FAKE_START_S = 60.0
+# The router's probe timing on real engines: on a 2-core machine running two CPU vLLM servers, the
+# router, the relays and the load, the whole machine stalls for up to ~0.6 s at times (measured: every
+# probe of every engine timing out at once at the scaled 0.5 s), which the scaled settings would read as
+# engine failures. Probes every 1 s with a 2 s timeout see only real outages.
+REAL_HEALTH_INTERVAL_S = 1.0
+REAL_HEALTH_TIMEOUT_S = 2.0
 # What a vLLM 0.32 NIXL decode waits at most for a peer that does not answer (its handshake's receive
 # timeout): the bound the transfer_timeout checker holds requests to on real engines.
 VLLM_PULL_TIMEOUT_S = 5.0
@@ -171,6 +177,14 @@ def adapt(choice: EngineChoice, scenario: Scenario) -> tuple[Scenario, list[str]
     tail = max(w.after_heal_s or 0.0, REAL_AFTER_HEAL_S)
     if tail != w.after_heal_s:
         notes.append(f"load kept on {tail:g} s after the last fault ends (real engines restart slowly)")
+    router = scenario.router
+    if router.health_interval_s < REAL_HEALTH_INTERVAL_S or router.health_timeout_s < REAL_HEALTH_TIMEOUT_S:
+        router = replace(router, health_interval_s=max(router.health_interval_s, REAL_HEALTH_INTERVAL_S),
+                         health_timeout_s=max(router.health_timeout_s, REAL_HEALTH_TIMEOUT_S))
+        notes.append(f"router probes every {router.health_interval_s:g} s with a "
+                     f"{router.health_timeout_s:g} s timeout (real engines beside the harness on few cores "
+                     "stall the machine for half a second at times; the scaled probe settings would read "
+                     "that as engine failures)")
     engines = scenario.engines
     if choice.kind == "vllm" and engines.transfer_timeout_s != VLLM_PULL_TIMEOUT_S:
         engines = replace(engines, transfer_timeout_s=VLLM_PULL_TIMEOUT_S)
@@ -181,4 +195,5 @@ def adapt(choice: EngineChoice, scenario: Scenario) -> tuple[Scenario, list[str]
     if not choice.text_known and any(x.checker == "output" for x in expect):
         expect = tuple(x for x in expect if x.checker != "output")
         notes.append(OUTPUT_NOT_JUDGED)
-    return replace(scenario, workload=replace(w, after_heal_s=tail), engines=engines, expect=expect), notes
+    return replace(scenario, workload=replace(w, after_heal_s=tail), router=router, engines=engines,
+                   expect=expect), notes

@@ -51,6 +51,13 @@ def test_recovery_fails_when_the_worker_never_really_comes_back(variant: dict[st
     assert v.status == "fail" and words in v.reason
 
 
+def test_recovery_of_an_outage_the_router_never_saw_counts_from_the_heal() -> None:
+    # Still Ready at the heal: back at once; the first correct handoff after the heal is what is timed.
+    v = check_recovery(restart_run(unnoticed=True).history(), RecoveryExpect(max_recovery_s=2.0))
+    assert v.status == "pass", v.reason
+    assert v.numbers["faults"]["f1"]["heal_to_ready_s"] == 0.0
+
+
 def test_recovery_too_slow_fails() -> None:
     v = check_recovery(restart_run().history(), RecoveryExpect(max_recovery_s=0.3))
     assert v.status == "fail" and "recovered in 0.61s" in v.reason

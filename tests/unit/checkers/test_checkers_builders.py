@@ -168,6 +168,7 @@ def restart_run(
     stale_after: bool = False,
     recompute_after: bool = False,
     never_ready: bool = False,
+    unnoticed: bool = False,
     end_t: float = 8.0,
     heal_t: float = 2.5,
     ended: bool = True,
@@ -178,7 +179,8 @@ def restart_run(
     """A prefill restart on the same address: id A -> B, traffic before, during (503) and after.
 
     `stale_after`: the router keeps telling the decode id A (bug #1/#13); `recompute_after`: the decode
-    recomputes (bug #3); `never_ready`: the router never sees the prefill Ready again (bug #6).
+    recomputes (bug #3); `never_ready`: the router never sees the prefill Ready again (bug #6);
+    `unnoticed`: the outage is shorter than the router's probes can see (the worker stays Ready).
     """
     hb = HB(settings=settings or {"engines": {"transfer_timeout_s": 3.0}}, path=path, scenario=scenario)
     hb.engine(0.0, "prefill-0", "A", "prefill", "http://p0")
@@ -190,14 +192,15 @@ def restart_run(
         hb.pd_request(t, "A")
         t += 0.25
     hb.fault("f1", "restart", "prefill-0", applied=2.0)
-    hb.status(2.2, "w-p0", "not_ready", "http://p0")
+    if not unnoticed:
+        hb.status(2.2, "w-p0", "not_ready", "http://p0")
     t = 2.25
     while t < 3.0:
         hb.request(t, 0.01, status=503)
         t += 0.2
     hb.heal("f1", "restart", "prefill-0", heal_t)
     hb.engine(heal_t, "prefill-0", "B", "prefill", "http://p0")
-    if not never_ready:
+    if not never_ready and not unnoticed:
         hb.status(3.0, "w-p0", "ready", "http://p0")
     t = 3.1
     while t < end_t - 0.5:

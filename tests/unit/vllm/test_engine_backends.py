@@ -24,7 +24,10 @@ from harness.scenario.conditions import At
 from harness.worlds.real.backends import (
     OUTPUT_NOT_JUDGED,
     REAL_AFTER_HEAL_S,
+    REAL_HEALTH_INTERVAL_S,
+    REAL_HEALTH_TIMEOUT_S,
     VLLM_PULL_TIMEOUT_S,
+    VLLM_START_S,
     EngineChoice,
     EngineChoiceError,
     adapt,
@@ -110,4 +113,17 @@ def test_adapt_keeps_fakes_as_they_are_and_says_what_changes_on_vllm() -> None:
     assert real.workload.after_heal_s == REAL_AFTER_HEAL_S
     assert real.engines.transfer_timeout_s == VLLM_PULL_TIMEOUT_S
     assert not any(x.checker == "output" for x in real.expect)
-    assert OUTPUT_NOT_JUDGED in notes and len(notes) == 3
+    assert real.router.health_interval_s == REAL_HEALTH_INTERVAL_S
+    assert real.router.health_timeout_s == REAL_HEALTH_TIMEOUT_S
+    assert OUTPUT_NOT_JUDGED in notes and len(notes) == 4
+    slow_probes = replace(s, router=replace(s.router, health_interval_s=5.0, health_timeout_s=3.0))
+    kept, notes = adapt(EngineChoice("vllm"), slow_probes)
+    assert (kept.router.health_interval_s, kept.router.health_timeout_s) == (5.0, 3.0) and len(notes) == 3
+
+
+def test_an_action_waits_at_least_as_long_as_an_engine_start_on_slow_engines() -> None:
+    from harness.session.session import ACTION_S, ENGINES_UP_S, _action_budget
+
+    restart = Restart("prefill-0", down_s=2.0)
+    assert _action_budget(restart) == ACTION_S + 2.0  # the fakes: unchanged
+    assert _action_budget(restart, VLLM_START_S) == VLLM_START_S + ENGINES_UP_S + 2.0
