@@ -145,6 +145,10 @@ class HttpSurface:
     async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
         try:
             body = _parse_body(await request.read())
+            model = body.get("model")
+            if model is not None and model != self.engine.config.model:
+                # vLLM answers a model it does not serve with 404 NotFoundError (serving.py `_check_model`).
+                raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError")
             req, stream = self._gen_request(body, chat, request.headers.get("X-Request-Id"))
             # Refused before the stream starts, so it gets a real 400 status rather than an error chunk.
             problem = max_tokens_problem(req.max_tokens)

@@ -51,9 +51,10 @@ SCENARIOS = [
         expect=(
             *CORE_EXPECT,
             STRICT_LOCAL,
-            # Failed loads of KV given up are the correct answer; KV of another prompt never is.
+            # Failed loads of KV given up are the correct answer; KV of another prompt never is. No
+            # transfer_timeout expectation: a late Mooncake pull is parked by vLLM's prefill until its abort
+            # timeout (mooncake_connector.py:1564-1607), so the decode rightly waits out its own.
             Expect("handoff", {"grace_s": 0.5, "excuse_kinds": ["wedge"]}),
-            Expect("transfer_timeout"),
             Expect("availability", {"before": 0.95, "after": 0.95, "settle_s": 0.5}),
         ),
     ),

@@ -166,8 +166,11 @@ class EngineState:
             return serve_handshake(msg, my_engine_id)
         raise WireError(f"unexpected message {type(msg).__name__}")
 
-    def prefill_params(self, key: str, block_ids: list[int]) -> dict[str, Any]:
-        """The ``kv_transfer_params`` a prefill returns for the KV it holds under ``key``."""
+    def prefill_params(self, key: str, block_ids: list[int]) -> dict[str, Any] | None:
+        """The ``kv_transfer_params`` a prefill returns for the KV it holds under ``key``: NIXL's peer
+        facts, which routers relay to the decode; none for Mooncake, whose prefill answers with
+        ``kv_transfer_params`` null and leaves the decode's params to the router (vLLM 0.32
+        mooncake_connector.py:1166, ``request_finished`` returns ``(delay_free_blocks, None)``)."""
         cfg = self.config
         if cfg.connector == "nixl":
             return nixl_prefill_params(
@@ -177,14 +180,7 @@ class EngineState:
                 block_ids,
                 key,
             )
-        return {
-            "do_remote_prefill": True,
-            "do_remote_decode": False,
-            "transfer_id": key,
-            "remote_engine_id": self.reported_engine_id(),
-            "remote_bootstrap_addr": f"http://{cfg.host}:{cfg.bootstrap_port}",
-            "remote_block_ids": block_ids,
-        }
+        return None
 
     # -- records and counters -------------------------------------------------------------------------------
     def add_record(self, wall: float, **fields: Any) -> dict[str, Any]:

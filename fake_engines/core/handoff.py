@@ -7,7 +7,9 @@ performs the I/O the step names (under the step's timeout) and feeds the outcome
 Mooncake (bug #2491): an engine id the decode has never seen -> ``QueryBootstrap`` -> id listed: cache
 id -> side-channel address forever, ``PullFrom``; id missing or bootstrap unreachable: fail fast. A seen id
 uses the cached address even if it is dead; a dead address does not error, the shell gets
-``WaitUntil(deadline)`` and the plan ends ``timed_out`` when the transfer timeout has passed.
+``WaitUntil(deadline)`` and the plan ends ``timed_out`` when the transfer timeout has passed. A prefill that
+holds nothing under the transfer id does not refuse either (vLLM parks the pull until its abort timeout):
+the decode waits out its deadline the same way.
 
 NIXL: ``Handshake`` with remote_host:remote_port (handshake timeout) unless the engine id already handshook;
 peer's id differs -> fail fast; success is cached per engine id, failures are not; then ``PullFrom``.
@@ -161,7 +163,8 @@ def nixl_prefill_params(
         "do_remote_decode": False,
         "remote_engine_id": engine_id,
         "remote_request_id": request_id,
-        "remote_block_ids": list(block_ids),
+        # One list per KV cache group, as vLLM 0.32 returns them (a plain model has one group).
+        "remote_block_ids": [list(block_ids)],
         "remote_host": host,
         "remote_port": port,
         "tp_size": tp_size,
@@ -365,6 +368,17 @@ class MooncakeDecodePlan(_Plan):
     def _on_transport_error(self, error: str, now: float) -> Step:
         # A dead side channel does not error in Mooncake: the transfer just never completes.
         return self._set(WaitUntil(self.deadline))
+
+    def on_pull_result(self, response: PullResponse | None, now: float, error: str | None = None) -> Step:
+        """As for any connector, except a refused pull: a Mooncake prefill that holds no KV under the
+        transfer id (never computed, freed, or a new process on the same side-channel port) does not
+        refuse; it parks the request waiting for the "P side ready" until its abort timeout (480 s,
+        vllm/distributed/kv_transfer/kv_connector/v1/mooncake/mooncake_connector.py:1564-1607), past any
+        decode transfer timeout: the decode waits out its deadline."""
+        if response is not None and not response.ok:
+            self._expect(PullFrom)
+            return self._set(WaitUntil(self.deadline))
+        return super().on_pull_result(response, now, error)
 
 
 class NixlDecodePlan(_Plan):

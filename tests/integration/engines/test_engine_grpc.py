@@ -72,9 +72,10 @@ async def test_generate_streaming_tokenized(stub: vllm_engine_pb2_grpc.VllmEngin
     assert msgs[-1].complete.completion_tokens == 4
 
 
-async def test_generate_prefill_leg_returns_kv_params_json(
+async def test_generate_mooncake_prefill_leg_holds_kv_and_returns_no_params(
     engine: EngineHandle, stub: vllm_engine_pb2_grpc.VllmEngineStub
 ) -> None:
+    # vLLM's Mooncake prefill returns no kv_transfer_params: the router mints the decode's (DESIGN.md).
     kv = {"do_remote_decode": True, "do_remote_prefill": False, "transfer_id": "xfer-g"}
     req = pb.GenerateRequest(
         request_id="r3",
@@ -83,9 +84,7 @@ async def test_generate_prefill_leg_returns_kv_params_json(
         sampling_params=pb.SamplingParams(max_tokens=1, ignore_eos=True),
     )
     (resp,) = await collect(stub.Generate(req, timeout=5))
-    params = json.loads(resp.complete.kv_transfer_params_json)
-    assert params["transfer_id"] == "xfer-g"
-    assert params["remote_engine_id"] == engine.engine_id
+    assert resp.complete.kv_transfer_params_json == ""
     assert "xfer-g" in engine.engine.store
     assert engine.engine.records[-1]["kind"] == "prefill"
 

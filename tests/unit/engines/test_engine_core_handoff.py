@@ -129,14 +129,17 @@ def test_mooncake_wedged_side_channel_times_out() -> None:
     assert isinstance(done, Done) and done.outcome == Outcome.TIMED_OUT
 
 
-def test_mooncake_pull_refused_fails_fast() -> None:
+def test_mooncake_pull_of_a_transfer_the_prefill_does_not_hold_waits_out_the_deadline() -> None:
+    # vLLM's Mooncake prefill parks such a pull until its 480 s abort timeout instead of refusing it.
     plan = mooncake(HandshakeCache())
     plan.next_step()
     plan.on_query_result(build_query_answer(ENGINE, "127.0.0.1", [4567]), now=100.0)
-    done = plan.on_pull_result(PullResponse(False, error="no KV held for xfer-1"), now=100.1)
+    wait = plan.on_pull_result(PullResponse(False, error="no KV held for xfer-1"), now=100.1)
+    assert wait == WaitUntil(103.0)
+    assert plan.on_deadline(101.0) == WaitUntil(103.0)
+    done = plan.on_deadline(103.0)
     assert isinstance(done, Done)
-    assert (done.outcome, done.action) == (Outcome.FAILED, Action.FAIL)
-    assert "no KV held" in (done.error or "")
+    assert (done.outcome, done.action) == (Outcome.TIMED_OUT, Action.FAIL)
 
 
 def test_mooncake_pull_without_digest_is_a_failure() -> None:
@@ -254,7 +257,7 @@ def test_nixl_prefill_params_shape() -> None:
         "do_remote_decode": False,
         "remote_engine_id": ENGINE,
         "remote_request_id": "req-9",
-        "remote_block_ids": [0, 1],
+        "remote_block_ids": [[0, 1]],  # one list per KV cache group, as vLLM 0.32
         "remote_host": "127.0.0.1",
         "remote_port": 7777,
         "tp_size": 1,
