@@ -165,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
                    description="Fault search (see `pdchaos search --help`).", add_help=False)
     sub.add_parser("engines", help="install real engine backends (vllm) and show what is installed",
                    description="Engine backends (see `pdchaos engines --help`).", add_help=False)
+    sub.add_parser("fidelity", help="probe a fake and a real engine pair alike and print the differences",
+                   description="Fake-engine fidelity (see `pdchaos fidelity --help`).", add_help=False)
     sub.add_parser("sweep", help="run a sweep file (scenarios x cells x routers x worlds x engines) and "
                    "compare it with a baseline", description="Sweeps (see `pdchaos sweep --help`).",
                    add_help=False)
@@ -548,6 +550,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from harness.vllm.cli import main as engines_main
 
         return engines_main(args_list[1:])
+    if args_list[:1] == ["fidelity"]:
+        from harness.fidelity.cli import main as fidelity_main
+
+        return fidelity_main(args_list[1:])
     if args_list[:1] == ["search"]:
         from harness.search.cli import main as search_main
 

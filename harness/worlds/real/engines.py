@@ -102,6 +102,10 @@ class EngineFleet:
             self.topo.engine(name), self.topo.connector, per, self.records_file(name), self.token, self.seed
         )
 
+    def direct_url(self, name: str) -> str:
+        """The engine's own HTTP address (what a router is given, unless a relay or proxy sits in front)."""
+        return self.topo.engine(name).http_url
+
     def control(self, name: str, timeout_s: float = 5.0) -> EngineControlClient:
         return EngineControlClient(self.topo.engine(name).control_url, self.token, timeout_s)
 
@@ -147,6 +151,10 @@ class EngineFleet:
         """The engine's process is stopped (SIGSTOP)."""
         proc = self.procs.get(name)
         return proc is not None and process_state(proc.pid) == "T"
+
+    async def settle(self, name: str) -> bool | None:
+        """Wait for a fault command still running against the engine (None: none; a signal is immediate)."""
+        return None
 
     async def close(self) -> None:
         """The cell is over (its processes are gone or going): release what the backend holds."""

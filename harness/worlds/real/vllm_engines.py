@@ -82,6 +82,10 @@ class VllmFleet(EngineFleet):
         """Where the vLLM server itself listens (the relay holds the engine's serving port)."""
         return self.relay(name).backend_port
 
+    def direct_url(self, name: str) -> str:
+        """The vLLM server itself, behind the recording relay on the engine's serving port."""
+        return f"http://{self.topo.engine(name).host}:{self.backend_port(name)}"
+
     def relay(self, name: str) -> RecordingRelay:
         if name not in self.relays:
             spec = self.topo.engine(name)

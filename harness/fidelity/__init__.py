@@ -1,0 +1,1 @@
+"""Fake-engine fidelity: the same probes against a fake and a real engine pair (`pdchaos fidelity`)."""

@@ -1,0 +1,98 @@
+"""`pdchaos fidelity`: ask a fake and a real engine pair the same questions, print them side by side.
+
+    pdchaos fidelity                          fake vs real vLLM, NIXL, every probe
+    pdchaos fidelity --connector mooncake     fake (run) vs vLLM's Mooncake connector (from its source)
+    pdchaos fidelity --probes handoff,errors  some probes only
+    pdchaos fidelity --real command:FILE      real engines started by command templates
+
+Exit codes: 0 no router-actionable difference left unexplained, 1 at least one, 2 the engines could not
+be started (the reason is printed), 3 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+from harness.fidelity.mooncake_source import mooncake_results, restrict_to_source
+from harness.fidelity.observe import ProbeResult
+from harness.fidelity.probes import PROBES, run_probes
+from harness.fidelity.table import compare, render_markdown, render_text, unexplained
+from harness.worlds.real.backends import EngineChoiceError, parse_engines
+from harness.worlds.real.processes import ProcessStartError
+
+EXIT_OK, EXIT_DIFFERS, EXIT_NO_ENGINES, EXIT_USAGE = 0, 1, 2, 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pdchaos fidelity", description=__doc__.split("\n\n")[0],
+        epilog="Probes: " + "; ".join(f"{x.name}: {x.question}" for x in PROBES),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--connector", choices=("nixl", "mooncake"), default="nixl",
+                   help="KV connector of both pairs (mooncake: the real side is read from vLLM's source, "
+                   "since its connector needs an accelerator)")
+    p.add_argument("--real", default="vllm", metavar="BACKEND",
+                   help="the real engine backend: vllm (default; `pdchaos engines install vllm` first) or "
+                   "command:FILE")
+    p.add_argument("--probes", default=None, metavar="LIST",
+                   help="comma-separated probe names (default: all)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="folder for fidelity.json, fidelity.md and the engines' logs (default: "
+                   "runs/fidelity-<time>)")
+    return p
+
+
+async def _probe_backend(spec: str, connector: str, out: Path, names: list[str] | None) -> list[ProbeResult]:
+    from harness.fidelity.pair import EnginePair
+
+    choice = parse_engines(spec)
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    say(f"pdchaos fidelity: starting a {connector} pair of {choice.label} engines")
+    async with EnginePair(choice, out, connector=connector) as pair:
+        return await run_probes(pair, names, say)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    names = [n.strip() for n in args.probes.split(",")] if args.probes else None
+    known = {p.name for p in PROBES}
+    if names and (bad := [n for n in names if n not in known]):
+        print(f"pdchaos fidelity: unknown probe(s) {bad}; known: {sorted(known)}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        parse_engines(args.real)
+    except EngineChoiceError as e:
+        print(f"pdchaos fidelity: --real: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.real == "fake":
+        print("pdchaos fidelity: --real must name a real backend (vllm or command:FILE)", file=sys.stderr)
+        return EXIT_USAGE
+    out = args.out or Path("runs") / time.strftime("fidelity-%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    real_label = "vLLM (from source)" if args.connector == "mooncake" else args.real
+    try:
+        fake = asyncio.run(_probe_backend("fake", args.connector, out / "fake", names))
+        if args.connector == "mooncake":
+            real = mooncake_results(names)
+            fake = restrict_to_source(fake, real)
+        else:
+            real = asyncio.run(_probe_backend(args.real, args.connector, out / "real", names))
+    except (ProcessStartError, OSError, RuntimeError) as e:
+        print(f"pdchaos fidelity: engines did not start: {e}", file=sys.stderr)
+        return EXIT_NO_ENGINES
+    rows = compare(fake, real)
+    left = unexplained(rows)
+    (out / "fidelity.json").write_text(json.dumps(
+        {"connector": args.connector, "real": real_label, "rows": [r.to_json() for r in rows],
+         "unexplained": len(left)}, indent=1), encoding="utf-8")
+    (out / "fidelity.md").write_text(render_markdown(rows, real_label) + "\n", encoding="utf-8")
+    print(render_text(rows, real_label))
+    same = sum(r.agree for r in rows)
+    print(f"\npdchaos fidelity: {len(rows)} facts, {same} the same, {len(rows) - same} different, "
+          f"{len(left)} router-actionable and unexplained -> {out / 'fidelity.md'}")
+    return EXIT_DIFFERS if left else EXIT_OK
