@@ -92,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
          "unexplained": len(left)}, indent=1), encoding="utf-8")
     (out / "fidelity.md").write_text(render_markdown(rows, real_label) + "\n", encoding="utf-8")
     print(render_text(rows, real_label))
-    same = sum(r.agree for r in rows)
-    print(f"\npdchaos fidelity: {len(rows)} facts, {same} the same, {len(rows) - same} different, "
-          f"{len(left)} router-actionable and unexplained -> {out / 'fidelity.md'}")
+    compared = [r for r in rows if r.compared]
+    same = sum(r.agree for r in compared)
+    only = f", {len(rows) - len(compared)} from source only" if len(compared) < len(rows) else ""
+    print(f"\npdchaos fidelity: {len(compared)} facts compared, {same} the same, {len(compared) - same} "
+          f"different{only}, {len(left)} router-actionable and unexplained -> {out / 'fidelity.md'}")
     return EXIT_DIFFERS if left else EXIT_OK

@@ -11,12 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.fidelity.observe import ProbeResult
+from harness.fidelity.observe import SOURCE_ONLY, ProbeResult
 
 FACTS_FILE = Path(__file__).resolve().parent / "data" / "mooncake_vllm.json"
-
-
-SOURCE_ONLY = "source_only"
 
 
 def mooncake_results(names: list[str] | None = None, path: Path = FACTS_FILE) -> list[ProbeResult]:

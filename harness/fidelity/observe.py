@@ -14,6 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# The probe name of facts the real side states (e.g. from source) and no probe measures: shown, not compared.
+SOURCE_ONLY = "source_only"
+
 # How long a probe waits for an answer: past this the engine "did not answer" (a hang, for a router).
 ANSWER_BUDGET_S = 15.0
 # Answers within this are "fast"; later ones (up to the budget) waited on something: a timeout.

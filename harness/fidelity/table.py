@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.fidelity.observe import ProbeResult
+from harness.fidelity.observe import SOURCE_ONLY, ProbeResult
 
 # (probe, fact) -> why a difference there is known and accepted.
 EXPLAINED: dict[tuple[str, str], str] = {
@@ -33,11 +33,17 @@ class Row:
     explained: str | None = None
 
     @property
+    def compared(self) -> bool:
+        return self.probe != SOURCE_ONLY
+
+    @property
     def agree(self) -> bool:
         return self.fake == self.real
 
     @property
     def verdict(self) -> str:
+        if not self.compared:
+            return "from source only (not compared)"
         if self.agree:
             return "same"
         if not self.actionable:
@@ -46,8 +52,8 @@ class Row:
 
     def to_json(self) -> dict[str, Any]:
         return {"probe": self.probe, "fact": self.fact, "fake": self.fake, "real": self.real,
-                "actionable": self.actionable, "agree": self.agree, "verdict": self.verdict,
-                "source": self.source, "explained": self.explained}
+                "actionable": self.actionable, "compared": self.compared, "agree": self.agree,
+                "verdict": self.verdict, "source": self.source, "explained": self.explained}
 
 
 def compare(fake: list[ProbeResult], real: list[ProbeResult]) -> list[Row]:
@@ -68,7 +74,7 @@ def compare(fake: list[ProbeResult], real: list[ProbeResult]) -> list[Row]:
 
 
 def unexplained(rows: list[Row]) -> list[Row]:
-    return [r for r in rows if not r.agree and r.actionable and not r.explained]
+    return [r for r in rows if r.compared and not r.agree and r.actionable and not r.explained]
 
 
 def render_text(rows: list[Row], real_label: str) -> str:
@@ -88,7 +94,9 @@ def render_markdown(rows: list[Row], real_label: str) -> str:
     out = [f"| probe | fact | fake | {real_label} | router-actionable? |", "|---|---|---|---|---|"]
     for r in rows:
         mark = "yes" if r.actionable else "no"
-        if not r.agree:
+        if not r.compared:
+            mark += " (from source only, not compared)"
+        elif not r.agree:
             mark += f" ({r.explained})" if r.explained else " **differs**"
         real = r.real + (f" ({r.source})" if r.source else "")
         out.append(f"| {r.probe} | {esc(r.fact)} | {esc(r.fake)} | {esc(real)} | {esc(mark)} |")

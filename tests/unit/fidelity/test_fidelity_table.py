@@ -94,3 +94,13 @@ def test_mooncake_rows_come_from_source_with_citations() -> None:
     assert kept[-1].probe == "source_only" and all(not f.actionable for f in kept[-1].facts)
     rows = table.compare(kept, only)
     assert rows[0].agree and rows[0].source and "mooncake_connector.py" in rows[0].source
+
+
+def test_source_only_rows_are_shown_not_compared() -> None:
+    source = [_result("source_only", **{"bootstrap query": ("GET /query", True)})]
+    fake = [_result("source_only", **{"bootstrap query": ("not probed (read from source)", False)})]
+    (row,) = table.compare(fake, source)
+    assert not row.compared and row.verdict.startswith("from source only")
+    assert table.unexplained([row]) == []  # an actionable fact the fake cannot measure fails nothing
+    assert "from source only" in table.render_markdown([row], "vLLM (from source)")
+    assert row.to_json()["compared"] is False
