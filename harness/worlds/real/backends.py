@@ -146,7 +146,9 @@ def not_applicable(choice: EngineChoice, scenario: Scenario, connector: str, tra
             return (f"{who}: the {connector} connector does not run on this machine (vLLM's "
                     "MooncakeConnector needs an accelerator); NIXL only")
         if transport != "http":
-            return f"{who}: served over HTTP only (the gRPC VllmEngine contract is the fakes' and smg's)"
+            return (f"{who}: scenario cells run over HTTP only: vLLM's gRPC server runs here, but the "
+                    "recording relay that gives the handoff checker its evidence speaks HTTP (`pdchaos "
+                    "fidelity --transport grpc` compares the gRPC surface)")
     for step in scenario.timeline:
         why = _control_only(step.action)
         if why:

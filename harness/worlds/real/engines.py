@@ -106,6 +106,11 @@ class EngineFleet:
         """The engine's own HTTP address (what a router is given, unless a relay or proxy sits in front)."""
         return self.topo.engine(name).http_url
 
+    def grpc_target(self, name: str) -> str:
+        """The engine's own gRPC address, `host:port` (the VllmEngine service)."""
+        spec = self.topo.engine(name)
+        return f"{spec.host}:{spec.grpc_port}"
+
     def control(self, name: str, timeout_s: float = 5.0) -> EngineControlClient:
         return EngineControlClient(self.topo.engine(name).control_url, self.token, timeout_s)
 

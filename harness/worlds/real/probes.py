@@ -33,6 +33,26 @@ async def http_probe(url: str, timeout_s: float) -> str:
         return f"error:{type(e).__name__}"
 
 
+async def grpc_health_probe(target: str, timeout_s: float) -> str:
+    """The VllmEngine `HealthCheck` of `host:port` as `http_probe` words: 'ok:200' (healthy), 'ok:503'
+    (answered unhealthy), 'refused', 'timeout' or 'error:<code>'."""
+    import grpc
+
+    from pdchaos.proto import vllm_engine_pb2 as pb
+    from pdchaos.proto import vllm_engine_pb2_grpc as pbg
+
+    try:
+        async with grpc.aio.insecure_channel(target) as channel:
+            reply = await pbg.VllmEngineStub(channel).HealthCheck(pb.HealthCheckRequest(), timeout=timeout_s)
+            return "ok:200" if reply.healthy else "ok:503"
+    except grpc.aio.AioRpcError as e:
+        if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return "timeout"
+        if e.code() == grpc.StatusCode.UNAVAILABLE:
+            return "refused"
+        return f"error:{e.code().name}"
+
+
 async def port_open(port: int) -> bool:
     return await asyncio.to_thread(port_is_open, port)
 

@@ -11,6 +11,10 @@ What differs from the fakes, and why:
 - Provenance: vLLM keeps none a checker could read, so a recording relay sits on the engine's serving port
   (`harness.worlds.real.relay`) and `harness.vllm.provenance` joins what crossed it with each decode's NIXL
   log into the fakes' record format.
+- On a gRPC topology the engine is vLLM's gRPC server (smg's VllmEngine service) on the engine's gRPC port,
+  with no relay: readiness, state and warm-up go through `HealthCheck` and `Generate`. The relay speaks
+  HTTP only, so such engines give no per-request provenance; scenario cells stay HTTP (`backends`), and
+  `pdchaos fidelity --transport grpc` compares the gRPC surface.
 - After a SIGKILL, vLLM's shared-memory queues stay in /dev/shm (hundreds of MB each): after each stop
   the fleet removes those it made that no process holds any more.
 """
@@ -34,7 +38,7 @@ from harness.vllm import VllmInstall, find_install
 from harness.vllm.launch import SERVED_MODEL, core_for, vllm_argv, vllm_env
 from harness.vllm.provenance import NixlLog, logging_config, records_from
 from harness.worlds.real.engines import EngineFleet, NoControlApi
-from harness.worlds.real.probes import http_probe
+from harness.worlds.real.probes import grpc_health_probe, http_probe
 from harness.worlds.real.processes import ManagedProcess, ProcessStartError, log_tail
 from harness.worlds.real.relay import RecordingRelay
 from pdchaos.jsonl import read_jsonl
@@ -78,6 +82,10 @@ class VllmFleet(EngineFleet):
     async def clear_faults(self, name: str, kind: str | None) -> None:
         return None  # nothing to clear: a real engine carries no injected protocol fault
 
+    @property
+    def serves_grpc(self) -> bool:
+        return self.topo.transport == "grpc"
+
     def backend_port(self, name: str) -> int:
         """Where the vLLM server itself listens (the relay holds the engine's serving port)."""
         return self.relay(name).backend_port
@@ -106,12 +114,20 @@ class VllmFleet(EngineFleet):
     def _health_url(self, name: str) -> str:
         return f"http://{self.topo.engine(name).host}:{self.backend_port(name)}/health"
 
+    async def _health(self, name: str, timeout_s: float) -> str:
+        if self.serves_grpc:
+            return await grpc_health_probe(self.grpc_target(name), timeout_s)
+        return await http_probe(self._health_url(name), timeout_s)
+
     def _position(self, name: str) -> int:
         return [s.name for s in self.topo.engines].index(name)
 
     def argv(self, name: str, first_start: bool = True) -> list[str]:
         assert self.install is not None
         spec = self.topo.engine(name)
+        if self.serves_grpc:
+            return vllm_argv(self.install.python, self.install.model_dir, spec, self.engine_ids[name],
+                             self.settings.for_engine(name), transport="grpc")
         inner = EngineSpec(spec.name, spec.role, spec.index, self.backend_port(name), spec.grpc_port,
                            spec.control_port, spec.bootstrap_port, spec.nixl_port, spec.host)
         return vllm_argv(self.install.python, self.install.model_dir, inner, self.engine_ids[name],
@@ -123,9 +139,10 @@ class VllmFleet(EngineFleet):
         self.records_file(name).parent.mkdir(parents=True, exist_ok=True)
         self.generations[name] = self.generations.get(name, 0) + 1
         self.engine_ids[name] = f"{name}-g{self.generations[name]}-{uuid.uuid4().hex[:8]}"
-        relay = self.relay(name)
-        await relay.open()
-        relay.engine_id, relay.generation = self.engine_ids[name], self.generations[name]
+        relay = None if self.serves_grpc else self.relay(name)
+        if relay is not None:
+            await relay.open()
+            relay.engine_id, relay.generation = self.engine_ids[name], self.generations[name]
         spec = self.topo.engine(name)
         env = {**vllm_env(spec, core_for(self._position(name))),
                "VLLM_LOGGING_CONFIG_PATH": str(self._logging_config(name))}
@@ -136,7 +153,8 @@ class VllmFleet(EngineFleet):
         watcher = asyncio.create_task(self._watch(name, proc))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
-        await relay.serve()
+        if relay is not None:
+            await relay.serve()
         proc.ready_info = await self.state(name)
         return proc
 
@@ -148,7 +166,6 @@ class VllmFleet(EngineFleet):
             self.on_stopped(name)
 
     async def _wait_serving(self, name: str, proc: ManagedProcess) -> None:
-        url = self._health_url(name)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.ready_timeout_s
         while loop.time() < deadline:
@@ -157,7 +174,7 @@ class VllmFleet(EngineFleet):
                     f"vLLM engine {name} exited with code {proc.returncode} while starting: "
                     + " | ".join(log_tail(proc.log_path).strip().splitlines()[-5:]),
                     name, proc.log_path, proc.returncode)
-            if await http_probe(url, 2.0) == "ok:200":
+            if await self._health(name, 2.0) == "ok:200":
                 return
             await asyncio.sleep(HEALTH_POLL_S)
         proc.signal(9)
@@ -169,6 +186,9 @@ class VllmFleet(EngineFleet):
         """Two plain completions straight to the server before its port opens to the router: the first
         forward of a CPU build takes seconds, during which the engine core does not even answer NIXL
         handshakes (a decode's first handshake then times out). No router setting is about that."""
+        if self.serves_grpc:
+            await self._warm_up_grpc(name, proc)
+            return
         url = f"http://{self.topo.engine(name).host}:{self.backend_port(name)}/v1/completions"
         body = {"model": SERVED_MODEL, "prompt": WARM_UP_PROMPT, "max_tokens": 2}
         timeout = aiohttp.ClientTimeout(total=WARM_UP_TIMEOUT_S)
@@ -184,12 +204,32 @@ class VllmFleet(EngineFleet):
             raise ProcessStartError(f"vLLM engine {name} failed its warm-up completion: {exc}", name,
                                     proc.log_path, proc.returncode) from None
 
+    async def _warm_up_grpc(self, name: str, proc: ManagedProcess) -> None:
+        import grpc
+
+        from fake_engines.core.tokenizer import encode
+        from pdchaos.proto import vllm_engine_pb2 as pb
+        from pdchaos.proto import vllm_engine_pb2_grpc as pbg
+
+        tokens = pb.TokenizedInput(original_text=WARM_UP_PROMPT, input_ids=encode(WARM_UP_PROMPT))
+        try:
+            async with grpc.aio.insecure_channel(self.grpc_target(name)) as channel:
+                for i in range(2):
+                    req = pb.GenerateRequest(request_id=f"pdchaos-warm-up-{i}", tokenized=tokens,
+                                             sampling_params=pb.SamplingParams(max_tokens=2))
+                    async for _ in pbg.VllmEngineStub(channel).Generate(req, timeout=WARM_UP_TIMEOUT_S):
+                        pass
+        except grpc.aio.AioRpcError as exc:
+            proc.signal(9)
+            raise ProcessStartError(f"vLLM engine {name} failed its warm-up Generate: {exc.code().name} "
+                                    f"{exc.details()}", name, proc.log_path, proc.returncode) from None
+
     async def state(self, name: str) -> dict[str, Any] | None:
         """What can be seen of the engine: the id it was started with, whether it serves, its process."""
         proc = self.procs.get(name)
         if proc is None or not proc.alive:
             return None
-        health = await http_probe(self._health_url(name), 1.0)
+        health = await self._health(name, 1.0)
         if health in ("refused", "error"):
             return None
         return {"engine_id": self.engine_ids.get(name), "generation": self.generations.get(name, 0),

@@ -275,3 +275,48 @@ def test_health_codec_round_trip_and_bad_bytes() -> None:
         grpc_health.decode_request(b"\x0a\x05ab")
     with pytest.raises(ValueError):
         grpc_health.decode_request(b"\x0a")
+
+
+async def test_abort_ends_a_stream_between_tokens_with_finish_reason_abort(
+    stub: vllm_engine_pb2_grpc.VllmEngineStub,
+) -> None:
+    # vLLM's servicer ends an aborted stream with a complete message, finish_reason "abort".
+    req = pb.GenerateRequest(request_id="long", text="a long answer", stream=True,
+                             sampling_params=pb.SamplingParams(max_tokens=400))
+    kinds = []
+    async for m in stub.Generate(req, timeout=10):
+        kinds.append(m.WhichOneof("response"))
+        if len(kinds) == 1:
+            await stub.Abort(pb.AbortRequest(request_ids=["long"]), timeout=5)
+        if m.WhichOneof("response") == "complete":
+            assert m.complete.finish_reason == "abort"
+            assert m.complete.completion_tokens == kinds.count("chunk") < 400
+    assert kinds[-1] == "complete"
+
+
+async def test_past_the_context_the_engine_stops_at_its_end(
+    stub: vllm_engine_pb2_grpc.VllmEngineStub,
+) -> None:
+    # No OpenAI layer under the gRPC servicer refuses max_tokens past the context: generation stops there.
+    info = await stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=5)
+    tok = tokenizer.encode("x")[0]
+    near = pb.GenerateRequest(request_id="near", tokenized=pb.TokenizedInput(
+        input_ids=[tok] * (info.max_context_length - 3)), sampling_params=pb.SamplingParams(max_tokens=50))
+    (resp,) = await collect(stub.Generate(near, timeout=30))
+    assert (resp.complete.finish_reason, resp.complete.completion_tokens) == ("length", 3)
+    full = pb.GenerateRequest(request_id="full", tokenized=pb.TokenizedInput(
+        input_ids=[tok] * info.max_context_length), sampling_params=pb.SamplingParams(max_tokens=1))
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await collect(stub.Generate(full, timeout=30))
+    assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_nixl_prefill_leg_also_sets_the_typed_params() -> None:
+    async with running_engine(loopback_config("prefill", "nixl")) as p, grpc.aio.insecure_channel(
+            f"127.0.0.1:{p.grpc_port}") as ch:
+        req = pb.GenerateRequest(request_id="pre", text="prefill me", sampling_params=pb.SamplingParams(
+            max_tokens=1), kv_transfer_params_json=json.dumps({"do_remote_decode": True}))
+        (resp,) = await collect(vllm_engine_pb2_grpc.VllmEngineStub(ch).Generate(req, timeout=5))
+        params = json.loads(resp.complete.kv_transfer_params_json)
+        typed = resp.complete.kv_transfer_params
+        assert (typed.remote_host, typed.remote_port) == (params["remote_host"], params["remote_port"])

@@ -33,8 +33,10 @@ pytestmark = [pytest.mark.real_engines, pytest.mark.skipif(_skip_reason() is not
 SCENARIOS = ("prefill_restart_nixl", "prefill_process_frozen", "decode_crash", "sole_prefill_down")
 
 
-def test_fidelity_against_real_vllm_leaves_no_unexplained_difference(tmp_path: Path) -> None:
-    assert fidelity_main(["--out", str(tmp_path)]) == EXIT_OK, (tmp_path / "fidelity.md").read_text()
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_fidelity_against_real_vllm_leaves_no_unexplained_difference(transport: str, tmp_path: Path) -> None:
+    code = fidelity_main(["--transport", transport, "--out", str(tmp_path)])
+    assert code == EXIT_OK, (tmp_path / "fidelity.md").read_text()
 
 
 @pytest.mark.parametrize("name", SCENARIOS)

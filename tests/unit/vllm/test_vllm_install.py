@@ -10,16 +10,18 @@ import pytest
 
 from harness.vllm import HOME_ENV, INSTALL_RECORD, VllmNotInstalled, default_home, find_install
 from harness.vllm.cli import main as engines_main
-from harness.vllm.install import InstallError, InstallReport, _run, install_vllm
+from harness.vllm.install import InstallError, InstallReport, _requested, _run, install_vllm
 
 
-def _finished(home: Path, version: str = "0.32.0") -> None:
+def _finished(home: Path, version: str = "0.32.0",
+              requested: dict[str, str] | None = None) -> None:
     (home / "venv" / "bin").mkdir(parents=True)
     (home / "venv" / "bin" / "python").write_text("")
     (home / "model").mkdir()
     (home / "model" / "config.json").write_text("{}")
     (home / INSTALL_RECORD).write_text(json.dumps({
-        "requested": {"vllm": version}, "versions": {"vllm": version, "nixl": "1.5.1"},
+        "requested": requested or _requested(version, "1.5.1"),
+        "versions": {"vllm": version, "nixl": "1.5.1"},
         "steps": [{"step": "pip install", "seconds": 100.0}]}))
 
 
@@ -49,6 +51,22 @@ def test_a_finished_install_is_found_and_reused(tmp_path: Path) -> None:
     report = install_vllm(tmp_path, version="0.32.0", say=lambda _: None)
     assert report.reused and report.versions["nixl"] == "1.5.1"
     assert "already installed" in report.text()
+
+
+def test_an_install_asked_for_less_is_made_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An install from before the gRPC servicer was part of it cannot serve gRPC: not reused.
+    _finished(tmp_path, requested={"vllm": "0.32.0", "nixl": "1.5.1"})
+    steps: list[list[str]] = []
+
+    def stop(step: str, argv: list[str], *_: object) -> str:
+        steps.append(argv)
+        raise InstallError(f"{step}: stopped by the test")
+
+    monkeypatch.setattr("harness.vllm.install._run", stop)
+    with pytest.raises(InstallError, match="stopped by the test"):
+        install_vllm(tmp_path, version="0.32.0", say=lambda _: None)
+    assert any(a.startswith("smg-grpc-servicer==") for a in steps[0])
+    assert not (tmp_path / INSTALL_RECORD).exists()  # a half-made install is never taken for a working one
 
 
 def test_a_failing_or_hanging_step_raises_with_its_output(tmp_path: Path) -> None:

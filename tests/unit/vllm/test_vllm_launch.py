@@ -30,6 +30,16 @@ def test_argv_serves_the_fakes_model_name_on_the_engines_own_loopback_port() -> 
     assert cfg["kv_connector"] == "NixlConnector"
 
 
+def test_grpc_argv_starts_vllms_grpc_server_on_the_engines_grpc_port() -> None:
+    topo = build_topology(parse_topology("1p1d"), "nixl", "grpc", list(range(20000, 20020)))
+    spec = topo.engine("decode-0")
+    argv = vllm_argv(Path("/v/bin/python"), Path("/m"), spec, "decode-0-g1-cd", {}, transport="grpc")
+    assert argv[:3] == ["/v/bin/python", "-m", "vllm.entrypoints.launchers.grpc_server"]
+    assert _flag(argv, "--port") == str(spec.grpc_port) != str(spec.http_port)
+    assert _flag(argv, "--served-model-name") == SERVED_MODEL
+    assert json.loads(_flag(argv, "--kv-transfer-config"))["kv_role"] == "kv_consumer"
+
+
 def test_kv_transfer_config_maps_the_fakes_engine_settings() -> None:
     p = kv_transfer_config("prefill", "p1", {"kv_abort_timeout_s": 2.5, "load_failure_policy": "recompute"})
     d = kv_transfer_config("decode", "d1", {})
