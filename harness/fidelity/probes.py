@@ -125,6 +125,15 @@ async def prefill_leg(http: aiohttp.ClientSession,
     return ans, returned, returned
 
 
+async def decode_params(http: aiohttp.ClientSession, pair: PairControl,
+                        r: ProbeResult) -> dict[str, Any] | None:
+    """A prefill leg's parameters for the decode; None (and the failed leg as a fact) when it gave none."""
+    ans, _, params = await prefill_leg(http, pair)
+    if params is None:
+        r.add("prefill status", outcome(ans))
+    return params
+
+
 async def decode_leg(http: aiohttp.ClientSession, pair: PairControl, params: dict[str, Any]) -> HttpAnswer:
     return await exchange(http, "POST", pair.url("decode") + "/v1/completions",
                           completion(max_tokens=4, kv_transfer_params=params))
@@ -233,9 +242,8 @@ async def _handoff(http: aiohttp.ClientSession, pair: PairControl, r: ProbeResul
 
 
 async def _never_computed(http: aiohttp.ClientSession, pair: PairControl, r: ProbeResult) -> None:
-    ans, _, params = await prefill_leg(http, pair)
+    params = await decode_params(http, pair, r)
     if params is None:
-        r.add("prefill status", outcome(ans))
         return
     forged = ({**params, "transfer_id": "xfer-never-prefilled"} if pair.connector == "mooncake"
               else {**params, "remote_request_id": "never-prefilled-0000"})
@@ -269,9 +277,8 @@ async def _abort_mid_stream(http: aiohttp.ClientSession, pair: PairControl, r: P
 
 
 async def _prefill_died(http: aiohttp.ClientSession, pair: PairControl, r: ProbeResult) -> None:
-    ans, _, params = await prefill_leg(http, pair)
+    params = await decode_params(http, pair, r)
     if params is None:
-        r.add("prefill status", outcome(ans))
         return
     await pair.kill("prefill")
     try:
@@ -313,9 +320,8 @@ async def _prefill_restarted(http: aiohttp.ClientSession, pair: PairControl, r: 
 
 
 async def _prefill_frozen(http: aiohttp.ClientSession, pair: PairControl, r: ProbeResult) -> None:
-    ans, _, params = await prefill_leg(http, pair)
+    params = await decode_params(http, pair, r)
     if params is None:
-        r.add("prefill status", outcome(ans))
         return
     await pair.pause("prefill")
     try:

@@ -47,6 +47,7 @@ VLLM_READY_TIMEOUT_S = 240.0
 WARM_UP_TIMEOUT_S = 120.0
 WARM_UP_PROMPT = "pdchaos warm-up: " + "the router sits in front of the engines. " * 12
 HEALTH_POLL_S = 0.5
+OLD_GROUP_EXIT_S = 60.0
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIXES = ("psm_", "sem.mp-")
 
@@ -137,6 +138,7 @@ class VllmFleet(EngineFleet):
         """A vLLM server with a fresh engine id; returns once `/health` answers 200 (ProcessStartError with
         the log's tail when it exits or the deadline passes first)."""
         self.records_file(name).parent.mkdir(parents=True, exist_ok=True)
+        await self._wait_gone(name)
         self.generations[name] = self.generations.get(name, 0) + 1
         self.engine_ids[name] = f"{name}-g{self.generations[name]}-{uuid.uuid4().hex[:8]}"
         relay = None if self.serves_grpc else self.relay(name)
@@ -157,6 +159,25 @@ class VllmFleet(EngineFleet):
             await relay.serve()
         proc.ready_info = await self.state(name)
         return proc
+
+    async def _wait_gone(self, name: str) -> None:
+        """Before a restart, every process of the engine's previous start is gone: vLLM's workers outlive
+        their API server for a while after a SIGKILL (seen: a worker with SIGKILL pending, unscheduled
+        for minutes beside a decode spinning on its core) and hold the NIXL side-channel port and a core."""
+        old = self.procs.get(name)
+        # signal 0 reaches what is left of the group (by the run's marker once the leader is reaped)
+        if old is None or not old.signal(0):
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + OLD_GROUP_EXIT_S
+        while old.signal(0):
+            if loop.time() >= deadline:
+                raise ProcessStartError(
+                    f"vLLM engine {name}: processes of its previous start still run {OLD_GROUP_EXIT_S:g} s "
+                    f"after SIGKILL (process group {old.pgid}); not starting a second one beside them",
+                    name, old.log_path, old.returncode)
+            old.signal(9)
+            await asyncio.sleep(HEALTH_POLL_S)
 
     async def _watch(self, name: str, proc: ManagedProcess) -> None:
         """However the engine ends (a fault, a crash of its own, the teardown), its port refuses at once."""
