@@ -100,6 +100,16 @@ def source_lost(history: History, d: Handoff, race_s: float = 0.25) -> bool:
     )
 
 
+def decode_lost(history: History, d: Handoff, race_s: float = 0.25) -> bool:
+    """The decode engine itself was faulted while this record's request was on it. A fake decode killed
+    mid-request writes no record at all; a recorder outside the engine (real vLLM's relay) writes the failed
+    leg, which the fault explains."""
+    return any(
+        f.target == d.engine and f.applied_t is not None and decode_start(d) - race_s <= f.applied_t <= d.at
+        for f in history.fault_list()
+    )
+
+
 def decode_start(d: Handoff) -> float:
     """When the decode began (records are stamped at their end)."""
     return d.at - (d.duration_s or 0.0)
@@ -155,7 +165,7 @@ def check_handoff(history: History, exp: HandoffExpect | None = None) -> Verdict
             if (
                 problem in ("failed", "timed_out")
                 and exp.excuse_in_flight
-                and source_lost(history, d, exp.race_s)
+                and (source_lost(history, d, exp.race_s) or decode_lost(history, d, exp.race_s))
             ):
                 in_flight[problem] += 1
                 continue

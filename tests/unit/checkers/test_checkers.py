@@ -530,6 +530,25 @@ def test_source_lost_mid_handoff_is_excused_but_a_stale_id_is_not() -> None:
     assert check_transfer_timeout(h).status == "fail"
 
 
+def test_a_decode_crashed_under_its_own_request_excuses_that_failed_record() -> None:
+    # Real vLLM's relay records the leg a crash cut; it began just before the crash's window opens.
+    def run(crash_at: float) -> HB:
+        hb = HB()
+        hb.engine(0.0, "prefill-0", "A", "prefill")
+        hb.engine(0.0, "decode-0", "D", "decode")
+        tag = hb.request(0.99, 0.5, status=502, text_ok=None)
+        hb.handoff(1.0, "prefill-0", "prefill", tag, "computed", "A")
+        hb.handoff(1.45, "decode-0", "decode", tag, "failed", "D", "A", kv_digest=None, duration_s=0.4)
+        hb.fault("c", "crash", "decode-0", applied=crash_at, healed=3.0)
+        hb.end(4.0)
+        return hb
+
+    v = run_check(run(crash_at=1.2).history(), "handoff_strict", {"grace_s": 0.0})
+    assert v.status == "pass" and v.numbers["excused_in_flight"] == {"failed": 1}
+    # The crash came after the leg had failed: nothing explains it.
+    assert run_check(run(crash_at=1.5).history(), "handoff_strict", {"grace_s": 0.0}).status == "fail"
+
+
 def test_availability_counts_requests_cut_by_the_fault_as_during() -> None:
     hb = HB()
     for i in range(5):

@@ -86,6 +86,7 @@ class HB:
         remote_engine_id: str | None = None,
         kv_digest: str | None = "pd",
         prompt_digest: str = "pd",
+        duration_s: float = 0.01,
     ) -> None:
         self.at(t).handoff(
             {
@@ -105,7 +106,7 @@ class HB:
                 "kv_digest": kv_digest if kind == "decode" else None,
                 "outcome": outcome,
                 "error": None,
-                "duration_s": 0.01,
+                "duration_s": duration_s,
                 "output_digest": "o",
             }
         )
