@@ -13,6 +13,8 @@ Facts this rests on (vLLM 0.32, CPU build, measured on 2-core machines):
 - NIXL's progress thread polls with no delay, so each idle engine keeps a core busy; `engine_site/
   sitecustomize.py` (on the engine's PYTHONPATH) sets a 1 ms delay, or two engines starve the router and
   the harness on a 2-core machine. A pull then waits up to 1 ms more per progress step.
+- vLLM's CPU NIXL worker pins the thread that starts KV loads to the last core of each NUMA node, the same
+  core for every engine; the hook sends it to the engine's own core (`PDCHAOS_KV_TRANSFER_CORE`).
 - The KV cache is kept small (`VLLM_CPU_KVCACHE_SPACE`, GiB) so that two engines fit beside the harness.
 """
 
@@ -79,6 +81,7 @@ def vllm_env(spec: EngineSpec, core: int, side_channel_port: int | None = None) 
         "HF_HUB_OFFLINE": "1",
         "PYTHONPATH": str(ENGINE_SITE),
         "PDCHAOS_NIXL_PROGRESS_DELAY_US": str(NIXL_PROGRESS_DELAY_US),
+        "PDCHAOS_KV_TRANSFER_CORE": str(core),
         "TRANSFORMERS_OFFLINE": "1",
     }
 
