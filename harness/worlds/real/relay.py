@@ -144,9 +144,12 @@ class RecordingRelay:
             for k, v in upstream.headers.items():
                 if k.lower() not in _HOP_HEADERS:
                     out.headers[k] = v
+            reader_left = False
             try:
                 if kind is not None and body.get("stream"):
-                    answer, error = await self._stream(request, upstream, out)
+                    answer, error, reader_left = await self._stream(request, upstream, out)
+                    if reader_left and answer is None and error is None:
+                        error = "the router closed the stream before its first chunk"
                 else:
                     data = await upstream.read()
                     answer, error = _json_or_none(data), None
@@ -161,18 +164,19 @@ class RecordingRelay:
         if kind is not None:
             if error is None and upstream.status != 200:
                 error = _error_text(answer) or f"HTTP {upstream.status}"
-            self._record(body, kind, engine_id, started, upstream.status, answer, error)
+            self._record(body, kind, engine_id, started, upstream.status, answer, error, reader_left)
         return out
 
     async def _stream(self, request: web.BaseRequest, upstream: aiohttp.ClientResponse,
-                      out: web.StreamResponse) -> tuple[Any, str | None]:
-        """Pass an SSE stream on as it comes; (its first chunk, the first error chunk's text)."""
+                      out: web.StreamResponse) -> tuple[Any, str | None, bool]:
+        """Pass an SSE stream on as it comes; (its first chunk, the first error chunk's text, whether the
+        router closed its side first). A router may close a stream once it has what it needs (smg does
+        after the finishing chunk): the engine's request then ends as it would on a direct connection."""
         await out.prepare(request)
         first: Any = None
         error: str | None = None
         pending = b""
         async for part in upstream.content.iter_any():
-            await out.write(part)
             pending += part
             while b"\n\n" in pending:
                 event, pending = pending.split(b"\n\n", 1)
@@ -181,11 +185,18 @@ class RecordingRelay:
                     first = chunk
                 if isinstance(chunk, dict) and "error" in chunk and error is None:
                     error = _error_text(chunk) or "error chunk"
-        await out.write_eof()
-        return first, error
+            try:
+                await out.write(part)
+            except ConnectionResetError:
+                return first, error, True
+        try:
+            await out.write_eof()
+        except ConnectionResetError:
+            return first, error, True
+        return first, error, False
 
     def _record(self, body: Any, kind: str, engine_id: str | None, started: float, status: int,
-                answer: Any, error: str | None) -> None:
+                answer: Any, error: str | None, reader_left: bool = False) -> None:
         if self._writer is None:
             return
         told = body.get("kv_transfer_params") if isinstance(body, dict) else None
@@ -198,6 +209,7 @@ class RecordingRelay:
             else f"relay-{self.name}-{self._seq}",
             "prompt": prompt_text(body), "stream": bool(isinstance(body, dict) and body.get("stream")),
             "status": status, "error": error, "duration_s": round(time.monotonic() - started, 6),
+            "reader_left": reader_left,
             "told": told if isinstance(told, dict) else None,
             "answered": back if isinstance(back, dict) else None,
         })
