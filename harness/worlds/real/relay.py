@@ -153,9 +153,13 @@ class RecordingRelay:
                 else:
                     data = await upstream.read()
                     answer, error = _json_or_none(data), None
-                    await out.prepare(request)
-                    await out.write(data)
-                    await out.write_eof()
+                    try:
+                        await out.prepare(request)
+                        await out.write(data)
+                        await out.write_eof()
+                    except ConnectionResetError:
+                        # The engine answered whole; the router had hung up (gave up on the leg).
+                        reader_left = True
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 if kind is not None:
                     self._record(body, kind, engine_id, started, upstream.status, None,
