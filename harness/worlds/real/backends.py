@@ -153,6 +153,11 @@ def not_applicable(choice: EngineChoice, scenario: Scenario, connector: str, tra
         why = _control_only(step.action)
         if why:
             return f"{who} have no fault control API: step {step.name!r} needs {why}"
+        if getattr(step.action, "link", None) == "side_channel":
+            # A decode reaches the side channel at the port its prefill advertises in kv_transfer_params:
+            # only the fakes can be told to advertise the proxy's port instead of their own.
+            return (f"{who}: step {step.name!r} faults the KV side channel, which only the fake engines "
+                    "can route through a proxy (they advertise its port)")
     _, engine_bugs = split_bugs(scenario.engines.inject_bugs)
     per_engine = [b for v in scenario.engines.per_engine.values() for b in (v.get("inject_bugs") or ())]
     if engine_bugs or per_engine:

@@ -41,7 +41,7 @@ def test_fidelity_against_real_vllm_leaves_no_unexplained_difference(transport: 
 
 @pytest.mark.parametrize("name", SCENARIOS)
 async def test_scenario_gives_the_fakes_verdict_per_checker_on_real_vllm(name: str, tmp_path: Path) -> None:
-    scenario = load_scenarios()[name]
+    (scenario,) = load_scenarios([name])
     fake = await run_scenario(scenario, "1p1d", "nixl", "http", "reference", tmp_path / "fake")
     real = await run_scenario(scenario, "1p1d", "nixl", "http", "reference", tmp_path / "vllm",
                               engines="vllm")

@@ -89,6 +89,14 @@ def test_process_faults_run_on_every_backend(action: object) -> None:
     assert not_applicable(EngineChoice("vllm"), _with(action), "nixl", "http") is None
 
 
+def test_side_channel_link_faults_need_the_fakes_but_router_links_do_not() -> None:
+    side = SCEN["side_channel_reset_during_pull"]
+    why = not_applicable(EngineChoice("vllm"), side, "nixl", "http")
+    assert why is not None and "side channel" in why
+    assert not_applicable(EngineChoice("fake"), side, "nixl", "http") is None
+    assert not_applicable(EngineChoice("vllm"), SCEN["prefill_link_partitioned"], "nixl", "http") is None
+
+
 def test_vllm_cells_need_nixl_over_http_and_no_engine_switch() -> None:
     s = SCEN["decode_crash"]
     vllm = EngineChoice("vllm")
