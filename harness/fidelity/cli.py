@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pdchaos fidelity", description=__doc__.split("\n\n")[0],
         epilog="Probes (HTTP): " + "; ".join(f"{x.name}: {x.question}" for x in PROBES)
-        + "\n\nProbes (gRPC): " + "; ".join(f"{x.name}: {x.question}" for x in GRPC_PROBES),
+        + "\n\nProbes (gRPC): " + "; ".join(f"{x.name}: {x.question}" for x in GRPC_PROBES)
+        + "\n\n" + __doc__.split("\n\n")[-1].strip(),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--connector", choices=("nixl", "mooncake"), default="nixl",
                    help="KV connector of both pairs (mooncake: the real side is read from vLLM's source, "
