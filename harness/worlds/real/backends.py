@@ -141,14 +141,9 @@ def not_applicable(choice: EngineChoice, scenario: Scenario, connector: str, tra
     if choice.is_fake:
         return None
     who = "real vLLM engines" if choice.kind == "vllm" else f"engines of {choice.label}"
-    if choice.kind == "vllm":
-        if connector != "nixl":
-            return (f"{who}: the {connector} connector does not run on this machine (vLLM's "
-                    "MooncakeConnector needs an accelerator); NIXL only")
-        if transport != "http":
-            return (f"{who}: scenario cells run over HTTP only: vLLM's gRPC server runs here, but the "
-                    "recording relay that gives the handoff checker its evidence speaks HTTP (`pdchaos "
-                    "fidelity --transport grpc` compares the gRPC surface)")
+    if choice.kind == "vllm" and connector != "nixl":
+        return (f"{who}: the {connector} connector does not run on this machine (vLLM's "
+                "MooncakeConnector needs an accelerator); NIXL only")
     for step in scenario.timeline:
         why = _control_only(step.action)
         if why:

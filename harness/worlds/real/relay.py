@@ -206,17 +206,26 @@ class RecordingRelay:
         told = body.get("kv_transfer_params") if isinstance(body, dict) else None
         back = answer.get("kv_transfer_params") if isinstance(answer, dict) else None
         self._seq += 1
-        self._writer.write({
-            "ts": time.time(), "engine": self.name, "role": self.spec.role, "connector": self.connector,
-            "engine_id": engine_id, "generation": self.generation, "kind": kind,
-            "request_id": str(answer.get("id")) if isinstance(answer, dict) and answer.get("id")
-            else f"relay-{self.name}-{self._seq}",
-            "prompt": prompt_text(body), "stream": bool(isinstance(body, dict) and body.get("stream")),
-            "status": status, "error": error, "duration_s": round(time.monotonic() - started, 6),
-            "reader_left": reader_left,
-            "told": told if isinstance(told, dict) else None,
-            "answered": back if isinstance(back, dict) else None,
-        })
+        request_id = (str(answer.get("id")) if isinstance(answer, dict) and answer.get("id")
+                      else f"relay-{self.name}-{self._seq}")
+        self._writer.write(leg_line(
+            self.name, self.spec.role, self.connector, engine_id, self.generation, kind, request_id,
+            prompt_text(body), bool(isinstance(body, dict) and body.get("stream")), status, error,
+            time.monotonic() - started, reader_left, told, back))
+
+
+def leg_line(engine: str, role: str, connector: str, engine_id: str | None, generation: int, kind: str,
+             request_id: str, prompt: str, stream: bool, status: int, error: str | None, duration_s: float,
+             reader_left: bool, told: Any, answered: Any) -> dict[str, Any]:
+    """One line of a relay's legs file (CONTRACTS.md §13), from either surface."""
+    return {
+        "ts": time.time(), "engine": engine, "role": role, "connector": connector,
+        "engine_id": engine_id, "generation": generation, "kind": kind, "request_id": request_id,
+        "prompt": prompt, "stream": stream, "status": status, "error": error,
+        "duration_s": round(duration_s, 6), "reader_left": reader_left,
+        "told": told if isinstance(told, dict) else None,
+        "answered": answered if isinstance(answered, dict) else None,
+    }
 
 
 def _reset(request: web.BaseRequest) -> web.StreamResponse:

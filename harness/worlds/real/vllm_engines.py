@@ -11,10 +11,9 @@ What differs from the fakes, and why:
 - Provenance: vLLM keeps none a checker could read, so a recording relay sits on the engine's serving port
   (`harness.worlds.real.relay`) and `harness.vllm.provenance` joins what crossed it with each decode's NIXL
   log into the fakes' record format.
-- On a gRPC topology the engine is vLLM's gRPC server (smg's VllmEngine service) on the engine's gRPC port,
-  with no relay: readiness, state and warm-up go through `HealthCheck` and `Generate`. The relay speaks
-  HTTP only, so such engines give no per-request provenance; scenario cells stay HTTP (`backends`), and
-  `pdchaos fidelity --transport grpc` compares the gRPC surface.
+- On a gRPC topology the engine is vLLM's gRPC server (smg's VllmEngine service) behind a gRPC recording
+  relay on the engine's gRPC port (`harness.worlds.real.grpc_relay`, the same legs file); readiness, state
+  and warm-up go through `HealthCheck` and `Generate`.
 - After a SIGKILL, vLLM's shared-memory queues stay in /dev/shm (hundreds of MB each): after each stop
   the fleet removes those it made that no process holds any more.
 """
@@ -38,6 +37,7 @@ from harness.vllm import VllmInstall, find_install
 from harness.vllm.launch import SERVED_MODEL, core_for, vllm_argv, vllm_env
 from harness.vllm.provenance import NixlLog, logging_config, records_from
 from harness.worlds.real.engines import EngineFleet, NoControlApi
+from harness.worlds.real.grpc_relay import GrpcRecordingRelay
 from harness.worlds.real.probes import grpc_health_probe, http_probe
 from harness.worlds.real.processes import ManagedProcess, ProcessStartError, log_tail
 from harness.worlds.real.relay import RecordingRelay
@@ -61,7 +61,7 @@ class VllmFleet(EngineFleet):
     install: VllmInstall | None = None
     engine_ids: dict[str, str] = field(default_factory=dict)
     generations: dict[str, int] = field(default_factory=dict)
-    relays: dict[str, RecordingRelay] = field(default_factory=dict)
+    relays: dict[str, RecordingRelay | GrpcRecordingRelay] = field(default_factory=dict)
     started_wall: float = field(default_factory=time.time)
     _watchers: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -95,10 +95,15 @@ class VllmFleet(EngineFleet):
         """The vLLM server itself, behind the recording relay on the engine's serving port."""
         return f"http://{self.topo.engine(name).host}:{self.backend_port(name)}"
 
-    def relay(self, name: str) -> RecordingRelay:
+    def grpc_target(self, name: str) -> str:
+        """The vLLM gRPC server itself, behind the recording relay on the engine's gRPC port."""
+        return f"{self.topo.engine(name).host}:{self.backend_port(name)}"
+
+    def relay(self, name: str) -> RecordingRelay | GrpcRecordingRelay:
         if name not in self.relays:
             spec = self.topo.engine(name)
-            self.relays[name] = RecordingRelay(name, spec, self.legs_file(name), self.topo.connector)
+            kind = GrpcRecordingRelay if self.serves_grpc else RecordingRelay
+            self.relays[name] = kind(name, spec, self.legs_file(name), self.topo.connector)
         return self.relays[name]
 
     def legs_file(self, name: str) -> Path:
@@ -126,13 +131,13 @@ class VllmFleet(EngineFleet):
     def argv(self, name: str, first_start: bool = True) -> list[str]:
         assert self.install is not None
         spec = self.topo.engine(name)
-        if self.serves_grpc:
-            return vllm_argv(self.install.python, self.install.model_dir, spec, self.engine_ids[name],
-                             self.settings.for_engine(name), transport="grpc")
-        inner = EngineSpec(spec.name, spec.role, spec.index, self.backend_port(name), spec.grpc_port,
-                           spec.control_port, spec.bootstrap_port, spec.nixl_port, spec.host)
+        # The server listens on the relay's backend port, in place of the surface the topology speaks.
+        backend = self.backend_port(name)
+        http_port, grpc_port = (spec.http_port, backend) if self.serves_grpc else (backend, spec.grpc_port)
+        inner = EngineSpec(spec.name, spec.role, spec.index, http_port, grpc_port, spec.control_port,
+                           spec.bootstrap_port, spec.nixl_port, spec.host)
         return vllm_argv(self.install.python, self.install.model_dir, inner, self.engine_ids[name],
-                         self.settings.for_engine(name))
+                         self.settings.for_engine(name), transport=self.topo.transport)
 
     async def start(self, name: str, first_start: bool = True) -> ManagedProcess:
         """A vLLM server with a fresh engine id; returns once `/health` answers 200 (ProcessStartError with
@@ -141,10 +146,9 @@ class VllmFleet(EngineFleet):
         await self._wait_gone(name)
         self.generations[name] = self.generations.get(name, 0) + 1
         self.engine_ids[name] = f"{name}-g{self.generations[name]}-{uuid.uuid4().hex[:8]}"
-        relay = None if self.serves_grpc else self.relay(name)
-        if relay is not None:
-            await relay.open()
-            relay.engine_id, relay.generation = self.engine_ids[name], self.generations[name]
+        relay = self.relay(name)
+        await relay.open()
+        relay.engine_id, relay.generation = self.engine_ids[name], self.generations[name]
         spec = self.topo.engine(name)
         env = {**vllm_env(spec, core_for(self._position(name))),
                "VLLM_LOGGING_CONFIG_PATH": str(self._logging_config(name))}
@@ -155,8 +159,7 @@ class VllmFleet(EngineFleet):
         watcher = asyncio.create_task(self._watch(name, proc))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
-        if relay is not None:
-            await relay.serve()
+        await relay.serve()
         proc.ready_info = await self.state(name)
         return proc
 
