@@ -188,10 +188,9 @@ class EngineActions:
             return
         start = asyncio.get_running_loop().time()
         proc.signal(signal.SIGTERM)
-        url = f"{self.topo.engine(name).http_url}/health"
         health = "unknown"
         for _ in range(10):  # the signal is handled within a few ms; look for 1 s at most
-            health = await http_probe(url, 0.5)
+            health = await self.fleet.serving_probe(name, 0.5)
             if health in ("ok:503", "refused"):
                 break
             await asyncio.sleep(0.1)
@@ -266,7 +265,7 @@ class EngineActions:
         emit(FaultApplied(fid, "wedge", name, {"surface": "all", "mode": "sigstop"}, {"pid": proc.pid}))
         self.stopped.add(name)
         stopped = bool(await poll_until(lambda: self.fleet.is_paused(name), 1.0))
-        probe = await http_probe(f"{self.topo.engine(name).http_url}/health", 0.5)
+        probe = await self.fleet.serving_probe(name, 0.5)
         emit(FaultVerified(fid, sent and stopped and probe == "timeout",
                            {"state": process_state(proc.pid), "health_probe": probe}))
 

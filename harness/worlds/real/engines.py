@@ -20,7 +20,7 @@ import aiohttp
 from fake_engines.control_client import ControlError, EngineControlClient
 from harness.scenario import EngineSettings
 from harness.topology import EngineSpec, Topology
-from harness.worlds.real.probes import process_state
+from harness.worlds.real.probes import http_probe, process_state
 from harness.worlds.real.processes import ManagedProcess, ProcessSupervisor
 from pdchaos.jsonl import read_jsonl
 
@@ -105,6 +105,11 @@ class EngineFleet:
     def direct_url(self, name: str) -> str:
         """The engine's own HTTP address (what a router is given, unless a relay or proxy sits in front)."""
         return self.topo.engine(name).http_url
+
+    async def serving_probe(self, name: str, timeout_s: float) -> str:
+        """What a router's health check of the engine sees on its serving port (`http_probe` words); the
+        fakes always serve HTTP beside gRPC."""
+        return await http_probe(f"{self.topo.engine(name).http_url}/health", timeout_s)
 
     def grpc_target(self, name: str) -> str:
         """The engine's own gRPC address, `host:port` (the VllmEngine service)."""
