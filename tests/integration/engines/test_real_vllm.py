@@ -1,6 +1,6 @@
 """Real vLLM engines (`pdchaos engines install vllm` first): the fidelity probes against a real NIXL pair,
-and the 1p1d NIXL outage scenarios on real vLLM with the reference router, judged per checker like the
-fakes. Minutes per test and about 3 GB of memory per engine: `real_engines` marker, run with
+and the 1p1d NIXL outage scenarios on real vLLM with the reference router, over HTTP and gRPC, judged per
+checker like the fakes. Minutes per test and about 3 GB of memory per engine: `real_engines` marker, run with
 PDCHAOS_REAL_ENGINES=1 (never in the default run or CI)."""
 
 from __future__ import annotations
@@ -39,11 +39,13 @@ def test_fidelity_against_real_vllm_leaves_no_unexplained_difference(transport: 
     assert code == EXIT_OK, (tmp_path / "fidelity.md").read_text()
 
 
+@pytest.mark.parametrize("transport", ["http", "grpc"])
 @pytest.mark.parametrize("name", SCENARIOS)
-async def test_scenario_gives_the_fakes_verdict_per_checker_on_real_vllm(name: str, tmp_path: Path) -> None:
+async def test_scenario_gives_the_fakes_verdict_per_checker_on_real_vllm(name: str, transport: str,
+                                                                          tmp_path: Path) -> None:
     (scenario,) = load_scenarios([name])
-    fake = await run_scenario(scenario, "1p1d", "nixl", "http", "reference", tmp_path / "fake")
-    real = await run_scenario(scenario, "1p1d", "nixl", "http", "reference", tmp_path / "vllm",
+    fake = await run_scenario(scenario, "1p1d", "nixl", transport, "reference", tmp_path / "fake")
+    real = await run_scenario(scenario, "1p1d", "nixl", transport, "reference", tmp_path / "vllm",
                               engines="vllm")
     on_fake = {v.name: v.status for v in fake.verdicts}
     on_real = {v.name: v.status for v in real.verdicts}
