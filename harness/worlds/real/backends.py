@@ -21,6 +21,7 @@ from harness.scenario import (
     Crash,
     Die,
     EngineFault,
+    Expect,
     Heal,
     Scenario,
     SlowStart,
@@ -37,6 +38,8 @@ ENGINES_HELP = ("engine backend: fake (the fake engines, the default), vllm (rea
                 "templates, see harness/worlds/real/command_engines.py)")
 # How long the load goes on after the last fault ends, on engines that take seconds to come back.
 REAL_AFTER_HEAL_S = 6.0
+# At least this much load after availability's after-window opens.
+AFTER_WINDOW_MIN_S = 3.0
 FAKE_START_S = 60.0
 # The router's probe timing on real engines: on a 2-core machine running two CPU vLLM servers, the
 # router, the relays and the load, the whole machine stalls for up to ~0.6 s at times (measured: every
@@ -168,6 +171,19 @@ OUTPUT_NOT_JUDGED = ("output: not judged on these engines (a real model's text i
                      "wrong KV shows in the handoff checker's records instead)")
 
 
+def _settle_scaled(expect: tuple[Expect, ...], factor: float) -> tuple[tuple[Expect, ...], str]:
+    """Availability expectations with `settle_s` (the after-window's delay from a heal) times `factor`."""
+    out, said = [], []
+    for x in expect:
+        settle = x.params.get("settle_s") if x.checker == "availability" else None
+        if isinstance(settle, int | float):
+            out.append(replace(x, params={**x.params, "settle_s": round(settle * factor, 3)}))
+            said.append(f"{settle:g} s -> {settle * factor:g} s")
+        else:
+            out.append(x)
+    return tuple(out), ", ".join(said)
+
+
 def adapt(choice: EngineChoice, scenario: Scenario) -> tuple[Scenario, list[str]]:
     """The scenario as it runs on these engines, and notes on what changed: on real ones the load goes on
     `REAL_AFTER_HEAL_S` past the last fault's end (a restart takes tens of seconds, longer than the whole
@@ -180,22 +196,32 @@ def adapt(choice: EngineChoice, scenario: Scenario) -> tuple[Scenario, list[str]
     if tail != w.after_heal_s:
         notes.append(f"load kept on {tail:g} s after the last fault ends (real engines restart slowly)")
     router = scenario.router
+    expect = scenario.expect
     if router.health_interval_s < REAL_HEALTH_INTERVAL_S or router.health_timeout_s < REAL_HEALTH_TIMEOUT_S:
+        slower = max(router.health_interval_s, REAL_HEALTH_INTERVAL_S) / router.health_interval_s
         router = replace(router, health_interval_s=max(router.health_interval_s, REAL_HEALTH_INTERVAL_S),
                          health_timeout_s=max(router.health_timeout_s, REAL_HEALTH_TIMEOUT_S))
         notes.append(f"router probes every {router.health_interval_s:g} s with a "
                      f"{router.health_timeout_s:g} s timeout (real engines beside the harness on few cores "
                      "stall the machine for half a second at times; the scaled probe settings would read "
                      "that as engine failures)")
+        expect, scaled = _settle_scaled(expect, slower)
+        if scaled:
+            notes.append(f"availability's after-window starts x{slower:g} later after a heal ({scaled}): "
+                         "with slower probes a healed worker is seen Ready later")
     engines = scenario.engines
     if choice.kind == "vllm" and engines.transfer_timeout_s != VLLM_PULL_TIMEOUT_S:
         engines = replace(engines, transfer_timeout_s=VLLM_PULL_TIMEOUT_S)
         notes.append(f"transfer timeout taken as {VLLM_PULL_TIMEOUT_S:g} s: vLLM's NIXL decode has no pull "
                      "timeout of its own setting; a pull from a dead or replaced peer fails at its handshake "
                      "timeout (5 s, vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py)")
-    expect = scenario.expect
     if not choice.text_known and any(x.checker == "output" for x in expect):
         expect = tuple(x for x in expect if x.checker != "output")
         notes.append(OUTPUT_NOT_JUDGED)
+    settles = [float(x.params["settle_s"]) for x in expect
+               if x.checker == "availability" and isinstance(x.params.get("settle_s"), int | float)]
+    if settles and max(settles) + AFTER_WINDOW_MIN_S > tail:
+        tail = max(settles) + AFTER_WINDOW_MIN_S
+        notes.append(f"load kept on {tail:g} s after the last fault ends (the after-window needs requests)")
     return replace(scenario, workload=replace(w, after_heal_s=tail), router=router, engines=engines,
                    expect=expect), notes

@@ -129,6 +129,15 @@ def test_adapt_keeps_fakes_as_they_are_and_says_what_changes_on_vllm() -> None:
     assert (kept.router.health_interval_s, kept.router.health_timeout_s) == (5.0, 3.0) and len(notes) == 3
 
 
+def test_availability_settles_longer_when_probes_are_slowed() -> None:
+    s = SCEN["prefill_restart_nixl"]  # probes every 0.3 s, after-window 1 s after the heal
+    real, notes = adapt(EngineChoice("vllm"), s)
+    (avail,) = [x for x in real.expect if x.checker == "availability"]
+    assert avail.params["settle_s"] == round(1.0 * REAL_HEALTH_INTERVAL_S / 0.3, 3)
+    assert real.workload.after_heal_s >= avail.params["settle_s"] + 3.0  # the window still has requests
+    assert any("after-window" in n for n in notes)
+
+
 def test_an_action_waits_at_least_as_long_as_an_engine_start_on_slow_engines() -> None:
     from harness.session.session import ACTION_S, ENGINES_UP_S, _action_budget
 
