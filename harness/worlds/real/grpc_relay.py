@@ -27,9 +27,7 @@ import grpc
 
 from fake_engines.core.tokenizer import decode as decode_tokens
 from harness.topology import EngineSpec
-from harness.worlds.real.relay import LEG_TIMEOUT_S, leg_kind, leg_line
-from pdchaos.jsonl import JsonlWriter
-from pdchaos.ports import free_ports
+from harness.worlds.real.relay import LEG_TIMEOUT_S, RelayBase, leg_kind, leg_line
 from pdchaos.proto import vllm_engine_pb2_grpc as pbg
 
 UNARY_TIMEOUT_S = 30.0
@@ -115,23 +113,15 @@ class _Forward(pbg.VllmEngineServicer):
         relay.record(kind, engine_id, request, started, status, error, reader_left, told, answered)
 
 
-class GrpcRecordingRelay:
+class GrpcRecordingRelay(RelayBase):
     """One engine's gRPC relay: listens on the engine's gRPC port, forwards to `backend_port`."""
 
     def __init__(self, name: str, spec: EngineSpec, records: Path, connector: str = "nixl") -> None:
-        self.name = name
-        self.spec = spec
-        self.connector = connector
-        self.backend_port = free_ports(1)[0]
-        self.engine_id: str | None = None
-        self.generation = 0
-        self._records = records
-        self._writer: JsonlWriter | None = None
+        super().__init__(name, spec, records, connector)
         self._channel: grpc.aio.Channel | None = None
         self._stub: pbg.VllmEngineStub | None = None
         self._server: grpc.aio.Server | None = None
         self._stopping: set[asyncio.Task[None]] = set()
-        self._seq = 0
 
     @property
     def backend(self) -> str:
@@ -144,9 +134,7 @@ class GrpcRecordingRelay:
         return self._stub
 
     async def open(self) -> None:
-        if self._writer is None:
-            self._records.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = JsonlWriter(self._records)
+        self._open_legs()
 
     async def serve(self) -> None:
         """Open the engine's gRPC port (the engine serves behind it)."""

@@ -57,8 +57,9 @@ def prompt_text(body: Any) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
 
 
-class RecordingRelay:
-    """One engine's relay: listens on the engine's serving port, forwards to `backend_port`."""
+class RelayBase:
+    """What every relay keeps: the engine it fronts, the port the engine itself listens on, the identity in
+    force, and the legs file."""
 
     def __init__(self, name: str, spec: EngineSpec, records: Path, connector: str = "nixl") -> None:
         self.name = name
@@ -70,10 +71,22 @@ class RecordingRelay:
         self.generation = 0
         self._records = records
         self._writer: JsonlWriter | None = None
+        self._seq = 0
+
+    def _open_legs(self) -> None:
+        if self._writer is None:
+            self._records.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = JsonlWriter(self._records)
+
+
+class RecordingRelay(RelayBase):
+    """One engine's relay: listens on the engine's serving port, forwards to `backend_port`."""
+
+    def __init__(self, name: str, spec: EngineSpec, records: Path, connector: str = "nixl") -> None:
+        super().__init__(name, spec, records, connector)
         self._http: aiohttp.ClientSession | None = None
         self._server: web.Server | None = None
         self._listener: asyncio.Server | None = None
-        self._seq = 0
 
     @property
     def backend(self) -> str:
@@ -82,8 +95,7 @@ class RecordingRelay:
     async def open(self) -> None:
         """Ready to serve (the port still refuses until `serve`)."""
         if self._http is None:
-            self._records.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = JsonlWriter(self._records)
+            self._open_legs()
             self._http = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=LEG_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S),
                 auto_decompress=False)
