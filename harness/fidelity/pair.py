@@ -45,10 +45,11 @@ class EnginePair:
 
     async def __aenter__(self) -> EnginePair:
         topo = self.topo = allocate("1p1d", self.connector, self.transport)
+        # Registered first, so it runs last: the fleet closes once the supervisor has ended its processes.
+        self._stack.push_async_callback(self._close_fleet)
         sup = await self._stack.enter_async_context(ProcessSupervisor(self.out_dir / "logs"))
         self.fleet = make_fleet(self.choice, topo, PROBE_SETTINGS, sup, self.out_dir, token=uuid.uuid4().hex,
                                 ready_timeout_s=self.choice.start_budget_s())
-        self._stack.push_async_callback(self.fleet.close)
         try:
             for role in ("prefill", "decode"):
                 await self.fleet.start(self.name(role))
@@ -60,6 +61,10 @@ class EnginePair:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
+
+    async def _close_fleet(self) -> None:
+        if self.fleet is not None:
+            await self.fleet.close()
 
     def name(self, role: str) -> str:
         return f"{role}-0"

@@ -42,12 +42,14 @@ from harness.worlds.real.probes import grpc_health_probe, http_probe
 from harness.worlds.real.processes import ManagedProcess, ProcessStartError, log_tail
 from harness.worlds.real.relay import RecordingRelay
 from pdchaos.jsonl import read_jsonl
+from pdchaos.waiting import poll_until
 
 VLLM_READY_TIMEOUT_S = 240.0
 WARM_UP_TIMEOUT_S = 120.0
 WARM_UP_PROMPT = "pdchaos warm-up: " + "the router sits in front of the engines. " * 12
 HEALTH_POLL_S = 0.5
 OLD_GROUP_EXIT_S = 60.0
+SHM_SWEEP_WAIT_S = 10.0
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIXES = ("psm_", "sem.mp-")
 
@@ -290,10 +292,14 @@ class VllmFleet(EngineFleet):
         remove_unused_shm(self.started_wall)
 
     async def close(self) -> None:
+        """The cell is over: relays closed; once the engines' last workers have exited (they outlive the
+        group leader by seconds after a SIGKILL, and map vLLM's /dev/shm queues until then), the queues go."""
         for task in list(self._watchers):
             task.cancel()
         for relay in self.relays.values():
             await relay.close()
+        await poll_until(lambda: not any(p.signal(0) for p in self.procs.values() if not p.alive),
+                         SHM_SWEEP_WAIT_S, interval_s=HEALTH_POLL_S)
         remove_unused_shm(self.started_wall)
 
 
