@@ -100,10 +100,9 @@ class VllmFleet(EngineFleet):
     async def serving_probe(self, name: str, timeout_s: float) -> str:
         """A health check through the relay, on the surface the topology speaks (a vLLM gRPC server has no
         HTTP port)."""
-        spec = self.topo.engine(name)
         if self.serves_grpc:
-            return await grpc_health_probe(f"{spec.host}:{spec.grpc_port}", timeout_s)
-        return await http_probe(f"{spec.http_url}/health", timeout_s)
+            return await grpc_health_probe(super().grpc_target(name), timeout_s)
+        return await super().serving_probe(name, timeout_s)
 
     def grpc_target(self, name: str) -> str:
         """The vLLM gRPC server itself, behind the recording relay on the engine's gRPC port."""
