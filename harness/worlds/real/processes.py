@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.worlds.real.forkserver_client import ForkServerClient, forkable, interpreter_env
 from pdchaos.jsonl import JsonlWriter
 
 MARKER_ENV = "PDCHAOS_RUN_MARKER"
@@ -107,7 +108,8 @@ class ManagedProcess:
     log_path: Path
     ready_info: dict[str, Any] | None = None
     marker: str | None = None
-    _proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
+    # An asyncio.subprocess.Process, or a ForkedChild when the fork server started it.
+    _proc: Any = field(default=None, repr=False)
 
     @property
     def pgid(self) -> int:
@@ -180,6 +182,8 @@ class ProcessSupervisor:
         self._pids = JsonlWriter(self.pid_file)
         self._procs: list[ManagedProcess] = []
         self._closed = False
+        self._forkserver: ForkServerClient | None = None
+        self._forkserver_lock = asyncio.Lock()
         _LIVE_SUPERVISORS.add(self)
 
     @property
@@ -216,17 +220,22 @@ class ProcessSupervisor:
             child_env.update(env)
         child_env[MARKER_ENV] = self.marker
         child_env.setdefault("PYTHONUNBUFFERED", "1")
-        # A local file open, not a network wait: fine on the loop.
-        with open(log_path, "ab") as log_fh:  # noqa: ASYNC230
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=log_fh,
-                stderr=asyncio.subprocess.STDOUT,
-                env=child_env,
-                start_new_session=True,
-                preexec_fn=_make_preexec(os.getpid()),
-            )
+        module = forkable(argv)
+        server = None if module is None else await self._fork_server(child_env)
+        if module is not None and server is not None:
+            proc: Any = await server.spawn(module, list(argv[3:]), child_env, log_path, name=name)
+        else:
+            # A local file open, not a network wait: fine on the loop.
+            with open(log_path, "ab") as log_fh:  # noqa: ASYNC230
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log_fh,
+                    stderr=asyncio.subprocess.STDOUT,
+                    env=child_env,
+                    start_new_session=True,
+                    preexec_fn=_make_preexec(os.getpid()),
+                )
         managed = ManagedProcess(
             name=name, pid=proc.pid, argv=list(argv), log_path=log_path, marker=self.marker, _proc=proc
         )
@@ -242,6 +251,28 @@ class ProcessSupervisor:
                 managed.signal(signal.SIGKILL)
                 raise
         return managed
+
+    async def _fork_server(self, env: Mapping[str, str]) -> ForkServerClient | None:
+        """This supervisor's fork server, started at the first child it can fork (its log: forkserver.log);
+        None when env's interpreter settings differ from the server's (that child is exec'd)."""
+        async with self._forkserver_lock:
+            if self._forkserver is not None and not self._forkserver.serves(env):
+                if self._forkserver.proc.returncode is None:
+                    return None
+                self._forkserver = None
+            if self._forkserver is None:
+                # The server's own environment is the supervisor's, not this child's: no child's extras
+                # (a token, say) show in the others' /proc environ.
+                base = {**os.environ, MARKER_ENV: self.marker}
+                base.setdefault("PYTHONUNBUFFERED", "1")
+                if interpreter_env(base) != interpreter_env(env):
+                    return None
+                server = await ForkServerClient.start(base, self._fresh_log_path("forkserver"),
+                                                      preexec=_make_preexec(os.getpid()))
+                self._forkserver = server
+                self._pids.write({"name": "forkserver", "pid": server.pid, "pgid": server.pid,
+                                  "argv": [sys.executable, "-m", "pdchaos.forkserver"], "ts": time.time()})
+            return self._forkserver
 
     def _fresh_log_path(self, name: str) -> Path:
         path = self.log_dir / f"{name}.log"
@@ -320,6 +351,8 @@ class ProcessSupervisor:
         """SIGKILL every process group this supervisor started. Sync, idempotent, safe at atexit."""
         for proc in self._procs:
             proc.signal(signal.SIGKILL)
+        if self._forkserver is not None:
+            self._forkserver.kill()
 
     async def aclose(self, grace_s: float = 2.0) -> None:
         """Stop every child (concurrently), then close the pid file. Idempotent."""
@@ -328,6 +361,8 @@ class ProcessSupervisor:
         self._closed = True
         try:
             await asyncio.gather(*(self.stop(p, grace_s) for p in self._procs), return_exceptions=True)
+            if self._forkserver is not None:
+                await self._forkserver.aclose()
         finally:
             self.kill_all()
             self._pids.close()

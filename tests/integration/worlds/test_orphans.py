@@ -134,10 +134,11 @@ def _start_and_wait(run: Launched) -> tuple[subprocess.Popen, Path, str, Path, l
     _wait_for(lambda: _under_way(run_dir), START_TIMEOUT_S, "the scenario to be under way", proc, log)
     pids = _records(run_dir, "pids.jsonl")
     names = sorted(r["name"] for r in pids)
-    # prefill twice: the original and its respawn after the process restart.
-    assert names == ["decode-0", "prefill-0", "prefill-0", "router"], names
+    # prefill twice: the original and its respawn after the process restart; the fork server forked them.
+    assert names == ["decode-0", "forkserver", "prefill-0", "prefill-0", "router"], names
     live = [r for r in pids if pid_alive(r["pid"])]
-    assert len(live) == 3, f"expected the respawned prefill, the decode and the router alive: {live}"
+    assert len(live) == 4, (f"expected the fork server, the respawned prefill, the decode and the router "
+                            f"alive: {live}")
     marked = set(find_marked_processes(marker))
     assert {r["pid"] for r in live} | {proc.pid} <= marked
     info = json.loads((run_dir / "run.json").read_text())
