@@ -450,7 +450,7 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     plan = plan_run(args)
     # Real vLLM engines take a core and about 3 GB each: one cell at a time unless asked.
-    plan.jobs = args.jobs or (default_jobs() if plan.engines == "fake" else 1)
+    plan.jobs = args.jobs or (default_jobs(real_time=plan.world == "real") if plan.engines == "fake" else 1)
     try:
         plan.out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

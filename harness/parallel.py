@@ -36,6 +36,7 @@ from harness.routers import RouterAdapter
 from harness.runner import Cell, cell_dir_name, expand_matrix, read_cell_result, update_latest
 from harness.scenario import At, Scenario
 from harness.topology import parse_topology
+from harness.worlds.real.processes import shared_fork_server
 
 
 def check_jobs(n: int) -> int:
@@ -49,8 +50,16 @@ async def run_cells(jobs: Sequence[CellJob], n: int = 1, progress: Any = None,
                     reuse: bool = False) -> list[ScenarioResult]:
     """Run every job, at most `n` at once; results in the order of `jobs`. With n == 1 the cells run one
     after the other in this process, exactly as a plain sequence of `run_scenario` calls. `reuse`: a job
-    whose folder already holds this cell's judged result (`runner.read_cell_result`) is not run again."""
+    whose folder already holds this cell's judged result (`runner.read_cell_result`) is not run again.
+    The real cells of one run fork their engines and routers from one shared server (`shared_fork_server`)."""
     check_jobs(n)
+    if not jobs:
+        return []
+    async with shared_fork_server(Path(jobs[0].out_dir).parent):
+        return await _run_cells(jobs, n, progress, reuse)
+
+
+async def _run_cells(jobs: Sequence[CellJob], n: int, progress: Any, reuse: bool) -> list[ScenarioResult]:
     if reuse:
         kept = {i: r for i, j in enumerate(jobs)
                 if (r := read_cell_result(j.out_dir, j.scenario.name, j.cell, j.world)) is not None}

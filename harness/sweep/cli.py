@@ -92,7 +92,10 @@ def _main(args: argparse.Namespace) -> int:
     from harness.sweep.plan import plan_sweep
 
     plan = plan_sweep(spec)
-    jobs = args.jobs or spec.jobs or default_jobs()
+    from harness.sweep.spec import LOCAL_ENGINES
+
+    real_local = set(spec.worlds) == {"real"} and set(spec.engines) == {LOCAL_ENGINES}
+    jobs = args.jobs or spec.jobs or default_jobs(real_time=real_local)
     if args.dry_run:
         return _dry_run(plan, jobs, args.json)
     baseline = args.baseline or (spec.relative(spec.baseline) if spec.baseline else None)

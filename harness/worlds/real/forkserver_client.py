@@ -70,9 +70,8 @@ class ForkedChild:
 class ForkServerClient:
     """One fork server process; `start()` it, `spawn()` children, `aclose()` it when its children are gone."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, env: Mapping[str, str]) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
-        self.interpreter_env = interpreter_env(env)
         self._next_id = 0
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._children: dict[int, ForkedChild] = {}
@@ -92,7 +91,7 @@ class ForkServerClient:
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log_fh,
                 env=server_env, start_new_session=True, preexec_fn=preexec,
             )
-        client = cls(proc, env)
+        client = cls(proc)
         try:
             hello = await asyncio.wait_for(client._read_frame(), _START_TIMEOUT_S)
         except (TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
@@ -151,10 +150,10 @@ class ForkServerClient:
                 fut.set_exception(ForkServerError("the fork server exited"))
         self._pending.clear()
 
-    def serves(self, env: Mapping[str, str]) -> bool:
-        """Whether a child with env may be forked from this server (alive, same interpreter settings)."""
-        alive = not self._dead and self.proc.returncode is None
-        return alive and interpreter_env(env) == self.interpreter_env
+    @property
+    def alive(self) -> bool:
+        """Still answering: its output has not ended and it has not exited."""
+        return not self._dead and self.proc.returncode is None
 
     async def spawn(self, module: str, args: Sequence[str], env: Mapping[str, str], log_path: Path,
                     name: str = "", cwd: str | None = None) -> ForkedChild:
@@ -205,3 +204,35 @@ class ForkServerClient:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reader
+
+
+class ForkServerSlot:
+    """Where one fork server lives: started at the first child that asks, started again if it died, and no
+    server at all (None: exec the child) for a child whose interpreter settings differ from the server's."""
+
+    def __init__(self, base_env: Mapping[str, str], log_path: Callable[[], Path],
+                 preexec: Callable[[], None] | None = None) -> None:
+        self.base_env = dict(base_env)
+        self._log_path = log_path
+        self._preexec = preexec
+        self._lock = asyncio.Lock()
+        self.client: ForkServerClient | None = None
+
+    async def get(self, env: Mapping[str, str]) -> ForkServerClient | None:
+        if interpreter_env(env) != interpreter_env(self.base_env):
+            return None
+        async with self._lock:
+            if self.client is not None and not self.client.alive:
+                self.client.kill()
+                self.client = None
+            if self.client is None:
+                self.client = await ForkServerClient.start(self.base_env, self._log_path(), self._preexec)
+            return self.client
+
+    def kill(self) -> None:
+        if self.client is not None:
+            self.client.kill()
+
+    async def aclose(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()

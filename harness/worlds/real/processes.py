@@ -34,12 +34,12 @@ import sys
 import time
 import uuid
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.worlds.real.forkserver_client import ForkServerClient, forkable, interpreter_env
+from harness.worlds.real.forkserver_client import ForkServerClient, ForkServerSlot, forkable
 from pdchaos.jsonl import JsonlWriter
 
 MARKER_ENV = "PDCHAOS_RUN_MARKER"
@@ -154,11 +154,48 @@ class ManagedProcess:
 
 
 _LIVE_SUPERVISORS: weakref.WeakSet[ProcessSupervisor] = weakref.WeakSet()
+# (event loop id, marker) -> the fork server every supervisor of that run shares (`shared_fork_server`).
+_SHARED_SLOTS: dict[tuple[int, str], ForkServerSlot] = {}
 
 
 def _kill_all_live() -> None:
     for sup in list(_LIVE_SUPERVISORS):
         sup.kill_all()
+    for slot in list(_SHARED_SLOTS.values()):
+        slot.kill()
+
+
+def fork_server_env(marker: str) -> dict[str, str]:
+    """A fork server's own environment: this process's, with the run's marker (so its children, whose /proc
+    environ is the server's, are found as the run's) and unbuffered output."""
+    env = {**os.environ, MARKER_ENV: marker}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+@contextlib.asynccontextmanager
+async def shared_fork_server(log_dir: Path, marker: str | None = None) -> AsyncIterator[None]:
+    """Within the block, every supervisor on this event loop with the run's marker (default:
+    $PDCHAOS_RUN_MARKER, which `pdchaos run` sets) forks its children from one server, started at the first
+    child (its log: `<log_dir>/forkserver.log`) and ended with the block: one preload for a whole suite of
+    cells rather than one per cell. Without a marker there is nothing to share and the block does nothing."""
+    marker = marker or os.environ.get(MARKER_ENV)
+    key = (id(asyncio.get_running_loop()), marker or "")
+    if not marker or key in _SHARED_SLOTS:
+        yield
+        return
+    Path(log_dir).mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - one local folder
+    slot = ForkServerSlot(fork_server_env(marker), lambda: Path(log_dir) / "forkserver.log",
+                          _make_preexec(os.getpid()))
+    _SHARED_SLOTS[key] = slot
+    try:
+        yield
+    finally:
+        _SHARED_SLOTS.pop(key, None)
+        try:
+            await slot.aclose()
+        finally:
+            slot.kill()
 
 
 atexit.register(_kill_all_live)
@@ -182,8 +219,10 @@ class ProcessSupervisor:
         self._pids = JsonlWriter(self.pid_file)
         self._procs: list[ManagedProcess] = []
         self._closed = False
-        self._forkserver: ForkServerClient | None = None
-        self._forkserver_lock = asyncio.Lock()
+        self._own_slot: ForkServerSlot | None = None
+        self._servers_recorded: set[int] = set()
+        # The server this supervisor's latest forked child came from.
+        self.fork_server: ForkServerClient | None = None
         _LIVE_SUPERVISORS.add(self)
 
     @property
@@ -252,27 +291,26 @@ class ProcessSupervisor:
                 raise
         return managed
 
+    def _fork_slot(self) -> ForkServerSlot:
+        """The run's shared fork server when one is kept for this marker (`shared_fork_server`), else this
+        supervisor's own, started at its first forked child (its log: forkserver.log)."""
+        shared = _SHARED_SLOTS.get((id(asyncio.get_running_loop()), self.marker))
+        if shared is not None:
+            return shared
+        if self._own_slot is None:
+            env = fork_server_env(self.marker)
+            log_path = lambda: self._fresh_log_path("forkserver")  # noqa: E731 - called at each (re)start
+            self._own_slot = ForkServerSlot(env, log_path, _make_preexec(os.getpid()))
+        return self._own_slot
+
     async def _fork_server(self, env: Mapping[str, str]) -> ForkServerClient | None:
-        """This supervisor's fork server, started at the first child it can fork (its log: forkserver.log);
-        None when env's interpreter settings differ from the server's (that child is exec'd)."""
-        async with self._forkserver_lock:
-            if self._forkserver is not None and not self._forkserver.serves(env):
-                if self._forkserver.proc.returncode is None:
-                    return None
-                self._forkserver = None
-            if self._forkserver is None:
-                # The server's own environment is the supervisor's, not this child's: no child's extras
-                # (a token, say) show in the others' /proc environ.
-                base = {**os.environ, MARKER_ENV: self.marker}
-                base.setdefault("PYTHONUNBUFFERED", "1")
-                if interpreter_env(base) != interpreter_env(env):
-                    return None
-                server = await ForkServerClient.start(base, self._fresh_log_path("forkserver"),
-                                                      preexec=_make_preexec(os.getpid()))
-                self._forkserver = server
-                self._pids.write({"name": "forkserver", "pid": server.pid, "pgid": server.pid,
-                                  "argv": [sys.executable, "-m", "pdchaos.forkserver"], "ts": time.time()})
-            return self._forkserver
+        server = await self._fork_slot().get(env)
+        if server is not None and server.pid not in self._servers_recorded:
+            self._servers_recorded.add(server.pid)
+            self._pids.write({"name": "forkserver", "pid": server.pid, "pgid": server.pid,
+                              "argv": [sys.executable, "-m", "pdchaos.forkserver"], "ts": time.time()})
+        self.fork_server = server or self.fork_server
+        return server
 
     def _fresh_log_path(self, name: str) -> Path:
         path = self.log_dir / f"{name}.log"
@@ -351,8 +389,8 @@ class ProcessSupervisor:
         """SIGKILL every process group this supervisor started. Sync, idempotent, safe at atexit."""
         for proc in self._procs:
             proc.signal(signal.SIGKILL)
-        if self._forkserver is not None:
-            self._forkserver.kill()
+        if self._own_slot is not None:
+            self._own_slot.kill()
 
     async def aclose(self, grace_s: float = 2.0) -> None:
         """Stop every child (concurrently), then close the pid file. Idempotent."""
@@ -361,8 +399,8 @@ class ProcessSupervisor:
         self._closed = True
         try:
             await asyncio.gather(*(self.stop(p, grace_s) for p in self._procs), return_exceptions=True)
-            if self._forkserver is not None:
-                await self._forkserver.aclose()
+            if self._own_slot is not None:
+                await self._own_slot.aclose()
         finally:
             self.kill_all()
             self._pids.close()

@@ -16,7 +16,12 @@ import pytest
 from fake_engines.control_client import ControlError, EngineControlClient
 from harness.worlds.real.engines import ENGINE_READY_PREFIX
 from harness.worlds.real.forkserver_client import ENABLE_ENV, ForkServerClient, forkable
-from harness.worlds.real.processes import ProcessSupervisor, find_marked_processes, pid_alive
+from harness.worlds.real.processes import (
+    ProcessSupervisor,
+    find_marked_processes,
+    pid_alive,
+    shared_fork_server,
+)
 from pdchaos.forkserver import read_frame, write_frame
 from pdchaos.ports import free_port
 from pdchaos.waiting import poll_until
@@ -39,6 +44,10 @@ def _parent(pid: int) -> int:
     return int(stat[stat.rfind(")") + 2:].split()[1])
 
 
+def _names(pid_file: Path) -> list[str]:
+    return [json.loads(line)["name"] for line in pid_file.read_text().splitlines()]
+
+
 def _environ(pid: int) -> bytes:
     return Path(f"/proc/{pid}/environ").read_bytes()
 
@@ -47,7 +56,7 @@ async def test_engine_is_forked_serves_and_stops(tmp_path: Path) -> None:
     async with ProcessSupervisor(tmp_path) as sup:
         proc = await sup.spawn("prefill-0", _engine_argv(), ready_prefix=ENGINE_READY_PREFIX)
         assert proc.ready_info and proc.ready_info.get("role") == "prefill"
-        server = sup._forkserver
+        server = sup.fork_server
         assert server is not None and server.pid != proc.pid
         # Its own session and group, a child of the fork server, named after the engine.
         assert os.getpgid(proc.pid) == proc.pid and os.getsid(proc.pid) == proc.pid
@@ -61,8 +70,7 @@ async def test_engine_is_forked_serves_and_stops(tmp_path: Path) -> None:
         assert code == 0, (tmp_path / "prefill-0.log").read_text()
         assert not pid_alive(proc.pid)
     assert not pid_alive(server.pid)
-    pids = [json.loads(line) for line in (tmp_path / "pids.jsonl").read_text().splitlines()]
-    assert [p["name"] for p in pids] == ["forkserver", "prefill-0"]
+    assert _names(tmp_path / "pids.jsonl") == ["forkserver", "prefill-0"]
 
 
 async def test_exit_code_and_log_of_a_failing_child(tmp_path: Path) -> None:
@@ -100,7 +108,7 @@ async def test_other_interpreter_settings_are_execed(tmp_path: Path) -> None:
         forked = await sup.spawn("one", _engine_argv("one"), ready_prefix=ENGINE_READY_PREFIX)
         other = await sup.spawn("two", _engine_argv("two"), env={"PYTHONHASHSEED": "7"},
                                 ready_prefix=ENGINE_READY_PREFIX)
-        server = sup._forkserver
+        server = sup.fork_server
         assert server is not None
         assert _parent(forked.pid) == server.pid
         assert _parent(other.pid) == os.getpid()
@@ -111,7 +119,7 @@ async def test_switched_off_execs_everything(tmp_path: Path, monkeypatch: pytest
     assert forkable(_engine_argv()) is None
     async with ProcessSupervisor(tmp_path) as sup:
         proc = await sup.spawn("prefill-0", _engine_argv(), ready_prefix=ENGINE_READY_PREFIX)
-        assert sup._forkserver is None and _comm(proc.pid).startswith("python")
+        assert sup.fork_server is None and _comm(proc.pid).startswith("python")
 
 
 def test_only_this_interpreter_and_known_modules_are_forked() -> None:
@@ -126,14 +134,14 @@ def test_only_this_interpreter_and_known_modules_are_forked() -> None:
 async def test_server_death_takes_its_children_and_fails_their_handles(tmp_path: Path) -> None:
     async with ProcessSupervisor(tmp_path) as sup:
         proc = await sup.spawn("prefill-0", _engine_argv(), ready_prefix=ENGINE_READY_PREFIX)
-        server = sup._forkserver
+        server = sup.fork_server
         assert server is not None
         os.kill(server.pid, signal.SIGKILL)
         assert await proc.wait(10.0) == -signal.SIGKILL
         assert await poll_until(lambda: not pid_alive(proc.pid), 5.0, interval_s=0.02)
         # The next child gets a fresh server.
         again = await sup.spawn("prefill-0", _engine_argv(), ready_prefix=ENGINE_READY_PREFIX)
-        assert sup._forkserver is not None and sup._forkserver.pid != server.pid
+        assert sup.fork_server is not None and sup.fork_server.pid != server.pid
         await sup.stop(again)
 
 
@@ -163,3 +171,26 @@ def test_frames_round_trip(tmp_path: Path) -> None:
     path.write_bytes(b"\x00\x00\x00\x02[]")
     with open(path, "rb") as inp, pytest.raises(ValueError, match="object"):
         read_frame(inp)
+
+
+async def test_supervisors_of_one_run_share_a_server(tmp_path: Path) -> None:
+    marker = "pdchaos-test-shared-forkserver"
+    async with shared_fork_server(tmp_path, marker):
+        async with (ProcessSupervisor(tmp_path / "a", marker) as a,
+                    ProcessSupervisor(tmp_path / "b", marker) as b):
+            pa = await a.spawn("prefill-0", _engine_argv(), ready_prefix=ENGINE_READY_PREFIX)
+            pb = await b.spawn("prefill-0", _engine_argv(), ready_prefix=ENGINE_READY_PREFIX)
+            assert a.fork_server is not None and a.fork_server is b.fork_server
+            server = a.fork_server
+            assert _parent(pa.pid) == _parent(pb.pid) == server.pid
+            # Another run's supervisor does not share it.
+            async with ProcessSupervisor(tmp_path / "c") as c:
+                pc = await c.spawn("prefill-0", _engine_argv(), ready_prefix=ENGINE_READY_PREFIX)
+                assert c.fork_server is not server and _parent(pc.pid) == c.fork_server.pid
+        # Cells end, the run's server stays for the next cell...
+        assert pid_alive(server.pid) and not pid_alive(pa.pid)
+        for sup_dir in ("a", "b"):
+            assert _names(tmp_path / sup_dir / "pids.jsonl") == ["forkserver", "prefill-0"]
+    # ...and ends with the run.
+    assert await poll_until(lambda: not pid_alive(server.pid), 5.0, interval_s=0.02)
+    assert (tmp_path / "forkserver.log").exists()

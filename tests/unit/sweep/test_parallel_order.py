@@ -39,6 +39,12 @@ def test_the_default_is_one_per_cpu_within_bounds() -> None:
     assert default_jobs(64) == 8
 
 
+def test_real_time_cells_default_to_two_per_cpu_within_bounds() -> None:
+    assert default_jobs(2, real_time=True) == 4
+    assert default_jobs(1, real_time=True) == 2
+    assert default_jobs(6, real_time=True) == 8
+
+
 @pytest.mark.parametrize("text", ["0", "-2", "two"])
 def test_a_job_count_below_one_is_refused(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
