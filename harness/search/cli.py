@@ -24,7 +24,8 @@ runs each in the simulated world and judges it with invariants a correct router 
 A failure is shrunk by Hypothesis to the smallest case that fails the same checker for the same reason, and
 written as a scenario file OUT/found/<checker>-<hash>.py that `pdchaos run` replays (sim, or real time).
 
-Seeds are independent: seed N always draws the same cases; --jobs runs seeds in parallel processes.
+Seeds are independent: seed N always draws the same cases; --jobs runs seeds in parallel processes, --ray
+spreads them over a Ray cluster (or a Ray instance started here).
 OUT/summary.json (and the terminal) say seeds tried, runs, runs/s, failures, distinct signatures, time to
 first failure and shrunk sizes.
 
@@ -33,6 +34,7 @@ Exit status: 0 no failure found; 1 failures found (files in OUT/found); 3 bad ar
 examples:
   pdchaos search --inject-bug stale_engine_id --budget 60
   pdchaos search --budget 300 --jobs 2                     # the reference router as it is: expect nothing
+  pdchaos search --inject-bug stale_engine_id --ray auto   # on the Ray cluster this machine belongs to
   pdchaos run runs/search-.../found/handoff-0123abcd.py --world sim --settings scaled --seed 0
 """
 
@@ -68,7 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "interval, "
                    "the phase real time does not keep); 'none' counts every failure")
     p.add_argument("--jobs", type=jobs_arg, default=None, metavar="N",
-                   help="seeds searched at once, in worker processes (default: one per CPU, at most 8)")
+                   help="seeds searched at once, in worker processes (default: one per CPU, at most 8; with "
+                   "--ray on a cluster: the cluster's CPUs)")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="run the seeds as Ray tasks (needs pdchaos[ray]): 'local' starts Ray on this "
+                   "machine, 'auto' joins the cluster this machine is part of, ray://HOST:PORT reaches one "
+                   "through Ray Client (the project's code is shipped to it); found cases come back here")
     p.add_argument("--settings", choices=SETTINGS_CHOICES, default="scaled",
                    help="settings preset the cases run at: scaled (default; what real time replays), "
                    "production, or any (drawn per case)")
@@ -137,13 +144,22 @@ def _options(args: argparse.Namespace) -> object:
                                       + uuid.uuid4().hex[:6])
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{out} exists and is not an empty folder")
+    ray = None
+    if args.ray is not None:
+        from harness.search.executors import parse_ray_address
+
+        try:
+            ray = parse_ray_address(args.ray)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     presets = ("scaled", "production") if args.settings == "any" else (args.settings,)
     space = space_for(tuple(dict.fromkeys(args.inject_bug)), max_side=args.max_side, presets=presets,
                       connector=args.connector, transport=args.transport)
     return SearchOptions(out=out, bugs=tuple(dict.fromkeys(args.inject_bug)), router=router, budget_s=budget,
                          shrink_s=shrink, seeds=args.seeds, first_seed=args.first_seed,
                          jobs=args.jobs or default_jobs(), examples=args.examples, space=space,
-                         settings_label=args.settings, stop_at_first=args.stop_at_first, shifts=shifts)
+                         settings_label=args.settings, stop_at_first=args.stop_at_first, shifts=shifts,
+                         ray=ray, jobs_from_cluster=ray not in (None, "local") and args.jobs is None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -156,8 +172,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from harness.search.driver import SearchOptions, run_search
 
     assert isinstance(opts, SearchOptions)
+    from harness.search.executors import ExecutorError
+
     try:
         summary = run_search(opts)
+    except ExecutorError as e:
+        print(f"pdchaos: error: {e}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print(f"pdchaos: interrupted; what was found is in {opts.out}/found", file=sys.stderr)
         return 2

@@ -1,5 +1,6 @@
-"""The search driver: seeds handed to worker processes (`concurrent.futures`, one seed per task: seeds are
-independent), results gathered into the summary and every failure written as a scenario file.
+"""The search driver: seeds handed to worker processes or a Ray cluster (a `concurrent.futures` executor from
+`harness.search.executors`, one seed per task: seeds are independent), results gathered into the summary and
+every failure written as a scenario file.
 
 Only the driver reads the clock: the budget decides when no new seed starts and when each seed stops
 generating (then shrinking) cases; nothing a run sees depends on it.
@@ -10,11 +11,12 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.search import DEFAULT_EXAMPLES, DEFAULT_SHIFTS_S
+from harness.search.executors import RayExecutor, open_executor
 from harness.search.found import failing_reason, write_found
 from harness.search.seedrun import SeedJob, SeedResult, search_seed
 from harness.search.strategies import Space
@@ -38,6 +40,11 @@ class SearchOptions:
     # Stop generating once any seed finds a failure (it is still shrunk): time to first failure without
     # spending the rest of the budget.
     stop_at_first: bool = False
+    # Run the seeds on Ray (`local`, `auto`, `ray://HOST:PORT`; see harness.search.executors) rather than in
+    # this machine's worker processes.
+    ray: str | None = None
+    # With `ray`: as many seeds at once as the cluster has CPUs, rather than `jobs`.
+    jobs_from_cluster: bool = False
 
     @property
     def stop_file(self) -> Path | None:
@@ -87,15 +94,17 @@ def run_search(opts: SearchOptions) -> Summary:
     start = time.time()
     search_until = start + opts.budget_s
     seeds = _seeds(opts)
-    if opts.jobs <= 1:
+    if opts.jobs <= 1 and opts.ray is None:
         for seed in seeds:
             if time.time() >= search_until or opts.stopped():
                 break
             began = time.time() - start
             _record(summary, opts, search_seed(_job(opts, seed, search_until)), began)
     else:
-        with ProcessPoolExecutor(max_workers=opts.jobs) as pool:
+        with open_executor(opts.ray, opts.jobs) as pool:
             running: dict[Future[SeedResult], float] = {}
+            width = pool.cpus if opts.jobs_from_cluster and isinstance(pool, RayExecutor) else opts.jobs
+            summary.jobs = width
 
             def submit() -> bool:
                 if time.time() >= search_until or opts.stopped():
@@ -106,7 +115,7 @@ def run_search(opts: SearchOptions) -> Summary:
                 running[pool.submit(search_seed, _job(opts, seed, search_until))] = time.time() - start
                 return True
 
-            for _ in range(opts.jobs):
+            for _ in range(width):
                 if not submit():
                     break
             while running:
