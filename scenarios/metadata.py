@@ -105,6 +105,32 @@ SCENARIOS = [
         ),
     ),
     Scenario(
+        name="reread_fails_after_restart",
+        description="The prefill restarts and stays down long enough for the probes to take it out; when it "
+        "is back, its GetServerInfo fails for a while, so the re-read at promotion fails. The router must "
+        "retry the read on later probes and hand off to the new id once it succeeds. The two-fault form of "
+        "reread_fails_at_promotion (no health stall needed: the probes see this restart).",
+        bugs=("zoo-4",),
+        catches=("stale_engine_id", "reread_no_retry"),
+        topologies=ALL_SHAPES,
+        connectors=("mooncake",),
+        transports=("grpc",),
+        router=replace(ROUTER, identity_check_interval_s=30.0),
+        engines=ENGINES,
+        workload=replace(WORKLOAD, duration_s=10.0),
+        timeline=(
+            Step("restart", Restart("prefill-0", down_s=1.5), At(1.0)),
+            # The restart holds later steps back until it is done: this lands as the prefill comes back,
+            # before the probes promote it.
+            Step("partial", EngineFault("prefill-0", "fail_server_info"), At(2.5)),
+            Step("heal_partial", Heal("prefill-0", "fail_server_info"), At(4.0)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("handoff", {"grace_s": 2.5}),
+        ),
+    ),
+    Scenario(
         name="engine_without_id",
         tags=("default",),
         description="The prefill stops reporting a kv_engine_id (complete reads, empty id). The router keeps "
