@@ -93,7 +93,8 @@ class ForkServerClient:
             )
         client = cls(proc)
         try:
-            hello = await asyncio.wait_for(client._read_frame(), _START_TIMEOUT_S)
+            async with asyncio.timeout(_START_TIMEOUT_S):
+                hello = await client._read_frame()
         except (TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
             client.kill()
             raise ForkServerError(
@@ -169,8 +170,11 @@ class ForkServerClient:
         data = json.dumps(req, separators=(",", ":")).encode()
         self.proc.stdin.write(FRAME.pack(len(data)) + data)
         try:
-            await asyncio.wait_for(self.proc.stdin.drain(), _SPAWN_TIMEOUT_S)
-            answer = await asyncio.wait_for(asyncio.shield(fut), _SPAWN_TIMEOUT_S)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can drop a cancellation of this task that
+            # arrives as the answer does, and a cancelled run must end cancelled.
+            async with asyncio.timeout(_SPAWN_TIMEOUT_S):
+                await self.proc.stdin.drain()
+                answer = await asyncio.shield(fut)
         except (TimeoutError, ConnectionError) as exc:
             self._pending.pop(rid, None)
             raise ForkServerError(f"the fork server did not answer a spawn of {module} ({exc!r})") from None
@@ -194,11 +198,13 @@ class ForkServerClient:
         if self.proc.stdin is not None and not self.proc.stdin.is_closing():
             self.proc.stdin.close()
         try:
-            await asyncio.wait_for(self.proc.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self.proc.wait()
         except TimeoutError:
             self.kill()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.proc.wait(), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await self.proc.wait()
         self.kill()
         if self._reader is not None:
             self._reader.cancel()
