@@ -8,12 +8,26 @@ fault. gRPC only: over HTTP the router reads ids from the Mooncake bootstrap ser
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from harness.scenario import After, At, EngineFault, Expect, Heal, Restart, Scenario, Step, Wedge
 from scenarios._common import ALL_SHAPES, BASE_EXPECT, CORE_EXPECT, ENGINES, ROUTER, STRICT_LOCAL, WORKLOAD
 
 # Longer than the probe timeout of every preset (scaled 0.5 s, production 5 s): the probes fail in both.
 _SLOW_HEALTH = EngineFault("prefill-0", "latency", {"surface": "health", "ms": 8000})
+
+
+# zoo-4: a failed engine-id read at promotion (identity checks pushed out, so only the promotion reads).
+_READ_AT_PROMOTION: dict[str, Any] = {
+    "bugs": ("zoo-4",),
+    "catches": ("stale_engine_id", "reread_no_retry"),
+    "topologies": ALL_SHAPES,
+    "connectors": ("mooncake",),
+    "transports": ("grpc",),
+    "router": replace(ROUTER, identity_check_interval_s=30.0),
+    "engines": ENGINES,
+}
+_READ_AT_PROMOTION_EXPECT = (*BASE_EXPECT, Expect("handoff", {"grace_s": 2.5}))
 
 
 def _force_reread(at: float) -> tuple[Step, Step]:
@@ -84,13 +98,7 @@ SCENARIOS = [
         "the router re-reads at promotion, and that read fails (GetServerInfo unavailable). The router must "
         "keep retrying on later probes and pick up the new id once the read succeeds; one failed read must "
         "not leave the dead id in force for life.",
-        bugs=("zoo-4",),
-        catches=("stale_engine_id", "reread_no_retry"),
-        topologies=ALL_SHAPES,
-        connectors=("mooncake",),
-        transports=("grpc",),
-        router=replace(ROUTER, identity_check_interval_s=30.0),
-        engines=ENGINES,
+        **_READ_AT_PROMOTION,
         workload=replace(WORKLOAD, duration_s=8.0),
         timeline=(
             Step("restart", Restart("prefill-0", down_s=0.0), At(1.0)),
@@ -99,10 +107,7 @@ SCENARIOS = [
             Step("heal_health", Heal("prefill-0", "latency"), After("slow_health", 1.0)),
             Step("heal_partial", Heal("prefill-0", "fail_server_info"), After("heal_health", 1.0)),
         ),
-        expect=(
-            *BASE_EXPECT,
-            Expect("handoff", {"grace_s": 2.5}),
-        ),
+        expect=_READ_AT_PROMOTION_EXPECT,
     ),
     Scenario(
         name="reread_fails_after_restart",
@@ -110,13 +115,7 @@ SCENARIOS = [
         "is back, its GetServerInfo fails for a while, so the re-read at promotion fails. The router must "
         "retry the read on later probes and hand off to the new id once it succeeds. The two-fault form of "
         "reread_fails_at_promotion (no health stall needed: the probes see this restart).",
-        bugs=("zoo-4",),
-        catches=("stale_engine_id", "reread_no_retry"),
-        topologies=ALL_SHAPES,
-        connectors=("mooncake",),
-        transports=("grpc",),
-        router=replace(ROUTER, identity_check_interval_s=30.0),
-        engines=ENGINES,
+        **_READ_AT_PROMOTION,
         workload=replace(WORKLOAD, duration_s=10.0),
         timeline=(
             Step("restart", Restart("prefill-0", down_s=1.5), At(1.0)),
@@ -125,10 +124,7 @@ SCENARIOS = [
             Step("partial", EngineFault("prefill-0", "fail_server_info"), At(2.5)),
             Step("heal_partial", Heal("prefill-0", "fail_server_info"), At(4.0)),
         ),
-        expect=(
-            *BASE_EXPECT,
-            Expect("handoff", {"grace_s": 2.5}),
-        ),
+        expect=_READ_AT_PROMOTION_EXPECT,
     ),
     Scenario(
         name="engine_without_id",
