@@ -11,7 +11,8 @@ The parent (`harness.worlds.real.forkserver_client`) talks to it over its stdin 
 4-byte big-endian length, then a JSON object.
 
 - in:  `{"op": "spawn", "id": N, "module": M, "args": [...], "env": {...}, "cwd": DIR, "log": PATH,
-  "name": NAME}` (NAME: the child's `ps` name)
+  "name": NAME, "start_delay_s": S}` (NAME: the child's `ps` name; S: seconds the child sleeps before it
+  runs M, the start-up an exec'd process has where the caller's timing depends on it)
 - out: `{"id": N, "pid": P}` or `{"id": N, "error": TEXT}`; later `{"exit": P, "code": C}` when child P ends
   (C negative: killed by signal -C, as `subprocess` reports it).
 
@@ -34,6 +35,7 @@ import select
 import signal
 import struct
 import sys
+import time
 from typing import Any, BinaryIO
 
 FRAME = struct.Struct(">I")
@@ -190,6 +192,9 @@ class ForkServer:
             os.environ.clear()
             os.environ.update({str(k): str(v) for k, v in dict(req.get("env") or {}).items()})
             os.chdir(str(req.get("cwd") or "."))
+            delay = float(req.get("start_delay_s") or 0.0)
+            if delay > 0:
+                time.sleep(delay)
             module = str(req["module"])
             sys.argv = [module, *(str(a) for a in req.get("args") or [])]
             try:

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# A new engine process takes this long to serve, as an interpreter start and the imports took on the fakes
+# (measured ~0.5 s). Both worlds keep it: the simulated engine waits it out, and an engine forked from the
+# harness's preloaded fork server (which would serve in milliseconds) sleeps it before it starts, so a crash
+# followed by a respawn leaves the same outage in both worlds.
+PROCESS_START_S = 0.5
+
 
 @dataclass(frozen=True)
 class TimingModel:

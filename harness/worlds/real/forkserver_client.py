@@ -20,10 +20,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fake_engines.core.timing import PROCESS_START_S
 from pdchaos.forkserver import FRAME
 
-# What a real cell starts again and again; everything else is exec'd as before.
-FORKABLE_MODULES = ("fake_engines", "reference_router")
+# What a real cell starts again and again (everything else is exec'd as before), and how long each forked
+# child waits before it starts: the start-up an exec'd one has, where the timing model counts on it (an
+# engine's outage after a crash lasts until its respawn serves; the simulated world waits the same).
+FORKABLE_MODULES = {"fake_engines": PROCESS_START_S, "reference_router": 0.0}
 PRELOAD = ("fake_engines.cli", "reference_router.cli")
 # Set to 0 to start every child as a fresh interpreter (to rule the fork server out while debugging).
 ENABLE_ENV = "PDCHAOS_FORKSERVER"
@@ -166,7 +169,8 @@ class ForkServerClient:
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         req = {"op": "spawn", "id": rid, "module": module, "args": list(args), "env": dict(env),
-               "cwd": cwd or os.getcwd(), "log": str(log_path), "name": name}
+               "cwd": cwd or os.getcwd(), "log": str(log_path), "name": name,
+               "start_delay_s": FORKABLE_MODULES.get(module, 0.0)}
         data = json.dumps(req, separators=(",", ":")).encode()
         self.proc.stdin.write(FRAME.pack(len(data)) + data)
         try:

@@ -20,6 +20,7 @@ from fake_engines.core.engine_state import EngineState
 from fake_engines.core.gen_request import GenRequest, GenResult
 from fake_engines.core.handoff import Handshake, PullFrom, QueryBootstrap, WaitUntil
 from fake_engines.core.request_flow import AwaitGate, Finish, Reject, RequestFlow, Sleep
+from fake_engines.core.timing import PROCESS_START_S
 from fake_engines.core.wire import HandshakeRequest, PullRequest
 from harness.scenario.links import LinkRef
 from harness.topology import EngineSpec
@@ -40,9 +41,8 @@ CONNECTOR_NAMES = {"mooncake": "MooncakeConnector", "nixl": "NixlConnector", "no
 KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer", "both": "kv_both"}
 # Bytes per prompt token of the fakes' KV payload (what a pull carries back).
 KV_BYTES_PER_TOKEN = 64
-# A new engine process takes this long to serve (interpreter, imports, listeners; measured ~0.5 s on the fake
-# engines), an in-process restart this long to close and reopen its listeners.
-PROCESS_START_S = 0.5
+# A new engine process takes PROCESS_START_S to serve, an in-process restart this long to close and reopen
+# its listeners.
 LISTENERS_RESTART_S = 0.02
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fake_engines.control_client import ControlError, EngineControlClient
+from fake_engines.core.timing import PROCESS_START_S
 from harness.worlds.real.engines import ENGINE_READY_PREFIX
 from harness.worlds.real.forkserver_client import ENABLE_ENV, ForkServerClient, forkable
 from harness.worlds.real.processes import (
@@ -54,7 +55,11 @@ def _environ(pid: int) -> bytes:
 
 async def test_engine_is_forked_serves_and_stops(tmp_path: Path) -> None:
     async with ProcessSupervisor(tmp_path) as sup:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         proc = await sup.spawn("prefill-0", _engine_argv(), ready_prefix=ENGINE_READY_PREFIX)
+        # A forked engine still takes an exec'd one's start-up to serve (the timing model's, as simulated).
+        assert loop.time() - started >= PROCESS_START_S
         assert proc.ready_info and proc.ready_info.get("role") == "prefill"
         server = sup.fork_server
         assert server is not None and server.pid != proc.pid
