@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import ctypes
 import json
 import os
 import re
@@ -40,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.worlds.real.forkserver_client import ForkServerClient, ForkServerSlot, forkable
+from pdchaos.forkserver import die_with_parent
 from pdchaos.jsonl import JsonlWriter
 
 MARKER_ENV = "PDCHAOS_RUN_MARKER"
 PID_FILE_NAME = "pids.jsonl"
-_PR_SET_PDEATHSIG = 1
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _LOG_TAIL_BYTES = 4000
 _READY_POLL_S = 0.02
@@ -60,28 +59,12 @@ class ProcessStartError(RuntimeError):
         self.returncode = returncode
 
 
-def _libc_prctl() -> Any | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _libc_prctl()
-
-
 def _make_preexec(parent_pid: int) -> Any:
-    """Runs in the forked child before exec: only async-signal-safe work (a syscall, a compare, an exit)."""
+    """Runs in the forked child before exec: only async-signal-safe work (a syscall, a compare, an exit).
+    The parent may die between fork and prctl: then no death signal will ever come, so the child exits."""
 
     def _preexec() -> None:
-        if _PRCTL is not None:
-            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        # The parent may have died between fork and prctl: then no death signal will ever come.
-        if os.getppid() != parent_pid:
-            os._exit(1)
+        die_with_parent(parent_pid)
 
     return _preexec
 
