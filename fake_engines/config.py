@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import secrets
 import sys
@@ -86,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pdchaos-engine",
         description="Fake vLLM-like engine (HTTP OpenAI surface, gRPC VllmEngine, Mooncake/NIXL KV handoff "
-        "emulation, fault controls). Binds 127.0.0.1 only. Prints 'PDCHAOS_ENGINE_READY {state json}' on "
+        "emulation, fault controls). Binds a loopback address (127.0.0.1 by default; a pod's address with "
+        "--in-pod). Prints 'PDCHAOS_ENGINE_READY {state json}' on "
         "stdout once it serves; exits cleanly on SIGTERM/SIGINT.",
         epilog=FAULTS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -99,7 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["mooncake", "nixl", "none"],
         help="KV connector emulated (default: none)",
     )
-    p.add_argument("--host", default="127.0.0.1", help="bind address; loopback only (default: 127.0.0.1)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="the address the engine binds and tells its peers: a loopback address (127.0.0.0/8; "
+                   "default 127.0.0.1), or with --in-pod the pod's own address")
+    p.add_argument("--in-pod", action="store_true",
+                   help="the engine runs in a pod (a network of its own, e.g. the pdchaos-fake preset on "
+                   "Kubernetes): --host may then be the pod's address, reachable from other pods")
     p.add_argument("--http-port", type=int, default=0, help="OpenAI HTTP port (0 = off)")
     p.add_argument("--grpc-port", type=int, default=0, help="gRPC VllmEngine port (0 = off)")
     p.add_argument("--control-port", type=int, default=0, help="control API port (0 = off)")
@@ -214,15 +221,20 @@ def config_from_args(argv: list[str] | None = None) -> EngineConfig:
     a = parser.parse_args(argv)
     if a.http_port == 0 and a.grpc_port == 0:
         parser.error("at least one of --http-port / --grpc-port must be set")
-    if a.host not in ("127.0.0.1", "localhost"):
-        parser.error("--host must be a loopback address (127.0.0.1)")
+    host = "127.0.0.1" if a.host == "localhost" else a.host
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        parser.error(f"--host must be an IP address, not {a.host!r}")
+    if not loopback and not a.in_pod:
+        parser.error("--host must be a loopback address (127.0.0.0/8); another address only with --in-pod")
     token = control_token(parser, a)
     bootstrap = a.bootstrap_port if a.connector == "mooncake" and a.role in ("prefill", "both") else 0
     return EngineConfig(
         role=a.role,
         name=a.name,
         connector=a.connector,
-        host="127.0.0.1",
+        host=host,
         http_port=a.http_port,
         grpc_port=a.grpc_port,
         control_port=a.control_port,

@@ -26,6 +26,7 @@ from harness.result import ScenarioResult
 from harness.routers import RouterAdapter
 from harness.runner import Cell, run_scenario
 from harness.scenario import Scenario
+from harness.worlds.real.backends import EngineChoice
 
 FRAME = struct.Struct(">I")
 _PR_SET_PDEATHSIG = 1
@@ -50,7 +51,8 @@ class CellJob:
     world: str = "real"
     settings: str | None = None
     check_determinism: bool = False
-    engines: str = "fake"
+    # A backend spec (`fake`, `vllm`, `command:FILE`, `k8s:FILE`) or a parsed choice (a sweep's k8s table).
+    engines: str | EngineChoice = "fake"
 
 
 async def run_job(job: CellJob, progress: Any = None) -> ScenarioResult:

@@ -33,7 +33,7 @@ from harness.scenario.bugs import injected_bugs
 from harness.session import ScenarioSession
 from harness.topology import PORTS_PER_ENGINE, Topology, allocate, build_topology, parse_topology
 from harness.verdict import Verdict, combine
-from harness.worlds.real.backends import adapt, not_applicable, parse_engines
+from harness.worlds.real.backends import EngineChoice, adapt, not_applicable, parse_engines
 from harness.worlds.real.world import RealWorld
 from harness.worlds.sim.world import SimWorld
 
@@ -108,7 +108,7 @@ async def run_scenario(
     world: str = "real",
     settings: str | None = None,
     check_determinism: bool = False,
-    engines: str = "fake",
+    engines: str | EngineChoice = "fake",
 ) -> ScenarioResult:
     """Run one cell, in real time (`world="real"`: processes on loopback) or simulated time (`"sim"`), at a
     settings preset (`settings`: None = the world's default); always returns a ScenarioResult (verdict

@@ -9,6 +9,7 @@ cluster's network for them.
 from __future__ import annotations
 
 import base64
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +20,7 @@ from harness.kube.options import KubeOptions
 from harness.kube.schema import kube_client
 
 POLL_S = 1.0
+EXEC_TIMEOUT_S = 30.0
 # fake_engines.control.TOKEN_HEADER (not imported: the cluster side needs none of the engine's code).
 CONTROL_TOKEN_HEADER = "X-Pdchaos-Control-Token"
 
@@ -30,19 +32,27 @@ class ClusterError(RuntimeError):
 class KubeCluster:
     def __init__(self, options: KubeOptions, api_client: Any = None,
                  sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, poll_s: float = POLL_S) -> None:
         client = kube_client()
         if api_client is None:
             from kubernetes import config
 
-            config.load_kube_config(context=options.context)
-            api_client = client.ApiClient()
+            configuration = client.Configuration()
+            config.load_kube_config(config_file=options.kubeconfig, context=options.context,
+                                    client_configuration=configuration)
+            api_client = client.ApiClient(configuration)
         self.options = options
         self.api = api_client
         self.core = client.CoreV1Api(api_client)
         self.net = client.NetworkingV1Api(api_client)
+        # `kubernetes.stream.stream` swaps its ApiClient's request method for a websocket one while it
+        # runs: exec gets an ApiClient of its own, one exec at a time, so that no other call in another
+        # thread goes out as a websocket handshake.
+        self._exec_core = client.CoreV1Api(client.ApiClient(api_client.configuration))
+        self._exec_lock = threading.Lock()
         self._sleep = sleep
         self._clock = clock
+        self._poll_s = poll_s
         self._tokens: dict[str, str] = {}
 
     @property
@@ -110,14 +120,30 @@ class KubeCluster:
                 raise ClusterError(f"pod {a.target} ended ({pod.status.phase}) before it was ready")
             if self._clock() >= deadline:
                 raise ClusterError(f"pod {a.target} not {until} within {a.params.get('timeout_s')} s")
-            self._sleep(POLL_S)
+            self._sleep(self._poll_s)
 
     def do_exec(self, a: ClusterAction) -> str:
+        """The command's stdout; ClusterError when it exits non-zero (its stderr in the message)."""
+        out, err, code = self.exec_in(a.target, a.params.get("container"), list(a.command),
+                                      float(a.params.get("timeout_s", EXEC_TIMEOUT_S)))
+        if code != 0:
+            raise ClusterError(f"{a.describe()}: exit {code}: {err.strip()[-300:]}")
+        return out
+
+    def exec_in(self, pod: str, container: str | None, command: list[str], timeout_s: float = EXEC_TIMEOUT_S
+                ) -> tuple[str, str, int | None]:
+        """Run a command in a pod's container: its stdout, stderr and exit code."""
         from kubernetes.stream import stream
 
-        return str(stream(self.core.connect_get_namespaced_pod_exec, a.target, self.namespace,
-                          command=list(a.command), container=a.params.get("container"),
-                          stderr=True, stdin=False, stdout=True, tty=False))
+        with self._exec_lock:
+            resp = stream(self._exec_core.connect_get_namespaced_pod_exec, pod, self.namespace,
+                          command=command, container=container, stderr=True, stdin=False, stdout=True,
+                          tty=False, _preload_content=False, _request_timeout=timeout_s)
+            try:
+                resp.run_forever(timeout=timeout_s)
+                return resp.read_stdout() or "", resp.read_stderr() or "", resp.returncode
+            finally:
+                resp.close()
 
     def do_sleep(self, a: ClusterAction) -> None:
         self._sleep(float(a.params.get("seconds", 0)))
@@ -128,9 +154,12 @@ class KubeCluster:
         host = url.hostname or ""
         service = host.split(".", 1)[0]
         body = dict(a.body or {})
-        if isinstance(body.get("upstream"), str) and "$(POD_IP)" in body["upstream"]:
-            pod = self.core.read_namespaced_pod(service, self.namespace)
-            body["upstream"] = body["upstream"].replace("$(POD_IP)", pod.status.pod_ip)
+        addressed = [k for k in ("listen", "upstream")
+                     if isinstance(body.get(k), str) and "$(POD_IP)" in body[k]]
+        if addressed:
+            pod_ip = self.core.read_namespaced_pod(service, self.namespace).status.pod_ip
+            for k in addressed:
+                body[k] = body[k].replace("$(POD_IP)", pod_ip)
         path = f"/api/v1/namespaces/{self.namespace}/services/{service}:{url.port}/proxy{url.path}"
         method = a.params.get("method", "POST")
         headers = {"Content-Type": "application/json", "Accept": "application/json"}

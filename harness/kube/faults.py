@@ -96,10 +96,26 @@ class ClusterAction:
 
 
 def delete_pod(ctx: m.CellContext, engine: str, grace_s: int | None) -> list[ClusterAction]:
+    """The pod goes (after its records are read: they live in the pod)."""
     name = ctx.name(engine)
     params = {} if grace_s is None else {"grace_period_seconds": grace_s}
-    return [ClusterAction("delete", name, "Pod", params=params),
+    return [*read_records(ctx, engine), ClusterAction("delete", name, "Pod", params=params),
             ClusterAction("wait", name, "Pod", params={"until": "deleted", "timeout_s": 60})]
+
+
+def read_records(ctx: m.CellContext, engine: str) -> list[ClusterAction]:
+    """A fake engine's provenance records, read from its pod (a vLLM engine keeps none)."""
+    if ctx.options.preset.kind != "fake":
+        return []
+    return [ClusterAction("exec", ctx.name(engine), "Pod", command=("cat", m.RECORDS_FILE),
+                          params={"container": m.ENGINE_CONTAINER},
+                          note="the engine's provenance records, kept by the harness")]
+
+
+def kill_engine(ctx: m.CellContext, engine: str) -> list[ClusterAction]:
+    """A crash: the engine process dies at once; its pod stays until its records are read."""
+    return [signal_engine(ctx, engine, "KILL", note="the engine process dies; the pod's shell stays"),
+            *delete_pod(ctx, engine, 0)]
 
 
 def create_pod(ctx: m.CellContext, engine: str, refuse_s: float | None = None) -> list[ClusterAction]:
@@ -133,7 +149,8 @@ def proxy_setup(ctx: m.CellContext, engine: str) -> list[ClusterAction]:
         if e != engine:
             continue
         port = m.link_port(ctx, engine, link)
-        body = {"name": proxy_name(engine, link), "listen": f"0.0.0.0:{m.proxied_port(port)}",
+        # On the pod's address (what its Service and its peers reach), not every interface.
+        body = {"name": proxy_name(engine, link), "listen": f"$(POD_IP):{m.proxied_port(port)}",
                 "upstream": f"$(POD_IP):{port}", "enabled": True}
         out.append(ClusterAction("http", proxy_url(ctx, engine, "/proxies"), body=body,
                                  params={"method": "POST"}, note="the pod IP is read from the pod's status"))
@@ -184,15 +201,14 @@ def actions_for(action: Any, ctx: m.CellContext, step: str = "fault") -> list[Cl
     step's name, which names its toxics (so that its heal removes exactly them)."""
     target = getattr(action, "target", "")
     if isinstance(action, Restart):
-        grace = 0 if action.mode == "process" else None
-        out = delete_pod(ctx, target, grace)
+        out = kill_engine(ctx, target) if action.mode == "process" else delete_pod(ctx, target, None)
         if action.down_s:
             out.append(ClusterAction("sleep", "", params={"seconds": action.down_s}))
         return [*out, *create_pod(ctx, target)]
     if isinstance(action, SlowStart):
         return [*delete_pod(ctx, target, None), *create_pod(ctx, target, refuse_s=action.refuse_s)]
     if isinstance(action, Crash):
-        return delete_pod(ctx, target, 0)
+        return kill_engine(ctx, target)
     if isinstance(action, Respawn | StartEngine):
         return create_pod(ctx, target)
     if isinstance(action, Die):

@@ -30,7 +30,12 @@ Manifest = dict[str, Any]
 CELL_LABEL = "pdchaos.io/cell"
 ENGINE_LABEL = "pdchaos.io/engine"
 KEY_ANNOTATION = "pdchaos.io/cell-key"
-PID_FILE = "/tmp/pdchaos-engine.pid"
+# A pod-private emptyDir: the engine's PID file and its provenance records (kept across a container
+# restart, read through exec before the pod is deleted).
+RUN_DIR = "/var/run/pdchaos"
+RUN_VOLUME = "pdchaos-run"
+PID_FILE = f"{RUN_DIR}/engine.pid"
+RECORDS_FILE = f"{RUN_DIR}/records.jsonl"
 ENGINE_CONTAINER = "engine"
 PROXY_CONTAINER = "toxiproxy"
 ROUTER_PORT = 8000
@@ -48,6 +53,10 @@ class CellContext:
     # (engine, link) pairs served through the engine's Toxiproxy sidecar.
     proxied: frozenset[tuple[str, str]] = frozenset()
     transfer_timeout_s: float | None = None
+    # The scenario's `EngineSettings`: a fake engine pod gets them as flags, as a loopback engine does.
+    # None: only the transfer timeout is passed.
+    engine_settings: Any = None
+    seed: int | None = None
 
     @property
     def namespace(self) -> str:
@@ -116,13 +125,20 @@ def kv_transfer_config(connector: str, role: str) -> dict[str, str]:
 
 
 def engine_script(argv: list[str]) -> str:
-    """The engine under a small shell. The shell (PID 1) keeps the engine's PID in a file so that a fault
-    can SIGSTOP/SIGCONT the engine itself (a container's PID 1 ignores signals it has no handler for when
-    they come from inside the container, and SIGSTOP has none), and passes SIGTERM on so that deleting the
-    pod stops the engine cleanly. `$POD_IP` is the shell's: the pod's address, from the environment."""
+    """The engine under a small shell (PID 1 of the container).
+
+    - It keeps the engine's PID in a file, so that a fault signals the engine itself (a container's PID 1
+      ignores signals it has no handler for when they come from inside the container, SIGSTOP included).
+    - Deleting the pod (SIGTERM) stops the engine cleanly.
+    - An engine that ends by itself (crashed, killed, drained) leaves the shell, and so the pod and its
+      files, in place: the harness reads the engine's records through exec, then deletes the pod.
+
+    `$POD_IP` is the shell's: the pod's address, from the environment."""
     words = " ".join('"$POD_IP"' if w == "$POD_IP" else shlex.quote(w) for w in argv)
-    return (f"trap 'kill -TERM \"$child\" 2>/dev/null' TERM INT; {words} & child=$!; "
-            f"echo \"$child\" > {PID_FILE}; wait \"$child\"; trap - TERM INT; wait \"$child\"")
+    return (f"gone=0; trap 'gone=1; kill -TERM \"$child\" 2>/dev/null' TERM INT; {words} & child=$!; "
+            f"echo \"$child\" > {PID_FILE}; code=0; "
+            f"while kill -0 \"$child\" 2>/dev/null; do wait \"$child\"; code=$?; done; "
+            f"while [ \"$gone\" = 0 ]; do sleep 1 & wait $!; done; exit \"$code\"")
 
 
 def _vllm_argv(ctx: CellContext, engine: str) -> list[str]:
@@ -136,15 +152,19 @@ def _fake_argv(ctx: CellContext, engine: str) -> list[str]:
     role = role_of(engine)
     args = ["pdchaos-engine", "--name", engine, "--role", role, "--connector", ctx.connector,
             # The pod IP: what the engine advertises to its peers (NIXL remote_host, Mooncake worker_addr).
-            "--host", "$POD_IP", "--http-port", str(HTTP_PORT), "--grpc-port", str(GRPC_PORT),
-            "--control-port", str(CONTROL_PORT), "--records", f"/tmp/{engine}.records.jsonl"]
+            "--host", "$POD_IP", "--in-pod", "--http-port", str(HTTP_PORT), "--grpc-port", str(GRPC_PORT),
+            "--control-port", str(CONTROL_PORT), "--records", RECORDS_FILE]
     if ctx.connector == "mooncake" and role == "prefill":
         args += ["--bootstrap-port", str(BOOTSTRAP_PORT)]
     if ctx.connector == "nixl":
         args += ["--nixl-port", str(NIXL_PORT)]
         if (engine, "side_channel") in ctx.proxied:
             args += ["--advertise-side-channel-port", str(proxied_port(NIXL_PORT))]
-    if ctx.transfer_timeout_s is not None:
+    if ctx.engine_settings is not None:
+        from harness.worlds.real.engines import setting_args
+
+        args += setting_args(ctx.engine_settings.for_engine(engine), ctx.seed)
+    elif ctx.transfer_timeout_s is not None:
         args += ["--transfer-timeout-s", f"{ctx.transfer_timeout_s:g}"]
     return args + list(ctx.options.preset.args)
 
@@ -205,17 +225,17 @@ def engine_pod(ctx: CellContext, engine: str, refuse_s: float | None = None) -> 
     }
     argv = _vllm_argv(ctx, engine) if p.kind == "vllm" else _fake_argv(ctx, engine)
     container["command"] = ["/bin/sh", "-c", engine_script(argv)]
-    volumes: list[dict[str, Any]] = []
+    mounts = [{"name": RUN_VOLUME, "mountPath": RUN_DIR}]
+    volumes: list[dict[str, Any]] = [{"name": RUN_VOLUME, "emptyDir": {}}]
     if p.shm:
-        container["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
+        mounts.append({"name": "shm", "mountPath": "/dev/shm"})
         volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": p.shm}})
+    container["volumeMounts"] = mounts
     containers = [container]
     if ctx.has_sidecar(engine):
         containers.append(_proxy_sidecar(ctx))
     spec: dict[str, Any] = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 30,
-                            "containers": containers}
-    if volumes:
-        spec["volumes"] = volumes
+                            "containers": containers, "volumes": volumes}
     if ctx.options.node_selector:
         spec["nodeSelector"] = dict(ctx.options.node_selector)
     if refuse_s:
@@ -265,8 +285,10 @@ def engine_service(ctx: CellContext, engine: str) -> Manifest:
                       "protocol": "TCP"})
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": _meta(ctx, ctx.name(engine), "engine", engine),
+            # Not-ready pods stay behind the address: the router under test, not the Service, judges an
+            # engine's health (a 503 /health must reach it as a 503, not as a refused connection).
             "spec": {"type": "ClusterIP", "selector": {CELL_LABEL: ctx.cell_id, ENGINE_LABEL: engine},
-                     "ports": ports}}
+                     "publishNotReadyAddresses": True, "ports": ports}}
 
 
 # ---------------------------------------------------------------- the router

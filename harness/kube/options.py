@@ -17,6 +17,11 @@ class KubeOptions:
     preset: EnginePreset
     namespace: str = "pdchaos"
     context: str | None = None
+    # The kubeconfig file (default: $KUBECONFIG, else ~/.kube/config).
+    kubeconfig: str | None = None
+    # The address an outside harness and router reach NodePort Services at (default: the first node's
+    # ExternalIP, else its InternalIP).
+    node_address: str | None = None
     # Where the router under test runs: a pod next to the engines, or the harness's host.
     router: str = "cluster"
     router_image: str = HARNESS_IMAGE
@@ -33,7 +38,8 @@ class KubeOptions:
     ready_timeout_s: float = 900.0
 
 
-_STR_KEYS = ("namespace", "context", "router_image", "harness_image", "toxiproxy_image", "hf_token_secret",
+_STR_KEYS = ("namespace", "context", "kubeconfig", "node_address", "router_image", "harness_image",
+             "toxiproxy_image", "hf_token_secret",
              "control_token_secret")
 _PRESET_KEYS = ("image", "model", "cpu", "memory", "shm")
 

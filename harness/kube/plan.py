@@ -48,13 +48,14 @@ def cell_id(key_label: str) -> str:
     return "pdc-" + hashlib.sha256(key_label.encode()).hexdigest()[:8]
 
 
-def context(scenario: Scenario, key_label: str, connector: str, transport: str, options: KubeOptions
-            ) -> m.CellContext:
+def context(scenario: Scenario, key_label: str, connector: str, transport: str, options: KubeOptions,
+            seed: int | None = None) -> m.CellContext:
     """The cell's context; the links its network faults name get a proxy sidecar where one can stand."""
     proxied = frozenset((ref.engine, ref.link) for ref in links_in(scenario.timeline, connector)
                         if proxiable(options, connector, ref.link))
     return m.CellContext(cell_id(key_label), key_label, options, connector, transport, proxied,
-                         transfer_timeout_s=getattr(scenario.engines, "transfer_timeout_s", None))
+                         transfer_timeout_s=getattr(scenario.engines, "transfer_timeout_s", None),
+                         engine_settings=scenario.engines, seed=seed)
 
 
 def unsupported(scenario: Scenario, connector: str, transport: str, table: Mapping[str, Any]) -> str | None:

@@ -23,10 +23,8 @@ from harness.routers import RouterAdapter, RouterAdapterError, make_router_adapt
 from harness.runner import cell_dir_name
 from harness.sweep.cells import SWEEP_JSON, SWEEP_SCHEMA
 from harness.sweep.plan import Skipped, SweepCell, SweepPlan
-
-NOT_RUNNABLE_K8S = ("the cluster backend plans and dry-runs (`pdchaos sweep FILE --dry-run`) and applies "
-                    "actions (harness.kube.cluster); driving a scenario session on a cluster needs a "
-                    "cluster world, which is not built yet")
+from harness.worlds.real.backends import EngineChoice
+from harness.worlds.real.kube_engines import not_runnable
 
 
 @dataclass
@@ -61,7 +59,7 @@ async def run_sweep(plan: SweepPlan, out: Path, jobs: int, progress: Any = None,
     rid = re.sub(r"[^A-Za-z0-9_-]", "", out.name[-12:]) or "sweep"
     work = [CellJob(c.scenario, c.cell, cell_folder(out, c),
                     router=adapters.get(c.router.spec, c.router.spec), seed=plan.spec.seed, run_id=rid,
-                    world=c.key.world, settings=c.key.settings)
+                    world=c.key.world, settings=c.key.settings, engines=_engines(c))
             for c in runnable]
     results = await run_cells(work, jobs, progress, reuse=reuse)
     run.ran = list(zip(runnable, results, strict=True))
@@ -79,8 +77,10 @@ def _runnable(plan: SweepPlan, skipped: list[Skipped]) -> tuple[list[SweepCell],
     out = []
     for c in plan.cells:
         if c.backend is not None:
-            skipped.append(Skipped(c.key, NOT_RUNNABLE_K8S))
-            continue
+            why = not_runnable(c.backend.options, c.scenario, c.cell.connector, c.cell.transport)
+            if why is not None:
+                skipped.append(Skipped(c.key, why))
+                continue
         if c.key.world == "sim":
             out.append(c)
             continue
@@ -99,6 +99,10 @@ def _runnable(plan: SweepPlan, skipped: list[Skipped]) -> tuple[list[SweepCell],
             continue
         out.append(c)
     return out, adapters
+
+
+def _engines(c: SweepCell) -> str | EngineChoice:
+    return "fake" if c.backend is None else EngineChoice.kube(c.backend.options)
 
 
 def sweep_document(run: SweepRun) -> dict[str, Any]:

@@ -16,7 +16,8 @@ from harness.toxiproxy.server import DEFAULT_PORT, EmbeddedToxiproxy
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="pdchaos-toxiproxy", description=__doc__)
     # The single-dash spellings are toxiproxy-server's, so scripts written for it work unchanged.
-    parser.add_argument("--host", "-host", default=LOOPBACK, help=f"API address ({LOOPBACK} only)")
+    parser.add_argument("--host", "-host", default=LOOPBACK,
+                        help=f"API address: a loopback address (default {LOOPBACK})")
     parser.add_argument("--port", "-port", type=int, default=DEFAULT_PORT, help="API port (0 = any free)")
     parser.add_argument("--seed", "-seed", type=int, default=0, help="seed for toxicity and jitter draws")
     parser.add_argument("--config", "-config", type=Path, help="JSON list of proxies to create at start")

@@ -38,7 +38,7 @@ def split_hostport(value: object, what: str) -> tuple[str, int]:
     return host, port
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
@@ -52,15 +52,15 @@ def parse_listen(value: object) -> tuple[str, int]:
     host, port = split_hostport(value, "listen")
     if host in _WILDCARDS:
         return LOOPBACK, port
-    if not _is_loopback(host) or ":" in host:
-        raise bad_body("listen must be a loopback IPv4 address (this server binds 127.0.0.1 only)")
+    if not is_loopback(host) or ":" in host:
+        raise bad_body("listen must be a loopback IPv4 address (this server binds loopback only)")
     return host, port
 
 
 def parse_upstream(value: object) -> tuple[str, int]:
     """Where to connect. Only loopback upstreams: the harness never sends traffic off this machine."""
     host, port = split_hostport(value, "upstream")
-    if not _is_loopback(host):
+    if not is_loopback(host):
         raise bad_body("upstream must be a loopback address")
     if port == 0:
         raise bad_body("upstream port must not be 0")

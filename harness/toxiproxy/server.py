@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from harness.toxiproxy.api import build_app
-from harness.toxiproxy.registry import LOOPBACK
+from harness.toxiproxy.registry import LOOPBACK, is_loopback
 from harness.toxiproxy.service import ToxiproxyService
 
 DEFAULT_PORT = 8474
@@ -62,10 +62,11 @@ class EmbeddedToxiproxy:
     """
 
     def __init__(self, host: str = LOOPBACK, port: int = 0, seed: int = 0) -> None:
-        # The API binds 127.0.0.1 only, like the router and the engines: another address is refused, not
-        # quietly replaced (a user asking for 0.0.0.0 must learn the server is not reachable from afar).
-        if host != LOOPBACK:
-            raise ValueError(f"the embedded Toxiproxy binds {LOOPBACK} only, not {host!r}")
+        # The API binds a loopback address only (127.0.0.1, or a fake cluster pod's 127.X.Y.Z), like the
+        # router and the engines: another address is refused, not quietly replaced (a user asking for
+        # 0.0.0.0 must learn the server is not reachable from afar).
+        if host == "localhost" or not is_loopback(host) or ":" in host:
+            raise ValueError(f"the embedded Toxiproxy binds a loopback IPv4 address only, not {host!r}")
         if not 0 <= port <= 65535:
             raise ValueError(f"port {port} out of range")
         self.host = host

@@ -4,6 +4,8 @@
 - `vllm`: real vLLM servers on this machine (`vllm_engines.VllmFleet`; `pdchaos engines install vllm`).
 - `command:FILE`: engines started, stopped, killed, paused and resumed by command templates
   (`command_engines.CommandFleet`), e.g. through ssh, kubectl or a scheduler.
+- `k8s:FILE`: engines as pods on a Kubernetes cluster (`kube_engines.KubeFleet`; FILE holds what a
+  sweep's `[engines.NAME]` table does), through the official client.
 
 A backend without the fakes' control API runs process and network faults only. A scenario that needs more
 (a protocol fault, a control-mode wedge, an engine-side bug switch) is not applicable there: the cell is
@@ -13,6 +15,7 @@ milliseconds: `adapt` keeps the load going past a slow restart so that recovery 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -32,10 +35,12 @@ from harness.topology import Topology
 from harness.worlds.real.engines import EngineFleet
 from harness.worlds.real.processes import ProcessSupervisor
 
-BACKENDS = ("fake", "vllm", "command")
+BACKENDS = ("fake", "vllm", "command", "k8s")
 ENGINES_HELP = ("engine backend: fake (the fake engines, the default), vllm (real vLLM on this machine; "
-                "`pdchaos engines install vllm` first) or command:FILE (start/stop/kill/pause/resume command "
-                "templates, see harness/worlds/real/command_engines.py)")
+                "`pdchaos engines install vllm` first), command:FILE (start/stop/kill/pause/resume command "
+                "templates, see harness/worlds/real/command_engines.py) or k8s:FILE (engines as pods on a "
+                "Kubernetes cluster: FILE is a TOML table as a sweep's [engines.NAME], see "
+                "harness/worlds/real/kube_engines.py)")
 # How long the load goes on after the last fault ends, on engines that take seconds to come back.
 REAL_AFTER_HEAL_S = 6.0
 # At least this much load after availability's after-window opens.
@@ -61,14 +66,31 @@ class EngineChoiceError(ValueError):
 class EngineChoice:
     kind: str = "fake"
     file: Path | None = None
+    # k8s: the backend's table, as JSON (hashable, and it travels to a cell's worker as it is).
+    table_json: str = ""
 
     @property
     def label(self) -> str:
-        return f"command:{self.file}" if self.kind == "command" else self.kind
+        if self.kind in ("command", "k8s") and self.file is not None:
+            return f"{self.kind}:{self.file}"
+        return self.kind
 
     @property
     def is_fake(self) -> bool:
         return self.kind == "fake"
+
+    @property
+    def table(self) -> dict[str, Any]:
+        import json
+
+        return json.loads(self.table_json) if self.table_json else {}
+
+    @classmethod
+    def kube(cls, table: Mapping[str, Any], file: Path | None = None) -> EngineChoice:
+        import json
+
+        body = {k: v for k, v in table.items() if k != "backend"}
+        return cls("k8s", file, json.dumps(body, sort_keys=True))
 
     @property
     def text_known(self) -> bool:
@@ -77,6 +99,8 @@ class EngineChoice:
             from harness.worlds.real.command_engines import load_templates
 
             return load_templates(self.file).serves == "fake"
+        if self.kind == "k8s":
+            return True  # the pdchaos-fake preset: the only one the cluster world runs
         return self.is_fake
 
     def start_budget_s(self) -> float:
@@ -87,6 +111,8 @@ class EngineChoice:
             from harness.worlds.real.command_engines import load_templates
 
             return load_templates(self.file).ready_timeout_s + 30.0 if self.file else VLLM_START_S
+        if self.kind == "k8s":
+            return float(self.table.get("ready_timeout_s", 900.0)) + 30.0
         return FAKE_START_S
 
 
@@ -104,7 +130,17 @@ def parse_engines(text: str | EngineChoice | None) -> EngineChoice:
 
         load_templates(path)  # a bad file is said now, not when the first engine starts
         return EngineChoice("command", path)
-    raise EngineChoiceError(f"unknown engine backend {spec!r} (known: fake, vllm, command:FILE)")
+    if spec.startswith("k8s:"):
+        path = Path(spec.removeprefix("k8s:")).expanduser()
+        if not path.is_file():
+            raise EngineChoiceError(f"--engines k8s:FILE: no file {path}")
+        from harness.worlds.real.kube_engines import load_backend_file
+
+        try:
+            return EngineChoice.kube(load_backend_file(path), path)
+        except ValueError as e:
+            raise EngineChoiceError(str(e)) from e
+    raise EngineChoiceError(f"unknown engine backend {spec!r} (known: fake, vllm, command:FILE, k8s:FILE)")
 
 
 def make_fleet(choice: EngineChoice, topo: Topology, settings: Any, supervisor: ProcessSupervisor,
@@ -119,6 +155,11 @@ def make_fleet(choice: EngineChoice, topo: Topology, settings: Any, supervisor: 
         assert choice.file is not None
         return CommandFleet(topo, settings, supervisor, out_dir, token=token, ready_timeout_s=ready_timeout_s,
                             templates=load_templates(choice.file))
+    if choice.kind == "k8s":
+        from harness.worlds.real.kube_engines import KubeFleet
+
+        return KubeFleet(topo, settings, supervisor, out_dir, token=token, ready_timeout_s=ready_timeout_s,
+                         table=choice.table)
     return EngineFleet(topo, settings, supervisor, out_dir, token=token, ready_timeout_s=ready_timeout_s)
 
 
@@ -143,6 +184,10 @@ def not_applicable(choice: EngineChoice, scenario: Scenario, connector: str, tra
     """Why this scenario's cell cannot run on these engines (None: it can)."""
     if choice.is_fake:
         return None
+    if choice.kind == "k8s":
+        from harness.worlds.real.kube_engines import not_runnable
+
+        return not_runnable(choice.table, scenario, connector, transport)
     who = "real vLLM engines" if choice.kind == "vllm" else f"engines of {choice.label}"
     if choice.kind == "vllm" and connector != "nixl":
         return (f"{who}: the {connector} connector does not run on this machine (vLLM's "

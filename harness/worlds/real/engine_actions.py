@@ -104,6 +104,10 @@ class EngineActions:
     def _serving_port(self, name: str) -> int:
         return self.topo.engine(name).serving_port(self.topo.transport)
 
+    def _host(self, name: str) -> str:
+        """Where the engine's ports are (loopback, or a cluster node's address)."""
+        return self.topo.engine(name).host
+
     # -- process-level faults
 
     async def _restart_control(self, fid: str, a: Restart, emit: Emit) -> None:
@@ -114,13 +118,16 @@ class EngineActions:
         emit(FaultApplied(fid, "restart", name, params, old))
         down_seen: asyncio.Task[bool] | None = None
         if a.down_s >= 0.2:
-            down_seen = asyncio.create_task(sees_refused(self._serving_port(name), a.down_s))
+            down_seen = asyncio.create_task(
+                sees_refused(self._serving_port(name), a.down_s, self._host(name)))
         resp = await self.fleet.control(name, timeout_s=10.0).restart(a.down_s, a.engine_id)
         after = await self._state(name, emit, resp)
         refused = await down_seen if down_seen is not None else None
         evidence = _identity_evidence(before, after)
         evidence["refused_while_down"] = refused
-        evidence["serving_port_open"] = await port_open(self._serving_port(name))
+        # Bounded, not one look: behind a cluster's Service the port opens a moment after the engine's.
+        evidence["serving_port_open"] = bool(await poll_until(
+            lambda: port_open(self._serving_port(name), self._host(name)), 1.0))
         ok = bool(evidence["new_engine_id"]) and evidence["serving_port_open"] and refused is not False
         emit(FaultVerified(fid, ok, evidence))
         self.stopped.discard(name)
@@ -135,7 +142,7 @@ class EngineActions:
         if proc is not None:
             proc.signal(signal.SIGKILL)
             await proc.wait(5.0)
-        refused = await port_closed(self._serving_port(name))
+        refused = await port_closed(self._serving_port(name), self._host(name))
         if a.down_s > 0:
             await asyncio.sleep(a.down_s)
         new = await self.fleet.start(name, first_start=False)
@@ -151,11 +158,11 @@ class EngineActions:
         port = self._serving_port(name)
         before = await self.fleet.state(name)
         emit(FaultApplied(fid, "slow_start", name, {"refuse_s": a.refuse_s}))
-        watcher = asyncio.create_task(sees_refused(port, a.refuse_s))
+        watcher = asyncio.create_task(sees_refused(port, a.refuse_s, self._host(name)))
         resp = await self.fleet.control(name, timeout_s=10.0).slow_start(a.refuse_s)
         refused = await watcher
         # The control call may answer before the listeners open: wait (bounded) for the port.
-        open_again = bool(await poll_until(lambda: port_open(port), a.refuse_s + 5.0))
+        open_again = bool(await poll_until(lambda: port_open(port, self._host(name)), a.refuse_s + 5.0))
         after = await self._state(name, emit, resp)
         evidence = _identity_evidence(before, after)
         evidence.update(refused_while_down=refused, serving_port_open=open_again)
@@ -172,7 +179,7 @@ class EngineActions:
         elif proc is not None:
             proc.signal(signal.SIGKILL)
         code = await proc.wait(5.0) if proc is not None else None
-        refused = bool(await poll_until(lambda: port_closed(self._serving_port(name)), 2.0))
+        refused = bool(await poll_until(lambda: port_closed(self._serving_port(name), self._host(name)), 2.0))
         emit(FaultVerified(fid, code is not None and refused, {"returncode": code, "refused": refused}))
 
     async def _graceful_stop(self, fid: str, a: GracefulStop, emit: Emit) -> None:

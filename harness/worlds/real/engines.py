@@ -10,7 +10,9 @@ frozen, hand over its provenance records. Real vLLM (`vllm_engines`) and command
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ import aiohttp
 
 from fake_engines.control_client import ControlError, EngineControlClient
 from harness.scenario import EngineSettings
+from harness.scenario.links import LinkRef
 from harness.topology import EngineSpec, Topology
 from harness.worlds.real.probes import http_probe, process_state
 from harness.worlds.real.processes import ManagedProcess, ProcessSupervisor
@@ -47,23 +50,31 @@ def engine_argv(
         "--name", spec.name, "--role", spec.role, "--connector", connector, "--host", spec.host,
         "--http-port", str(spec.http_port), "--grpc-port", str(spec.grpc_port),
         "--control-port", str(spec.control_port), "--records", str(records),
-        "--transfer-timeout-s", f"{settings['transfer_timeout_s']:g}",
-        "--kv-abort-timeout-s", f"{settings['kv_abort_timeout_s']:g}",
-        "--handshake-timeout-s", f"{settings['handshake_timeout_s']:g}",
-        "--load-failure-policy", str(settings["load_failure_policy"]),
     ]
     if connector == "mooncake" and spec.role == "prefill":
         argv += ["--bootstrap-port", str(spec.bootstrap_port)]
     if connector == "nixl":
         argv += ["--nixl-port", str(spec.nixl_port)]
+    argv += setting_args(settings, seed)
+    if token:
+        argv += ["--control-token", token]
+    return argv
+
+
+def setting_args(settings: dict[str, Any], seed: int | None) -> list[str]:
+    """The scenario's engine settings as `pdchaos-engine` flags (also what an engine pod is given)."""
+    argv = [
+        "--transfer-timeout-s", f"{settings['transfer_timeout_s']:g}",
+        "--kv-abort-timeout-s", f"{settings['kv_abort_timeout_s']:g}",
+        "--handshake-timeout-s", f"{settings['handshake_timeout_s']:g}",
+        "--load-failure-policy", str(settings["load_failure_policy"]),
+    ]
     if settings.get("load_time_s"):
         argv += ["--load-time-s", f"{settings['load_time_s']:g}"]
     argv += ["--ttft-ms", f"{settings['ttft_ms']:g}", "--itl-ms", f"{settings['itl_ms']:g}"]
     if settings.get("advertise_side_channel_port"):
         # A proxied side channel (harness.worlds.real.links): decodes are told the proxy's port.
         argv += ["--advertise-side-channel-port", str(settings["advertise_side_channel_port"])]
-    if token:
-        argv += ["--control-token", token]
     if seed is not None:
         argv += ["--seed", str(seed)]
     for bug in settings.get("inject_bugs") or ():
@@ -165,6 +176,24 @@ class EngineFleet:
     async def settle(self, name: str) -> bool | None:
         """Wait for a fault command still running against the engine (None: none; a signal is immediate)."""
         return None
+
+    async def prepare(self, links: Sequence[LinkRef] = ()) -> Topology:
+        """Before any engine starts: set up what the backend needs; the topology as the router and the
+        harness reach the engines (the fleet's own, unless the backend puts them elsewhere). `links`: the
+        links the timeline faults."""
+        return self.topo
+
+    def network(self, refs: list[LinkRef], seed: int) -> Any:
+        """What puts the link faults in place: Toxiproxy on this host, in front of the engines."""
+        from harness.worlds.real.links import NetworkLinks
+
+        return NetworkLinks(refs, self.topo, seed=seed)
+
+    async def stop_all(self) -> None:
+        """The run is over: every engine stops at once (SIGINT: nobody will pull the KV they hold, so a
+        graceful drain would only wait)."""
+        for proc in list(self.procs.values()):
+            proc.signal(signal.SIGINT)
 
     async def close(self) -> None:
         """The cell is over (its processes are gone or going): release what the backend holds."""

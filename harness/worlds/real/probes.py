@@ -53,24 +53,25 @@ async def grpc_health_probe(target: str, timeout_s: float) -> str:
         return f"error:{e.code().name}"
 
 
-async def port_open(port: int) -> bool:
-    return await asyncio.to_thread(port_is_open, port)
+async def port_open(port: int, host: str = LOOPBACK) -> bool:
+    return await asyncio.to_thread(port_is_open, port, host)
 
 
-async def port_closed(port: int) -> bool:
-    return not await port_open(port)
+async def port_closed(port: int, host: str = LOOPBACK) -> bool:
+    return not await port_open(port, host)
 
 
-async def sees_refused(port: int, window_s: float) -> bool:
-    """True if a connection to `port` is refused at some point within `window_s` (the engine was down)."""
-    return bool(await poll_until(lambda: port_closed(port), max(window_s, 0.2), interval_s=0.03))
+async def sees_refused(port: int, window_s: float, host: str = LOOPBACK) -> bool:
+    """True if a connection to `host:port` is refused at some point within `window_s` (the engine was
+    down)."""
+    return bool(await poll_until(lambda: port_closed(port, host), max(window_s, 0.2), interval_s=0.03))
 
 
-async def tcp_probe(port: int, window_s: float = SILENT_WINDOW_S) -> str:
-    """What one connection to `127.0.0.1:port` sees: `refused`, `silent` (accepted, nothing back within
+async def tcp_probe(port: int, window_s: float = SILENT_WINDOW_S, host: str = LOOPBACK) -> str:
+    """What one connection to `host:port` sees: `refused`, `silent` (accepted, nothing back within
     window_s), `reset`, `closed` (ended with no data) or `answered`."""
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(LOOPBACK, port), PROBE_TIMEOUT_S)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT_S)
     except ConnectionRefusedError:
         return "refused"
     except (TimeoutError, OSError) as e:

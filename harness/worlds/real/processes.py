@@ -454,13 +454,14 @@ def _group_members(pgid: int, marker: str) -> list[int]:
     """Live pids in process group pgid whose environment carries marker."""
     needle = f"{MARKER_ENV}={marker}".encode()
     out = []
-    for pid in _pids_in_group(pgid):
+    for pid in pids_in_group(pgid):
         if needle in _read_proc_file(pid, "environ"):
             out.append(pid)
     return out
 
 
-def _pids_in_group(pgid: int) -> list[int]:
+def pids_in_group(pgid: int) -> list[int]:
+    """The non-zombie processes of process group pgid (a zombie holds nothing; PID 1 may never reap it)."""
     found: list[int] = []
     with contextlib.suppress(OSError):
         for entry in Path("/proc").iterdir():
@@ -478,4 +479,4 @@ def _pids_in_group(pgid: int) -> list[int]:
 
 def group_alive(pgid: int) -> bool:
     """True when some non-zombie process is in process group pgid."""
-    return bool(_pids_in_group(pgid))
+    return bool(pids_in_group(pgid))

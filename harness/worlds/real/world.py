@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import uuid
 from pathlib import Path
 from types import TracebackType
@@ -66,6 +65,10 @@ class RealWorld(World):
         await self.supervisor.__aenter__()
         try:
             self.http = aiohttp.ClientSession()
+            topo = await self.fleet.prepare(self.plan.links)
+            if topo is not self.topo:  # engines elsewhere (a cluster): their links are faulted there
+                self.topo = topo
+                self.net = self.fleet.network(list(self.plan.links), self.plan.seed)
             self._opening_notes = await self.net.open()
             self.fleet.settings = self.net.engine_settings(self.plan.scenario.engines)
             self.client = RouterClient(self.http, self.topo.router_url)
@@ -197,10 +200,8 @@ class RealWorld(World):
         # The router first: engines going away must not be the last thing it records.
         if self._router_proc is not None:
             await self.supervisor.stop(self._router_proc, grace_s=ROUTER_STOP_GRACE_S)
-        # Engines next, so their records files are final when they are read. At once (SIGINT): the run is
-        # over, nobody will pull the KV they hold, so a graceful stop (SIGTERM: drain) would only wait.
-        for proc in list(self.fleet.procs.values()):
-            proc.signal(signal.SIGINT)
+        # Engines next, so their records are final when they are read.
+        await self.fleet.stop_all()
         await self.supervisor.aclose(grace_s=1.0)
         emit(e.TornDown(tuple(resumed)))
 

@@ -74,7 +74,9 @@ def test_restart_deletes_the_pod_and_creates_it_again_behind_the_same_service() 
     acts = actions_for(Restart("prefill-0", down_s=0.6), ctx)
     assert [a.verb for a in acts] == ["delete", "wait", "sleep", "apply", "wait"]
     assert acts[3].body is not None and acts[3].body["metadata"]["name"] == ctx.name("prefill-0")
-    assert [a.params.get("grace_period_seconds") for a in actions_for(Crash("prefill-0"), ctx)][:1] == [0]
+    crash = actions_for(Crash("prefill-0"), ctx)
+    assert crash[0].verb == "exec" and "kill -KILL" in crash[0].command[-1]
+    assert [a.params.get("grace_period_seconds") for a in crash if a.verb == "delete"] == [0]
     slow = actions_for(SlowStart("prefill-0", refuse_s=1.5), ctx)
     init = slow[2].body["spec"]["initContainers"][0]  # type: ignore[index]
     assert init["command"] == ["sleep", "1.5"]

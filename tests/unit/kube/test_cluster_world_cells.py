@@ -1,0 +1,53 @@
+"""Which cells the cluster world runs (`kube_engines.not_runnable`), and the engines file it reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.scenario import load_scenarios
+from harness.worlds.real.backends import EngineChoice, EngineChoiceError, parse_engines
+from harness.worlds.real.kube_engines import load_backend_file, not_runnable
+
+FAKE = {"preset": "pdchaos-fake", "router": "outside", "service_type": "NodePort"}
+
+
+def _s(name: str):
+    (s,) = load_scenarios([name])
+    return s
+
+
+def test_a_fake_pod_cell_with_the_router_outside_runs() -> None:
+    assert not_runnable(FAKE, _s("prefill_process_restart"), "mooncake", "http") is None
+    assert not_runnable(FAKE, _s("prefill_link_partitioned"), "mooncake", "http") is None  # a sidecar
+
+
+@pytest.mark.parametrize(("change", "scenario", "says"), [
+    ({"router": "cluster", "service_type": "ClusterIP"}, "prefill_process_restart",
+     "router on the harness's host"),
+    ({"preset": "vllm-mooncake-gpu"}, "prefill_process_restart", "planned and dry-run only"),
+    ({}, "slow_side_channel", "NetworkPolicy"),  # a Mooncake side channel: no sidecar can carry it
+    ({"preset": "nope"}, "prefill_process_restart", "preset must be one of"),
+])
+def test_cells_it_cannot_run_say_why(change: dict, scenario: str, says: str) -> None:
+    why = not_runnable({**FAKE, **change}, _s(scenario), "mooncake", "http")
+    assert why is not None and says in why
+
+
+def test_an_engines_file_is_the_sweep_table(tmp_path: Path) -> None:
+    f = tmp_path / "e.toml"
+    f.write_text('backend = "k8s"\npreset = "pdchaos-fake"\nrouter = "outside"\nservice_type = "NodePort"\n'
+                 'kubeconfig = "/x/kubeconfig"\nnode_address = "10.1.2.3"\n', encoding="utf-8")
+    assert load_backend_file(f)["node_address"] == "10.1.2.3"
+    choice = parse_engines(f"k8s:{f}")
+    assert choice.kind == "k8s" and choice.table["kubeconfig"] == "/x/kubeconfig"
+    assert "backend" not in choice.table
+    assert choice.label == f"k8s:{f}" and choice.text_known
+    assert EngineChoice.kube(choice.table) == EngineChoice.kube(dict(choice.table))  # hashable, comparable
+    f.write_text('backend = "slurm"\n', encoding="utf-8")
+    with pytest.raises(EngineChoiceError, match="backend must be"):
+        parse_engines(f"k8s:{f}")
+    f.write_text('preset = "pdchaos-fake"\nrouter = "outside"\n', encoding="utf-8")
+    with pytest.raises(EngineChoiceError, match="outside router must reach the engines"):
+        parse_engines(f"k8s:{f}")
