@@ -49,7 +49,11 @@ def check_reported_engine_id(history: History, exp: ReportedEngineIdExpect | Non
                 for p in history.status_timeline(w)
                 if p.t >= cur.t and base_engine_id(p.kv_engine_id) == new
             ]
-            lag = min(seen) - cur.t if seen else None
+            # The harness may learn an engine's new id after the router does (a pod's readiness comes
+            # later than the router's probe): a router already showing it is not late.
+            early = any((shown := history.status_at(w, cur.t)) is not None
+                        and base_engine_id(shown.kv_engine_id) == new for w in workers)
+            lag = 0.0 if early else min(seen) - cur.t if seen else None
             changes[key] = {"new_id": cur.engine_id, "lag_s": rounded(lag, 3)}
             if not workers:
                 unknowns.append(f"{key}: no router worker for {engine}")

@@ -675,3 +675,15 @@ def test_reported_engine_id() -> None:
     assert v.status == "unknown" and "run ended" in v.reason
     assert run_check(restart_run().history(), "reported_engine_id", {}).status == "unknown"  # no ids shown
     assert run_check(HB().history(), "reported_engine_id", {}).status == "unknown"
+
+
+def test_reported_engine_id_shown_before_the_harness_saw_the_engine_change_is_not_late() -> None:
+    hb = HB()
+    hb.engine(0.0, "prefill-0", "A", "prefill", "http://p0")
+    hb.at(0.0).router_status("w-p0", "http://p0", "prefill", "ready", "A")
+    hb.fault("r", "restart", "prefill-0", applied=1.0, healed=2.0)
+    hb.at(1.5).router_status("w-p0", "http://p0", "prefill", "ready", "B")  # the router's probe was first
+    hb.engine(2.0, "prefill-0", "B", "prefill", "http://p0")  # the pod's readiness, later
+    hb.end(8.0)
+    v = run_check(hb.history(), "reported_engine_id", {})
+    assert v.status == "pass" and v.numbers["changes"]["prefill-0@2.00"]["lag_s"] == 0.0
