@@ -21,8 +21,8 @@ one node. Each pod gets its own loopback address (127.0.x.y) and folder under --
 
 Limits: only the pdchaos image runs (as local processes on this host, with this venv's commands), and
 toxiproxy's as pdchaos-toxiproxy; any other image fails with ErrImagePull; no network namespaces (0.0.0.0
-in a container's command or args is its pod's address); only emptyDir volumes, emulated by rewriting mount paths in
-command, args, env and exec commands (no mount namespaces); restartPolicy is always Never;
+in a container's command or args is its pod's address); only emptyDir volumes, emulated by rewriting
+mount paths in command, args, env and exec commands (no mount namespaces); restartPolicy is always Never;
 liveness probes are not run; NetworkPolicies are stored but NOT enforced; ClusterIPs are not routed
 (use a NodePort/LoadBalancer Service or the service proxy); node ports are free ports, not
 30000-32767; no watch, update, patch, port-forward, or exec with stdin/tty; no authentication.

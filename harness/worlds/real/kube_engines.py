@@ -124,7 +124,13 @@ class KubeFleet(EngineFleet):
         if self.cluster is None:
             from harness.kube.cluster import KubeCluster
 
-            self.cluster = await asyncio.to_thread(KubeCluster, options, None, poll_s=POLL_S)
+            try:
+                self.cluster = await asyncio.to_thread(KubeCluster, options, None, poll_s=POLL_S)
+            except Exception as e:  # no kubeconfig, a bad context, no client: say how to get one
+                raise KubeFleetError(
+                    f"no cluster to reach ({type(e).__name__}: {_short(e)}): set kubeconfig (and context) "
+                    "in the engines table or KUBECONFIG; no cluster at hand? python -m "
+                    "harness.kube.fake_cluster --root DIR --kubeconfig DIR/kubeconfig") from e
         # Unique per cell run (the token is): concurrent cells and runs share a namespace.
         cell = "pdc-" + hashlib.sha256(f"{self.token}|{self.out_dir}".encode()).hexdigest()[:8]
         options = replace(options, control_token_secret=f"{cell}-control")

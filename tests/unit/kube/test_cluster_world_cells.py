@@ -51,3 +51,16 @@ def test_an_engines_file_is_the_sweep_table(tmp_path: Path) -> None:
     f.write_text('preset = "pdchaos-fake"\nrouter = "outside"\n', encoding="utf-8")
     with pytest.raises(EngineChoiceError, match="outside router must reach the engines"):
         parse_engines(f"k8s:{f}")
+
+
+async def test_no_cluster_to_reach_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.scenario import EngineSettings
+    from harness.topology import allocate
+    from harness.worlds.real.kube_engines import KubeFleet, KubeFleetError
+    from harness.worlds.real.processes import ProcessSupervisor
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    fleet = KubeFleet(allocate("1p1d", "nixl", "http"), EngineSettings(),
+                      ProcessSupervisor(tmp_path / "logs"), tmp_path, token="t", table=FAKE)
+    with pytest.raises(KubeFleetError, match=r"no cluster to reach.*fake_cluster"):
+        await fleet.prepare()
