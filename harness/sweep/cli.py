@@ -32,7 +32,12 @@ scenarios/sweeps/, found by name).
     pdchaos sweep ci-regression --jobs 4                      the CI sweep, 4 cells at once
     pdchaos sweep ci-regression --baseline runs/base --fail-on regression
     pdchaos sweep gpu-cluster --dry-run                        pods, services and fault actions
+    KUBECONFIG=... pdchaos sweep fake-cluster                  fake engines as pods, router outside
     pdchaos sweep --compare-only runs/sweep-X --baseline runs/base
+
+Cells of a k8s engine backend run on the cluster of the table's kubeconfig/context (or $KUBECONFIG) when
+they can (the pdchaos-fake preset, router = "outside"); the others are left out with the reason. No
+cluster? `python -m harness.kube.fake_cluster --root DIR --kubeconfig DIR/kubeconfig` serves a fake one.
 
 --fail-on: regression (a verdict got worse, a number got worse beyond its noise threshold, or a new cell
 does not pass), verdict (verdicts only), change (any difference, new and gone cells included).

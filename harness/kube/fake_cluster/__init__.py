@@ -19,7 +19,7 @@ Limits (each module says more):
   command or args means that address (containers.py). A node port follows its endpoints' listeners within
   10 ms (nodeports.py).
 - No mount namespaces: a volumeMount's path is emulated by translating the strings of command, args, env
-  and exec commands; only emptyDir volumes; /tmp is private to the pod (containers.py).
+  and exec commands; only emptyDir volumes; /tmp is the host's (a pod's TMPDIR is its own) (containers.py).
 - restartPolicy is always Never; livenessProbe is not run (kubelet.py, probes.py).
 - NetworkPolicies are stored, NOT enforced (resources.py).
 - ClusterIPs are not routed; reach a Service by node port or service proxy. Node ports are any free

@@ -13,8 +13,8 @@ for every interface (`0.0.0.0` in its command or args, e.g. `-host=0.0.0.0`) get
 
 Mounts are emulated by path translation: every occurrence of a volume's `mountPath` at the start of a
 path inside the strings of `command`, `args`, `env` values, `workingDir` and exec commands is replaced by
-that volume's folder on the host. `/tmp` is always translated to a folder of the pod's own (a container
-has a private /tmp; engines keep pid files there). A path a program builds at run time, or reads from
+that volume's folder on the host. `/tmp` is not translated (the host's paths, this venv's included, may
+live under it); a pod's TMPDIR is a folder of its own. A path a program builds at run time, or reads from
 a file, is not translated.
 """
 
@@ -34,7 +34,6 @@ RUNNABLE_REPOSITORY = "pdchaos"
 TOXIPROXY_REPOSITORY = "toxiproxy"
 TOXIPROXY_ENTRYPOINT = "pdchaos-toxiproxy"
 _ANY_ADDRESS = re.compile(r"(?<![\d.])0\.0\.0\.0(?![\d.])")
-PRIVATE_TMP = "/tmp"
 # Host variables a pod's processes inherit: the run marker the process supervision looks for
 # (harness/worlds/real/processes.py), so an orphan check finds pod processes too.
 _PASS_THROUGH_PREFIX = "PDCHAOS_RUN_MARKER"
@@ -194,7 +193,7 @@ def process_env(base: Mapping[str, str], own: Mapping[str, str], paths: PathMap)
 
 def container_argv(container: Obj, own: Mapping[str, str], paths: PathMap, pod_ip: str) -> list[str]:
     """`$(VAR)` is expanded from the spec's own variables before translation, so that a path is translated
-    exactly once (a host folder under /tmp must not be taken for the container's /tmp). `0.0.0.0` becomes
+    exactly once (a host folder put in must not be taken for a mount path again). `0.0.0.0` becomes
     the pod's address (see the module's docstring)."""
     words = [*(container.get("command") or ()), *(container.get("args") or ())]
     toxiproxy = image_repository(str(container.get("image", ""))) == TOXIPROXY_REPOSITORY
@@ -216,8 +215,8 @@ def volume_folders(pod: Obj, pod_dir: Path) -> tuple[dict[str, Path], str | None
     return folders, None
 
 
-def container_paths(container: Obj, folders: Mapping[str, Path], tmp: Path) -> PathMap:
-    mounts: dict[str, Path] = {PRIVATE_TMP: tmp}
+def container_paths(container: Obj, folders: Mapping[str, Path]) -> PathMap:
+    mounts: dict[str, Path] = {}
     for m in container.get("volumeMounts") or ():
         folder = folders[m["name"]]
         mounts[m["mountPath"]] = folder / m["subPath"] if m.get("subPath") else folder

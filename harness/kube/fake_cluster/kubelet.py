@@ -146,7 +146,7 @@ class Kubelet:
 
     async def _configure(self, rt: PodRuntime, c: ContainerRun, folders: dict[str, Path]) -> bool:
         """Environment and argv; waits (CreateContainerConfigError) while a Secret or key is missing."""
-        paths = cfg.container_paths(c.spec, folders, rt.tmp)
+        paths = cfg.container_paths(c.spec, folders)
         while True:
             if rt.deleting:
                 return False
