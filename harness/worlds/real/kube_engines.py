@@ -96,6 +96,7 @@ class KubeFleet(EngineFleet):
     kept_records: list[dict[str, Any]] = field(default_factory=list)
     _pending: dict[str, asyncio.Task[bool]] = field(default_factory=dict)
     _prepared: bool = False
+    _node: str | None = None
 
     # ------------------------------------------------------------ the cell's objects
 
@@ -140,10 +141,13 @@ class KubeFleet(EngineFleet):
         self.ctx = m.CellContext(cell, self.out_dir.name, options, self.topo.connector,
                                  self.topo.transport, proxied, engine_settings=self.settings, seed=self.seed)
         self._prepared = True
-        await asyncio.to_thread(self._ensure_namespace)
-        await asyncio.to_thread(self._create_secret)
+        try:
+            await asyncio.to_thread(self._ensure_namespace)
+            await asyncio.to_thread(self._create_secret)
+        except Exception as e:
+            raise KubeFleetError(f"namespace {self.ctx.namespace}: {type(e).__name__}: {_short(e)}") from e
         specs = []
-        for spec in sorted(self.topo.engines, key=lambda s: s.name):
+        for spec in self.topo.engines:
             svc = m.engine_service(self.ctx, spec.name)
             svc["spec"]["type"] = options.service_type
             made = await self.do(ClusterAction("apply", self.ctx.name(spec.name), "Service", body=svc))
@@ -172,6 +176,11 @@ class KubeFleet(EngineFleet):
         assert self.options is not None
         if self.options.node_address:
             return self.options.node_address
+        if self._node is None:
+            self._node = self._first_node_address()
+        return self._node
+
+    def _first_node_address(self) -> str:
         for node in self.cluster.core.list_node().items:
             addresses = {a.type: a.address for a in (node.status.addresses or ())}
             for kind in ("ExternalIP", "InternalIP"):
