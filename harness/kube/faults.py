@@ -270,6 +270,7 @@ def _heal_links(ctx: m.CellContext, engine: str, link: str | None) -> list[Clust
         out.append(ClusterAction("delete", name, "NetworkPolicy", note="if present"))
         if (engine, lk) in ctx.proxied:
             out.append(_proxy_call(ctx, engine, lk, "POST", "", {"enabled": True}))
-            out.append(ClusterAction("http", proxy_url(ctx, engine, "/reset"), params={"method": "POST"},
-                                     note="removes every toxic"))
+            # Not the sidecar's /reset: that would also clear a fault still due on another link.
+            out.append(_proxy_call(ctx, engine, lk, "GET", "/toxics",
+                                   note="then DELETE /toxics/<name> for each: this link's toxics only"))
     return out

@@ -90,7 +90,7 @@ class KubeLinks:
     async def apply(self, fid: str, action: Any, emit: Emit) -> None:
         """Put one link fault in place (or heal), verify it, `ActionDone` last."""
         if isinstance(action, HealLink):
-            ok, evidence = await self._heal(action, fid)
+            ok, evidence = await self._heal(action)
             emit(ActionDone(fid, verified=ok, evidence=evidence))
             return
         ref = LinkRef(action.target, action.link)
@@ -145,13 +145,13 @@ class KubeLinks:
         evidence["ok"] = ok
         return evidence
 
-    async def _heal(self, action: HealLink, fid: str) -> tuple[bool, dict[str, Any]]:
+    async def _heal(self, action: HealLink) -> tuple[bool, dict[str, Any]]:
         refs = [r for r in self.refs if r.engine == action.target and self._proxied(r)
                 and (action.link is None or r.link == action.link)]
         if not refs:
             raise KubeLinkError(f"heal {action.target}.{action.link or '*'}: no proxied link")
-        for a in actions_for(action, self.fleet.cell_context(), fid):
-            await self.fleet.do(a)
+        for ref in refs:
+            await self._clean(ref)
         evidence: dict[str, Any] = {}
         ok = True
         for ref in refs:
@@ -162,6 +162,14 @@ class KubeLinks:
             # A KV side channel may reset a probe's junk bytes: only refused/silent mean still broken.
             ok = ok and not listed and proxy.get("enabled") is True and seen not in ("refused", "silent")
         return ok, evidence
+
+    async def _clean(self, ref: LinkRef) -> None:
+        """This link ends clean: its proxy enabled, none of its toxics left. Only this link's proxy (the
+        plan's `/reset` would also clear a fault still due on the engine's other links)."""
+        await self.set_enabled(ref, True)
+        proxy = await self._call(ref.engine, "GET", f"/proxies/{self._name(ref)}") or {}
+        for toxic in proxy.get("toxics") or ():
+            await self._call(ref.engine, "DELETE", f"/proxies/{self._name(ref)}/toxics/{toxic.get('name')}")
 
     async def set_enabled(self, ref: LinkRef, enabled: bool) -> None:
         if not self._proxied(ref):
