@@ -23,13 +23,11 @@ from harness.scenario.links import (
     LinkFlap,
     LinkRef,
     Partition,
-    fault_kind,
-    fault_params,
-    toxics_for,
 )
-from harness.session.events import ActionDone, FaultApplied, FaultVerified, WorldNote
+from harness.session.events import WorldNote
 from harness.topology import Topology
 from harness.worlds.base import Emit
+from harness.worlds.real.links import LinkFaults
 from harness.worlds.real.probes import tcp_probe
 
 SETTLE_S = 1.0
@@ -39,7 +37,7 @@ class KubeLinkError(RuntimeError):
     """A link fault the cluster world cannot put in place."""
 
 
-class KubeLinks:
+class KubeLinks(LinkFaults):
     def __init__(self, refs: list[LinkRef], fleet: Any) -> None:
         self.refs = refs
         self.fleet = fleet  # a kube_engines.KubeFleet, prepared
@@ -87,28 +85,17 @@ class KubeLinks:
         except (TypeError, ValueError):
             return None
 
-    async def apply(self, fid: str, action: Any, emit: Emit) -> None:
-        """Put one link fault in place (or heal), verify it, `ActionDone` last."""
-        if isinstance(action, HealLink):
-            ok, evidence = await self._heal(action)
-            emit(ActionDone(fid, verified=ok, evidence=evidence))
-            return
-        ref = LinkRef(action.target, action.link)
+    async def _check(self, ref: LinkRef) -> None:
         if not self._proxied(ref):
             raise KubeLinkError(f"link {ref.label} has no proxy sidecar in this cell")
-        toxics = toxics_for(action, fid)
+
+    async def _put(self, fid: str, ref: LinkRef, action: Any, toxics: list[Any]) -> dict[str, Any]:
         if isinstance(action, LinkFlap):  # the session toggles it from here on (set_enabled)
             await self.set_enabled(ref, False)
         else:
             for a in actions_for(action, self.fleet.cell_context(), fid):
                 await self.fleet.do(a)
-        params = {**fault_params(action), "proxy": self._name(ref), "link": ref.link}
-        if toxics:
-            params["toxics"] = [t.body() for t in toxics]
-        emit(FaultApplied(fid, fault_kind(action), ref.engine, params, {}, link=ref.link))
-        evidence = await self._verify(ref, action, tuple(t.name for t in toxics))
-        emit(FaultVerified(fid, bool(evidence["ok"]), evidence))
-        emit(ActionDone(fid))
+        return {"proxy": self._name(ref)}
 
     async def _probe(self, ref: LinkRef, want: str | None = None) -> str | None:
         """What a connection from outside sees on the link's Service port (None: the link is reached only

@@ -169,7 +169,44 @@ def router_view(topo: Topology, listen: Mapping[LinkRef, int]) -> Topology:
 # ---------------------------------------------------------------- the runtime
 
 
-class NetworkLinks:
+class LinkFaults:
+    """What every link-fault backend does with one action: heal, or put the fault in place (`_put`), then
+    report `FaultApplied`, `FaultVerified` with what was seen (`_verify`) and `ActionDone` last. A backend
+    says how: Toxiproxy on this host (`NetworkLinks`), a sidecar in a pod (`kube_links.KubeLinks`)."""
+
+    async def apply(self, fid: str, action: Any, emit: Emit) -> None:
+        """Put one network fault in place (or heal), verify it, `ActionDone` last."""
+        if isinstance(action, HealLink):
+            ok, evidence = await self._heal(action)
+            emit(ActionDone(fid, verified=ok, evidence=evidence))
+            return
+        ref = LinkRef(action.target, action.link)
+        await self._check(ref)
+        toxics = toxics_for(action, fid)
+        params = {**fault_params(action), **await self._put(fid, ref, action, toxics), "link": ref.link}
+        if toxics:
+            params["toxics"] = [t.body() for t in toxics]
+        emit(FaultApplied(fid, fault_kind(action), ref.engine, params, {}, link=ref.link))
+        evidence = await self._verify(ref, action, tuple(t.name for t in toxics))
+        emit(FaultVerified(fid, bool(evidence["ok"]), evidence))
+        emit(ActionDone(fid))
+
+    async def _heal(self, action: HealLink) -> tuple[bool, dict[str, Any]]:
+        raise NotImplementedError
+
+    async def _check(self, ref: LinkRef) -> None:
+        """Raise when the link cannot be faulted in this cell."""
+        raise NotImplementedError
+
+    async def _put(self, fid: str, ref: LinkRef, action: Any, toxics: list[Any]) -> dict[str, Any]:
+        """Put the fault in place; what to add to the fault's recorded params."""
+        raise NotImplementedError
+
+    async def _verify(self, ref: LinkRef, action: Any, toxics: tuple[str, ...]) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class NetworkLinks(LinkFaults):
     def __init__(self, refs: list[LinkRef], topo: Topology, prefix: str | None = None, seed: int = 0) -> None:
         self.refs = refs
         self.topo = topo
@@ -245,29 +282,19 @@ class NetworkLinks:
 
     # -- faults
 
-    async def apply(self, fid: str, action: Any, emit: Emit) -> None:
-        """Put one network fault in place (or heal), verify it, `ActionDone` last."""
-        if isinstance(action, HealLink):
-            ok, evidence = await self._heal(action)
-            emit(ActionDone(fid, verified=ok, evidence=evidence))
-            return
-        ref = LinkRef(action.target, action.link)
+    async def _check(self, ref: LinkRef) -> None:
         if ref not in self.installed:
             raise NetworkError(f"link {ref.label} has no proxy (this cell's connector has no such link)")
+
+    async def _put(self, fid: str, ref: LinkRef, action: Any, toxics: list[Any]) -> dict[str, Any]:
         name = self.installed[ref]
-        kind = fault_kind(action)
-        toxics = toxics_for(action, fid)
-        params = {**fault_params(action), "proxy": name, "listen_port": self.listen[ref]}
+        params = {"proxy": name, "listen_port": self.listen[ref]}
         if not toxics:  # down or flapping: the proxy stops listening
             await self.set_enabled(ref, False)
         else:
             for toxic in toxics:
                 await call(lambda t=toxic: _proxy(name).add_toxic(**t.body()))
-            params["toxics"] = [t.body() for t in toxics]
-        emit(FaultApplied(fid, kind, ref.engine, {**params, "link": ref.link}, {}, link=ref.link))
-        evidence = await self._verify(ref, action, tuple(t.name for t in toxics))
-        emit(FaultVerified(fid, bool(evidence["ok"]), evidence))
-        emit(ActionDone(fid))
+        return params
 
     async def _verify(self, ref: LinkRef, action: LinkFault, toxics: tuple[str, ...]) -> dict[str, Any]:
         name = self.installed[ref]
