@@ -4,7 +4,7 @@ vllm-router releases) implement it."""
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,15 @@ class RouterAdapter:
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def companion(
+        self, session: aiohttp.ClientSession, topo: Topology, emit: Callable[[Any], None]
+    ) -> Coroutine[Any, Any, None] | None:
+        """What runs beside the router for as long as it serves (an operator that registers workers again),
+        or None. The world starts it once the router serves and cancels it before the router stops; it
+        reports what it did through `emit` (history events)."""
+        del session, topo, emit
+        return None
 
     async def wait_ready(self, session: aiohttp.ClientSession, topo: Topology, timeout_s: float) -> None:
         """Poll `/health` until any HTTP answer (a router with no Ready workers may say 503)."""

@@ -9,25 +9,29 @@ listed by `adjustments` (e.g. smg's health interval is whole seconds, at least 1
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import math
 import re
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 import aiohttp
 
 from harness.routers.base import RouterAdapter, RouterAdapterError, RouterLaunch
+from harness.routers.gateways.engine_id_operator import EngineIdOperator
 from harness.routers.gateways.kv_facts import (
     KvFacts,
     engine_facts,
+    engine_id_from_query,
     facts_style,
     read_query,
     registration_body,
 )
 from harness.scenario import AddWorker, PatchWorker, RemoveWorker, RouterSettings, Scenario
+from harness.session.events import WorldNote
 from harness.topology import Topology
 from pdchaos.ports import free_port
 
@@ -237,6 +241,8 @@ class GatewayAdapter(RouterAdapter):
 
 # How long the adapter waits for a Mooncake prefill's bootstrap `/query` when it registers that worker.
 QUERY_TIMEOUT_S = 3.0
+# How long the operator waits for a prefill's `/query` on each pass (a down prefill must not hold the others).
+OPERATOR_READ_S = 0.3
 ACCEPTED = frozenset({200, 201, 202})
 
 
@@ -260,6 +266,8 @@ class SmgRouter(GatewayAdapter):
         self._to_register: tuple[Topology, list[str]] | None = None
         # The `POST /workers` bodies sent, in order (what a report or a test can show of the registration).
         self.registrations: list[dict[str, Any]] = []
+        # The Mooncake engine id each engine's worker was last registered with (None: registered without).
+        self.registered_ids: dict[str, str | None] = {}
 
     def help_argv(self) -> tuple[str, ...]:
         return (self.executable, "launch", "--help")
@@ -276,6 +284,7 @@ class SmgRouter(GatewayAdapter):
         del events_file
         self.dropped = []
         self.registrations = []
+        self.registered_ids = {}
         argv = [self.executable, "launch", *self.base_argv(topo), "--pd-disaggregation"]
         if self.registers_through_api(topo.transport):
             # No worker flags: each worker goes in through `POST /workers` with its facts (wait_ready).
@@ -330,7 +339,10 @@ class SmgRouter(GatewayAdapter):
             facts = await self.kv_facts(session, topo, engine, timeout_s)
         body = self.worker_body(topo, engine, facts)
         self.registrations.append(body)
-        return await self._call(session, "POST", f"{topo.router_url}/workers", body)
+        status, answer = await self._call(session, "POST", f"{topo.router_url}/workers", body)
+        if status in ACCEPTED:
+            self.registered_ids[engine] = facts.kv_engine_id if facts is not None else None
+        return status, answer
 
     async def add_worker(
         self, session: aiohttp.ClientSession, topo: Topology, engine: str
@@ -344,6 +356,73 @@ class SmgFlagsRouter(SmgRouter):
 
     variant = "flags"
     register_http_facts = False
+
+
+class SmgOperatorRouter(SmgRouter):
+    """smg over HTTP as SmgRouter registers it, with an operator beside it that registers a Mooncake prefill
+    again when its engine id changes (`engine_id_operator`): what a deployment restarting engines behind
+    smg's HTTP mode needs, since smg never re-reads an HTTP worker's id (`--router smg-operator[==X.Y.Z]`).
+    Over gRPC, or with NIXL, there is nothing to do: smg reads the id itself, or the prefill's answer
+    carries it."""
+
+    variant = "operator"
+    # How long the operator keeps adding a removed worker back while smg still finishes its removal.
+    READD_WINDOW_S = 5.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.operator: EngineIdOperator | None = None
+
+    def companion(
+        self, session: aiohttp.ClientSession, topo: Topology, emit: Callable[[Any], None]
+    ) -> Coroutine[Any, Any, None] | None:
+        if not self.registers_through_api(topo.transport) or topo.connector != "mooncake":
+            return None
+
+        async def read_id(engine: str) -> str | None:
+            spec = topo.engine(engine)
+            answer = await read_query(session, spec.host, spec.bootstrap_port, OPERATOR_READ_S)
+            return None if answer is None else engine_id_from_query(answer)[0]
+
+        async def reregister(engine: str) -> tuple[bool, str]:
+            return await self._register_again(session, topo, engine)
+
+        self.operator = EngineIdOperator(read_id, reregister)
+        for name, eid in self.registered_ids.items():
+            if topo.engine(name).role == "prefill":
+                self.operator.watch(name, eid)
+        return self.operator.run(lambda r: emit(
+            WorldNote(f"operator registered {r.engine} again with its new engine id", r.fields())))
+
+    async def _register(
+        self, session: aiohttp.ClientSession, topo: Topology, engine: str, timeout_s: float
+    ) -> tuple[int, Any]:
+        status, answer = await super()._register(session, topo, engine, timeout_s)
+        if self.operator is not None and status in ACCEPTED and topo.engine(engine).role == "prefill":
+            self.operator.watch(engine, self.registered_ids.get(engine))
+        return status, answer
+
+    async def remove_worker(
+        self, session: aiohttp.ClientSession, topo: Topology, engine: str
+    ) -> tuple[int, Any]:
+        if self.operator is not None:
+            self.operator.forget(engine)  # removed on purpose: the operator must not add it back
+        return await super().remove_worker(session, topo, engine)
+
+    async def _register_again(self, session: aiohttp.ClientSession, topo: Topology,
+                              engine: str) -> tuple[bool, str]:
+        """Remove the engine's worker, then add it with its facts read now; smg removes a worker in a
+        background job, so the add is retried (until READD_WINDOW_S) while smg still has the old one."""
+        removed, body = await super().remove_worker(session, topo, engine)
+        said = [f"DELETE: HTTP {removed}"]
+        deadline = time.monotonic() + self.READD_WINDOW_S
+        while True:
+            status, body = await super()._register(session, topo, engine, QUERY_TIMEOUT_S)
+            if status in ACCEPTED:
+                return True, "; ".join([*said, f"POST: HTTP {status}"])
+            if time.monotonic() >= deadline:
+                return False, "; ".join([*said, f"POST: HTTP {status} {str(body)[:200]}"])
+            await asyncio.sleep(0.1)
 
 
 class VllmRouter(GatewayAdapter):
@@ -394,5 +473,6 @@ class VllmRouter(GatewayAdapter):
 
 
 ADAPTERS: dict[str, type[GatewayAdapter]] = {
-    "smg": SmgRouter, "smg-flags": SmgFlagsRouter, "vllm-router": VllmRouter,
+    "smg": SmgRouter, "smg-flags": SmgFlagsRouter, "smg-operator": SmgOperatorRouter,
+    "vllm-router": VllmRouter,
 }

@@ -30,6 +30,8 @@ GATEWAYS: dict[str, Gateway] = {
     "smg": Gateway("smg", "smg", "PDCHAOS_SMG", "smg"),
     # The same releases, run with `--prefill/--decode` only (no KV transfer facts over HTTP).
     "smg-flags": Gateway("smg", "smg", "PDCHAOS_SMG", "smg-flags", name="smg-flags"),
+    # The same releases over HTTP, with an operator registering a restarted Mooncake prefill again.
+    "smg-operator": Gateway("smg", "smg", "PDCHAOS_SMG", "smg-operator", name="smg-operator"),
     "vllm-router": Gateway("vllm-router", "vllm-router", "PDCHAOS_VLLM_ROUTER", "vllm-router"),
 }
 ALIASES = {"vllm_router": "vllm-router"}

@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Coroutine
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import aiohttp
 
@@ -32,6 +34,7 @@ from harness.worlds.real.processes import ManagedProcess, ProcessSupervisor, log
 
 ROUTER_READY_TIMEOUT_S = 20.0
 ROUTER_STOP_GRACE_S = 1.0
+COMPANION_STOP_S = 2.0
 
 
 class RealWorld(World):
@@ -53,6 +56,7 @@ class RealWorld(World):
         self.actions: EngineActions | None = None
         self._opening_notes: list[e.Event] = []
         self._router_proc: ManagedProcess | None = None
+        self._companion: asyncio.Task[None] | None = None
 
     @property
     def router_topology(self) -> Topology:
@@ -81,6 +85,7 @@ class RealWorld(World):
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         try:
+            await self._stop_companion()
             if self.actions is not None:
                 self.actions.cancel_waiters()
                 self.actions.resume_all()
@@ -129,7 +134,17 @@ class RealWorld(World):
         except Exception as exc:
             emit(e.RouterFailed(f"{type(exc).__name__}: {exc}"))
             return
+        assert self.http is not None
+        beside = self.router.companion(self.http, rtopo, emit)
+        if beside is not None:
+            self._companion = asyncio.create_task(_guarded(beside, emit), name="router-companion")
         emit(e.RouterUp(has_events=self.router.has_events))
+
+    async def _stop_companion(self) -> None:
+        task, self._companion = self._companion, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=COMPANION_STOP_S)
 
     async def _wait_router(self, proc: ManagedProcess) -> None:
         assert self.http is not None
@@ -194,6 +209,7 @@ class RealWorld(World):
         emit(e.LinkToggled(cmd.fault, cmd.engine, cmd.link, cmd.enabled))
 
     async def _do_Teardown(self, cmd: c.Teardown, emit: Emit) -> None:
+        await self._stop_companion()  # nothing re-registers workers while the cell is taken down
         resumed: list[str] = []
         if self.actions is not None:
             resumed = self.actions.resume_all()
@@ -213,6 +229,16 @@ class RealWorld(World):
             emit(e.HandoffsCollected((), error=str(exc)))
             return
         emit(e.HandoffsCollected(tuple(records)))
+
+
+async def _guarded(loop: Coroutine[Any, Any, None], emit: Emit) -> None:
+    """The router's companion; its failure is evidence in the history, never a silent stop or a crash."""
+    try:
+        await loop
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        emit(e.WorldNote("router companion failed", {"error": f"{type(exc).__name__}: {exc}"}))
 
 
 async def wait_router_serving(router: RouterAdapter, proc: ManagedProcess, http: aiohttp.ClientSession,
