@@ -1,12 +1,16 @@
 """Does each gateway profile behave like its real release? (`python -m harness.profile_check`)
 
 For every profile (`harness.routers.profiles`) and every cell of the scenarios that tell releases apart
-(below, each at its default-suite cut, on the transports the release does PD on), the cell runs three times
-in real time at scaled settings: with the reference router, with the real release (installed in its own
-cached venv on first use: needs PyPI) and with the profile. A checker is compared where both the release and
-the profile gave a verdict (pass or fail; a release without router events gives `unknown` on some checkers:
-nothing to compare). The table (`tests/data/profiles.json`) holds, per cell, the three verdicts per checker,
-whether the release differs from the reference there, and whether the profile agrees with the release.
+(below, each at its default-suite cut, on the transports the release does PD on), the cell runs in real time
+at scaled settings with the reference router (once), with the real release (installed in its own cached venv
+on first use: needs PyPI) and with the profile. A real-time run of a gateway is not always the same: each of
+the last two sides runs up to `--repeat` times (default 3) and each checker's verdict is the majority (a side
+stops as soon as no further run can change a majority: two runs that agree settle it). A checker is
+compared where both the release and the profile have a verdict (pass or fail; a release without router
+events gives `unknown` on some checkers, and a split with no majority is `unsettled`: nothing to compare).
+The table (`tests/data/profiles.json`) holds, per cell, the verdicts per checker (with each run's, when
+repeated), whether the release differs from the reference there, and whether the profile agrees with the
+release. `--only SCENARIO` reruns some cells and keeps the others of an unchanged profile.
 `tests/integration/gateways/test_profiles_external.py` checks the table (always) and re-runs it with the real
 releases (PDCHAOS_EXTERNAL=1).
 """
@@ -28,69 +32,51 @@ from harness.scenario import Scenario, load_scenarios
 
 TABLE = Path(__file__).resolve().parent.parent / "tests" / "data" / "profiles.json"
 COMPARED = ("pass", "fail")
+# A checker whose runs gave no majority verdict: nothing to compare.
+UNSETTLED = "unsettled"
 # The reference router's verdicts per cell, run once for every profile that shares the cell.
 _REFERENCE: dict[str, dict[str, str]] = {}
+
+
+def _held_out(outage: str) -> str:
+    return (
+        f"the release kept the prefill out after {outage} in every run: its refused legs opened its breaker "
+        "while its probes never took the worker out, so nothing re-admitted it. no_suspect_probe describes "
+        "that (the smg-1.13.0 profile has it and agrees), but it is left out of this profile: with "
+        "breaker_no_readmit the profile's refused legs would also keep out a worker this release lets back "
+        "after longer outages (one_of_two_prefills_down, prefill_restart_mooncake)"
+    )
+
+
+_BLIP_HELD_OUT = _held_out("the 0.4 s blip")
+_PARTITION_HELD_OUT = _held_out("the 2 s partition")
 
 # Where a profile does not match its release yet, with what the runs showed: behaviour no switch describes
 # (yet). `tests/integration/gateways/test_profiles_external.py` holds the stored table to exactly these, so a
 # new disagreement fails it, and so does one that went away (drop its line).
 EXPLAINED: dict[str, str] = {
-    'smg-1.10.1 one_of_two_prefills_down[2p1d/mooncake/grpc] handoff':
-        "the release's verdict varied between runs (fail, fail, fail, pass): one run per cell cannot "
-        "settle it",
-    'smg-1.10.1 one_of_two_prefills_down[2p1d/mooncake/grpc] legs_once':
-        "the release's verdict varied between runs (fail, fail, pass): one run per cell cannot settle it",
-    'smg-1.10.1 one_of_two_prefills_down[2p1d/mooncake/grpc] nothing_lost':
-        "the release's verdict varied between runs (fail, fail, fail, pass): one run per cell cannot "
-        "settle it",
-    'smg-1.10.1 one_of_two_prefills_down[2p1d/mooncake/grpc] recovery':
-        "the release's verdict varied between runs (pass, pass, pass, fail): one run per cell cannot "
-        "settle it",
-    'smg-1.10.1 one_of_two_prefills_down[2p1d/mooncake/grpc] transfer_timeout':
-        "the release's verdict varied between runs (fail, fail, fail, pass): one run per cell cannot "
-        "settle it",
     'smg-1.10.1 prefill_link_partitioned[2p1d/mooncake/grpc] recovery':
-        "the release gave fail in all 4 runs, the profile pass: not modelled yet (the partitioned prefill "
-        "is not back within 3 s of the heal ; its breaker or gRPC channel holds it out)",
-    'smg-1.10.1 prefill_restart_mooncake[1p1d/mooncake/grpc] handoff':
-        "the release's verdict varied between runs (pass, pass, pass, fail): one run per cell cannot "
-        "settle it",
-    'smg-1.10.1 side_channel_reset_during_pull[1p1d/nixl/grpc] legs_once':
-        "the release gave pass in all 3 runs, the profile fail: not modelled yet (a NIXL read reset is not "
-        "rerun by this release, unlike a Mooncake KV timeout)",
+        _PARTITION_HELD_OUT,
     'smg-1.11.0 prefill_link_partitioned[2p1d/mooncake/grpc] recovery':
-        "the release gave fail in all 4 runs, the profile pass: not modelled yet (the partitioned prefill "
-        "is not back within 3 s of the heal ; its breaker or gRPC channel holds it out)",
-    'smg-1.11.0 prefill_restart_mooncake[1p1d/mooncake/grpc] legs_once':
-        "the release's verdict varied between runs (fail, pass, fail): one run per cell cannot settle it",
-    'smg-1.11.0 prefill_restart_mooncake[1p1d/mooncake/grpc] transfer_timeout':
-        "the release's verdict varied between runs (pass, fail, pass, fail): one run per cell cannot "
-        "settle it",
-    'smg-1.11.0 side_channel_reset_during_pull[1p1d/nixl/grpc] legs_once':
-        "the release's verdict varied between runs (fail, pass, fail): one run per cell cannot settle it",
-    'smg-1.11.0 sole_prefill_down[1p1d/mooncake/grpc] recovery':
-        "the release gave fail in all 4 runs, the profile pass: not modelled yet (the recovered sole "
-        "prefill stays out longer than the profile's breaker keeps it)",
-    'smg-1.12.0 one_of_two_prefills_down[2p1d/mooncake/grpc] recovery':
-        "the release's verdict varied between runs (fail, pass, fail): one run per cell cannot settle it",
+        _PARTITION_HELD_OUT,
     'smg-1.12.0 prefill_link_partitioned[2p1d/mooncake/grpc] recovery':
-        "the release gave fail in all 3 runs, the profile pass: not modelled yet (the partitioned prefill "
-        "is not back within 3 s of the heal ; its breaker or gRPC channel holds it out)",
-    'smg-1.12.0 prefill_restart_between_probes[1p1d/mooncake/grpc] nothing_lost':
-        "the release gave fail in all 3 runs, the profile pass: not modelled yet (a restart no probe sees "
-        "costs the release more than the profile's switches do)",
-    'smg-1.13.0 prefill_link_partitioned[2p1d/mooncake/grpc] recovery':
-        "the release gave fail in all 3 runs, the profile pass: not modelled yet (the partitioned prefill "
-        "is not back within 3 s of the heal ; its breaker or gRPC channel holds it out)",
-    'smg-1.13.0 prefill_restart_between_probes[1p1d/mooncake/grpc] availability':
-        "the release gave fail in all 3 runs, the profile pass: not modelled yet (a restart no probe sees "
-        "costs the release more than the profile's switches do)",
-    'smg-1.13.0 prefill_restart_between_probes[1p1d/mooncake/grpc] handoff':
-        "the release gave fail in all 3 runs, the profile pass: not modelled yet (a restart no probe sees "
-        "costs the release more than the profile's switches do)",
-    'vllm-router-0.1.17 sole_prefill_down[1p1d/mooncake/http] handoff':
-        "the release gave fail in all 3 runs, the profile pass: not modelled yet (the recovered sole "
-        "prefill stays out longer than the profile's breaker keeps it)",
+        _PARTITION_HELD_OUT,
+    'smg-1.10.1 prefill_link_blip[2p1d/mooncake/grpc] recovery':
+        _BLIP_HELD_OUT,
+    'smg-1.10.1 side_channel_reset_during_pull[1p1d/nixl/grpc] legs_once':
+        'both sides split over three runs (release pass, fail, pass; profile pass, fail, fail): '
+        'whether a request whose NIXL read was reset runs again depends on timing on both sides',
+    'smg-1.11.0 prefill_link_blip[2p1d/mooncake/grpc] recovery':
+        _BLIP_HELD_OUT,
+    'smg-1.11.0 prefill_restart_between_probes[1p1d/mooncake/grpc] nothing_lost':
+        'the release lost requests in 2 of 2 runs, the profile in 1 of 3: a restart no probe sees '
+        "costs this release more than the profile's switches do (not modelled yet)",
+    'smg-1.12.0 one_of_two_prefills_down[2p1d/mooncake/grpc] recovery':
+        'the release kept the respawned prefill out in 2 of 3 runs (pass, fail, fail), the profile in '
+        "none of 2: the release's refused, retried attempts sometimes reach its breaker's threshold "
+        "(10) and it does not re-admit; the profile's refused legs do not (see prefill_link_blip)",
+    'smg-1.12.0 prefill_link_blip[2p1d/mooncake/grpc] recovery':
+        _BLIP_HELD_OUT,
 }
 
 # Scenarios on which releases are known to differ from the reference (README's release matrix), plus the
@@ -98,7 +84,7 @@ EXPLAINED: dict[str, str] = {
 SCENARIOS = (
     "sole_prefill_down", "prefill_restart_mooncake", "prefill_restart_between_probes",
     "side_channel_reset_during_pull", "one_of_two_prefills_down", "prefill_link_partitioned",
-    "wedged_decode_generate", "hung_decode_ejected", "property_update_keeps_handoff",
+    "wedged_decode_generate", "hung_decode_ejected", "property_update_keeps_handoff", "prefill_link_blip",
 )
 
 
@@ -158,7 +144,47 @@ async def _verdicts(s: Scenario, cell: Cell, router: str, out: Path) -> dict[str
     return {v.name: v.status for v in res.verdicts}
 
 
-async def check_profile(profile: GatewayProfile, out: Path, only: Sequence[str] = ()) -> dict[str, Any]:
+def majority(runs: Sequence[dict[str, str]], repeat: int) -> dict[str, str]:
+    """Per checker, the verdict more than half of `repeat` runs gave (fewer runs may have been made: the
+    rest could not change it), else the one more than half of the runs made gave, else UNSETTLED."""
+    out: dict[str, str] = {}
+    for name in sorted({n for r in runs for n in r}):
+        votes = [r.get(name, "unknown") for r in runs]
+        best = max(sorted(set(votes)), key=votes.count)
+        share = votes.count(best)
+        out[name] = best if share * 2 > repeat or share * 2 > len(votes) else UNSETTLED
+    return out
+
+
+def settled(runs: Sequence[dict[str, str]], repeat: int) -> bool:
+    """No further run (of `repeat`) can change any checker's majority."""
+    return all(max(votes.count(v) for v in set(votes)) * 2 > repeat
+               for votes in ([r.get(n, "unknown") for r in runs] for n in {n for r in runs for n in r}))
+
+
+async def repeated_verdicts(s: Scenario, cell: Cell, router: str, out: Path,
+                            repeat: int) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """Up to `repeat` runs of the cell, stopping once every checker's majority is settled: the majority
+    verdicts, and each run's."""
+    runs: list[dict[str, str]] = []
+    for i in range(max(1, repeat)):
+        got = await _verdicts(s, cell, router, out if repeat == 1 else out / f"run{i + 1}")
+        if not got:  # this router cannot run the cell
+            return {}, []
+        runs.append(got)
+        if settled(runs, repeat):
+            break
+    return majority(runs, repeat), runs
+
+
+def _run_lists(runs: Sequence[dict[str, str]]) -> dict[str, list[str]]:
+    return {n: [r.get(n, "unknown") for r in runs] for n in sorted({n for r in runs for n in r})}
+
+
+async def check_profile(profile: GatewayProfile, out: Path, only: Sequence[str] = (),
+                        repeat: int = 1) -> dict[str, Any]:
+    """Compare the profile with its release on each of its cells (`only`: these scenarios'), each side's
+    verdicts the majority of up to `repeat` runs (the reference router runs once)."""
     scenarios = {s.name: s.suite_cut() for s in load_scenarios()}
     rows: dict[str, Any] = {}
     for cell in cells_for(profile, scenarios):
@@ -169,9 +195,14 @@ async def check_profile(profile: GatewayProfile, out: Path, only: Sequence[str] 
         if cell.key not in _REFERENCE:
             _REFERENCE[cell.key] = await _verdicts(s, cell, "reference", base / "reference")
         reference = _REFERENCE[cell.key]
-        release = await _verdicts(s, cell, profile.release, base / "release")
-        mine = await _verdicts(s, cell, PREFIX + profile.name, base / "profile")
+        release, release_runs = await repeated_verdicts(s, cell, profile.release, base / "release", repeat)
+        mine, mine_runs = await repeated_verdicts(s, cell, PREFIX + profile.name, base / "profile", repeat)
         checkers = compare(release, mine, reference)
+        if repeat > 1:
+            for name, votes in _run_lists(release_runs).items():
+                checkers[name]["release_runs"] = votes
+            for name, votes in _run_lists(mine_runs).items():
+                checkers[name]["profile_runs"] = votes
         rows[cell.key] = {
             "checkers": checkers,
             "release_differs": any(c["release_differs"] for c in checkers.values()),
@@ -180,7 +211,15 @@ async def check_profile(profile: GatewayProfile, out: Path, only: Sequence[str] 
         differs = "differs" if rows[cell.key]["release_differs"] else "same"
         agrees = "agrees" if rows[cell.key]["agrees"] else "DISAGREES"
         print(f"{profile.name} {cell.key}: release {differs}, profile {agrees}", file=sys.stderr)
-    return {"release": profile.release, "bugs": list(profile.bugs), "cells": rows}
+    return {"release": profile.release, "bugs": list(profile.bugs), "repeat": repeat, "cells": rows}
+
+
+def merged(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """A profile's table entry after a run: a partial run (`--only`) of the same switches keeps the cells it
+    did not run; anything else replaces the entry."""
+    if not old or sorted(old.get("bugs", [])) != sorted(new["bugs"]) or old.get("release") != new["release"]:
+        return new
+    return {**new, "cells": {**old.get("cells", {}), **new["cells"]}}
 
 
 def disagreements(table: dict[str, Any], explained: dict[str, str] | None = None) -> list[str]:
@@ -200,9 +239,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", action="append", choices=sorted(PROFILES), help="repeatable (default: all)")
     p.add_argument("--only", action="append", default=[], metavar="SCENARIO", help="repeatable")
+    p.add_argument("--repeat", type=int, default=3, metavar="N",
+                   help="runs per cell and side (release, profile), up to N: each checker's verdict is the "
+                        "majority, and a side stops once no further run can change it (default 3)")
     p.add_argument("--table", type=Path, default=TABLE, help=f"where to merge the results (default {TABLE})")
     p.add_argument("--dry-run", action="store_true", help="list the cells and exit")
     args = p.parse_args(argv)
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
     chosen = [PROFILES[n] for n in (args.profile or sorted(PROFILES))]
     scenarios = {s.name: s.suite_cut() for s in load_scenarios()}
     if args.dry_run:
@@ -214,7 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = json.loads(args.table.read_text(encoding="utf-8")) if args.table.exists() else {}
     with tempfile.TemporaryDirectory(prefix="pdchaos-profiles-") as tmp:
         for prof in chosen:
-            table[prof.name] = asyncio.run(check_profile(prof, Path(tmp), args.only))
+            got = asyncio.run(check_profile(prof, Path(tmp), args.only, args.repeat))
+            table[prof.name] = merged(table.get(prof.name), got)
             args.table.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     bad = disagreements(table, EXPLAINED)
     for line in bad:

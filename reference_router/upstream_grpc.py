@@ -18,12 +18,13 @@ from .errors import UpstreamError
 from .tokenizer import TextCodec, TokenizerError, fetch_codec
 
 # gRPC's default reconnect backoff grows to 120 s: an engine back after a long outage would look dead to the
-# probes (calls fail fast while the channel waits) for up to that long. Cap it near the probe cadence.
+# probes (calls fail fast while the channel waits) for up to that long. Cap it at the scaled probe cadence
+# (0.3 s): a probe just after a link heals must see the engine, not the channel's own backoff.
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.max_reconnect_backoff_ms", 300),
 ]
 _OLD_CHANNEL_GRACE_S = 120.0
 # grpc core's wording for a call that failed because no connection could be made (refused, unreachable).

@@ -32,6 +32,22 @@ _KV_RATE_KB_S = 8
 _CUT_AVAILABILITY = {"before": 0.95, "during": 1.0, "after": 0.95, "settle_s": 1.0,
                      "exclude_in_flight_at_fault": True}
 
+
+
+def _prefill_1_cut(names: tuple[str, str], down_at: float, back_at: float) -> tuple[Step, Step]:
+    """The router's link to prefill-1 refuses connections from `down_at` to `back_at`."""
+    return (Step(names[0], Partition("prefill-1", "serve", "down"), At(down_at)),
+            Step(names[1], HealLink("prefill-1", "serve"), At(back_at)))
+
+
+def _cut_expect(max_recovery_s: float, *more: Expect) -> tuple[Expect, ...]:
+    """What a cut prefill link may cost (only legs on the wire at the cut), and the worker back taking
+    handoffs within `max_recovery_s` of the heal."""
+    return (*CORE_EXPECT, STRICT_LOCAL, Expect("availability", _CUT_AVAILABILITY),
+            Expect("recovery", {"max_recovery_s": max_recovery_s, "kinds": ["link_down"]}), *more,
+            Expect("transfer_timeout"))
+
+
 SCENARIOS = [
     Scenario(
         name="prefill_link_partitioned",
@@ -50,23 +66,37 @@ SCENARIOS = [
         # stays Ready for a while and keeps being picked, so several legs are refused: each must be retried.
         router=replace(ROUTER, failure_threshold=3),
         engines=ENGINES,
-        # The load goes on 4 s past the mend: on a machine running several cells at once the router can take
-        # seconds to see the prefill Ready again, and the recovery checker needs the run to last until then.
-        workload=replace(_LOAD, after_heal_s=4.0),
-        timeline=(
-            Step("cut", Partition("prefill-1", "serve", "down"), At(1.5)),
-            Step("mend", HealLink("prefill-1", "serve"), At(3.5)),
-        ),
-        expect=(
-            *CORE_EXPECT,
-            STRICT_LOCAL,
-            Expect("availability", _CUT_AVAILABILITY),
-            # Nominally under 1 s (probes every 0.3 s); the bound leaves room for a machine running several
-            # cells at once (`--jobs`), where the router's probes queue behind other cells' work.
-            Expect("recovery", {"max_recovery_s": 5.0, "kinds": ["link_down"]}),
-            Expect("handoff", {"grace_s": 1.0}),
-            Expect("transfer_timeout"),
-        ),
+        # The load goes on past the recovery bound after the mend: on a machine running several cells at once
+        # the router can take seconds to see the prefill Ready again, and a prefill still out at the bound is
+        # a failure, not an unknown (a gateway whose breaker keeps it out for a minute).
+        workload=replace(_LOAD, after_heal_s=6.5),
+        timeline=_prefill_1_cut(("cut", "mend"), 1.5, 3.5),
+        # Recovery nominally under 1 s (probes every 0.3 s); the bound leaves room for a machine running
+        # several cells at once (`--jobs`), where the router's probes queue behind other cells' work.
+        expect=_cut_expect(5.0, Expect("handoff", {"grace_s": 1.0})),
+    ),
+    Scenario(
+        name="prefill_link_blip",
+        tags=("default",),
+        description="The router's link to one of two prefills drops for 0.4 s (connections refused), less "
+        "than one probe interval (0.5 s; 3 failed probes take a worker out), under a circuit breaker of 6 "
+        "failures kept open 30 s. Refused legs must make the router probe that prefill at once and steer "
+        "requests away from it: its probes then take it out after a few refused legs, before they open its "
+        "breaker, and it rejoins right after the link is back. A router that keeps picking it until its "
+        "regular probes fail charges every refused leg to the breaker, which opens while the probes still "
+        "see a healthy worker, so no recovery re-admits it and it stays out for the whole open period.",
+        bugs=("zoo-6",),
+        catches=("no_suspect_probe",),
+        topologies=("2p1d",),
+        connectors=("mooncake", "nixl"),
+        router=replace(ROUTER, health_interval_s=0.5, failure_threshold=3, circuit_breaker_failures=6,
+                       circuit_breaker_open_s=30.0),
+        engines=ENGINES,
+        # Long enough after the mend for the recovery bound to pass: a held-out prefill is a failure, not
+        # an unknown.
+        workload=replace(_LOAD, after_heal_s=6.0),
+        timeline=_prefill_1_cut(("blip", "back"), 1.5, 1.9),
+        expect=_cut_expect(3.0),
     ),
     Scenario(
         name="decode_link_wedged",

@@ -41,6 +41,7 @@ PREFILL_ON_DECODE = "prefill_on_decode"
 WEDGED_STALLS_ALL = "wedged_stalls_all"
 NO_OUTLIER_EJECTION = "no_outlier_ejection"
 RETRY_FAILED_REQUESTS = "retry_failed_requests"
+NO_SUSPECT_PROBE = "no_suspect_probe"
 
 ROUTER_BUGS: dict[str, BugSwitch] = catalog([
     BugSwitch(
@@ -168,6 +169,14 @@ ROUTER_BUGS: dict[str, BugSwitch] = catalog([
         "https://github.com/vllm-project/vllm/issues/39863; https://github.com/azrtydxb/Fastllm-proxy/issues/19",
         "request timeouts do not count against a worker: an engine that is hung but answers its health check "
         "stays in rotation and every request sent to it times out",
+    ),
+    BugSwitch(
+        NO_SUSPECT_PROBE, "router", "field", f"every smg release in {_GATEWAYS} (prefill_link_blip)",
+        "a leg its worker refused (connection refused) neither gets that worker probed early nor steers "
+        "requests away from it: it stays in rotation until its regular probes fail, every request picked "
+        "for it meanwhile fails there first (each charged to its circuit breaker), and a blip too short for "
+        "the probes to see can open the breaker with no outage to recover from, so nothing re-admits the "
+        "worker for the whole open period",
     ),
 ])
 

@@ -52,6 +52,7 @@ from .bugs import (
     NIXL_NOT_RELAYED,
     NO_PREFILL_RETRY,
     NO_REQUEST_TIMEOUT,
+    NO_SUSPECT_PROBE,
     NO_WORKER_404,
     PREFILL_ON_DECODE,
     RETRY_FAILED_REQUESTS,
@@ -322,7 +323,8 @@ class DispatchFlow:
         self._expect(_Phase.PREFILL)
         failed, _ = self._chosen()
         out = self._step_effects(now)
-        if error.delivery is Delivery.NOT_SENT and mark_suspect(failed, now):
+        suspect = error.delivery is Delivery.NOT_SENT and NO_SUSPECT_PROBE not in self._bugs
+        if suspect and mark_suspect(failed, now):
             record_suspect(out, failed, error.message)
         out.extend(breaker_failure(failed, self.request_id, error, now, self._breaker))
         ready = [w for w in self._registry.ready(Role.PREFILL) if breaker_admits(w, now)]

@@ -15,7 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from harness.profile_check import EXPLAINED, TABLE, cells_for, check_profile, compare, disagreements
+from harness.profile_check import (
+    EXPLAINED,
+    TABLE,
+    UNSETTLED,
+    cells_for,
+    check_profile,
+    compare,
+    disagreements,
+    majority,
+    merged,
+    settled,
+)
 from harness.routers.profiles import PROFILES
 from harness.scenario import load_scenarios
 
@@ -62,6 +73,30 @@ def test_compare_marks_disagreement_and_missing_evidence() -> None:
     table = {"p": {"cells": {"k": {"checkers": out}}}}
     assert disagreements(table) == ["p k a: release fail, profile pass"]
     assert disagreements(table, {"p k a": "known"}) == []
+
+
+def test_majority_of_repeated_runs_and_when_a_side_may_stop() -> None:
+    two_fail = [{"recovery": "fail", "output": "pass"}, {"recovery": "fail", "output": "pass"}]
+    assert settled(two_fail, 3) and majority(two_fail, 3) == {"output": "pass", "recovery": "fail"}
+    split = [{"recovery": "fail"}, {"recovery": "pass"}]
+    assert not settled(split, 3) and majority(split, 3) == {"recovery": UNSETTLED}
+    assert majority([*split, {"recovery": "fail"}], 3) == {"recovery": "fail"}
+    # No majority among three different outcomes; a checker missing from a run counts as unknown there.
+    assert majority([*split, {"recovery": "unknown"}], 3) == {"recovery": UNSETTLED}
+    assert majority([{"a": "pass"}, {"a": "pass", "b": "fail"}], 3) == {"a": "pass", "b": UNSETTLED}
+    assert settled([{"a": "pass"}], 1) and majority([{"a": "fail"}], 1) == {"a": "fail"}
+    # An unsettled side is not compared (no evidence either way), never counted as agreeing or not.
+    assert compare({"a": UNSETTLED}, {"a": "pass"}, {"a": "pass"})["a"]["agrees"] is None
+
+
+def test_a_partial_rerun_keeps_the_other_cells_of_an_unchanged_profile() -> None:
+    old = {"release": "smg==1.13.0", "bugs": ["x"], "cells": {"a": 1, "b": 2}}
+    assert merged(old, {"release": "smg==1.13.0", "bugs": ["x"], "cells": {"b": 3}})["cells"] == {
+        "a": 1, "b": 3}
+    # Changed switches: the old cells judged another profile.
+    assert merged(old, {"release": "smg==1.13.0", "bugs": ["x", "y"], "cells": {"b": 3}})["cells"] == {
+        "b": 3}
+    assert merged(None, {"release": "r", "bugs": [], "cells": {}})["cells"] == {}
 
 
 @pytest.mark.external

@@ -101,6 +101,18 @@ def test_prefill_leg_refused_before_sending_runs_again_on_the_other_ready_prefil
     assert [w.runtime.in_flight_requests for w in (p0, p1, d)] == [0, 0, 0]
 
 
+def test_bug_no_suspect_probe_retries_the_refused_leg_but_neither_probes_nor_avoids_its_worker() -> None:
+    reg = cluster()
+    (p0, p1), _ = roles(reg)
+    f = DispatchFlow("req-1", BODY, reg, LegPolicies.make("round_robin", "round_robin"), LIMITS,
+                     new_uuid=lambda: uuid.UUID(int=7), bugs=frozenset({"no_suspect_probe"}))
+    assert f.pick(0.0) is None and f.prefill is p0
+    f.prefill_leg(0.0)
+    failed = f.prefill_failed(REFUSED, 0.25)
+    assert failed.retry_on is p1  # the retry itself is unchanged
+    assert failed.effects.of_type("worker_suspect") == [] and p0.runtime.suspect_since is None
+
+
 def test_prefill_500_is_answered_at_once_with_no_decode_leg() -> None:
     reg = cluster(connector="nixl")
     (p0, _), (d,) = roles(reg)
