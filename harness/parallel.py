@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import os
 import pickle
 import re
@@ -190,6 +191,13 @@ def _portable(job: CellJob) -> CellJob | None:
     return out
 
 
+def own_adapter(router: str | RouterAdapter) -> str | RouterAdapter:
+    """A cell's own copy of an adapter: an adapter keeps the state of the cell it launched (the workers it
+    registered, the operator beside a gateway), and real-time cells overlap on one event loop. A spec string
+    is made into an adapter by each cell anyway."""
+    return copy.copy(router) if isinstance(router, RouterAdapter) else router
+
+
 async def run_suite(
     scenarios: Iterable[Scenario],
     matrix: Iterable[tuple[Scenario, Cell]] | dict[str, Sequence[str]] | None,
@@ -219,7 +227,8 @@ async def run_suite(
         cells = list(matrix)
     run_id = re.sub(r"[^A-Za-z0-9_-]", "", run_dir.name[-12:] or uuid.uuid4().hex[:8])
     work = [
-        CellJob(s, cell, run_dir / cell_dir_name(s.name, cell), router=router, seed=seed, run_id=run_id,
+        CellJob(s, cell, run_dir / cell_dir_name(s.name, cell), router=own_adapter(router), seed=seed,
+                run_id=run_id,
                 world=world, settings=settings, check_determinism=check_determinism, engines=engines)
         for s, cell in cells
     ]

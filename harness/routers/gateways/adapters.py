@@ -391,8 +391,12 @@ class SmgOperatorRouter(SmgRouter):
         for name, eid in self.registered_ids.items():
             if topo.engine(name).role == "prefill":
                 self.operator.watch(name, eid)
+        def seen(engine: str, old: str | None, new: str) -> None:
+            emit(WorldNote(f"operator saw {engine}'s engine id change: registering it again",
+                           {"engine": engine, "old_engine_id": old, "new_engine_id": new}))
+
         return self.operator.run(lambda r: emit(
-            WorldNote(f"operator registered {r.engine} again with its new engine id", r.fields())))
+            WorldNote(f"operator registered {r.engine} again with its new engine id", r.fields())), seen)
 
     async def _register(
         self, session: aiohttp.ClientSession, topo: Topology, engine: str, timeout_s: float

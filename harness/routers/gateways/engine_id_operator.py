@@ -68,22 +68,26 @@ class EngineIdOperator:
     def watched(self) -> dict[str, str | None]:
         return dict(self._known)
 
-    async def step(self) -> list[Reregistration]:
-        """Read every watched engine's id once; re-register those whose id changed. A failed
-        re-registration keeps the old id, so the next pass tries again."""
+    async def step(self, seen: Callable[[str, str | None, str], None] | None = None) -> list[Reregistration]:
+        """Read every watched engine's id once; re-register those whose id changed (`seen(engine, old, new)`
+        is told first: a re-registration can take seconds). A failed re-registration keeps the old id, so
+        the next pass tries again."""
         done = []
         for engine, old in list(self._known.items()):
             new = await self._read_id(engine)
             if new is None or new == old or engine not in self._known:
                 continue
+            if seen is not None:
+                seen(engine, old, new)
             ok, detail = await self._reregister(engine)
             if ok and engine in self._known:
                 self._known[engine] = new
             done.append(Reregistration(engine, old, new, ok, detail))
         return done
 
-    async def run(self, report: Callable[[Reregistration], None]) -> None:
+    async def run(self, report: Callable[[Reregistration], None],
+                  seen: Callable[[str, str | None, str], None] | None = None) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
-            for r in await self.step():
+            for r in await self.step(seen):
                 report(r)

@@ -173,14 +173,15 @@ async def test_operator_registers_a_restarted_prefill_again_with_its_new_engine_
             await asyncio.sleep(0.8)
             assert served.deleted == []  # same id: nothing to do
             served.engine_id, served.busy_after_delete = "eng-p-2", 2
-            await _until(lambda: notes)
+            await _until(lambda: len(notes) == 2)
         finally:
             task.cancel()
     assert served.deleted == ["w1"]
     # Refused twice while smg still removed the old one, then accepted with the new id.
     assert [b.get("kv_engine_id") for b in served.posted] == [
         "eng-p-1", None, "eng-p-2", "eng-p-2", "eng-p-2"]
-    note = notes[0]
+    saw, note = notes
+    assert saw.message == "operator saw prefill-0's engine id change: registering it again"
     assert note.message == "operator registered prefill-0 again with its new engine id"
     assert note.fields["old_engine_id"] == "eng-p-1" and note.fields["new_engine_id"] == "eng-p-2"
     assert note.fields["ok"] is True and "DELETE: HTTP 202" in note.fields["detail"]

@@ -69,7 +69,8 @@ async def test_run_reports_each_reregistration_until_cancelled() -> None:
     e = Engines()
     op = _operator(e)
     seen: list[Reregistration] = []
-    task = asyncio.create_task(op.run(seen.append))
+    saw: list[tuple[str, str | None, str]] = []
+    task = asyncio.create_task(op.run(seen.append, lambda *change: saw.append(change)))
     e.ids["prefill-0"] = "a2"
     for _ in range(100):
         if seen:
@@ -78,6 +79,7 @@ async def test_run_reports_each_reregistration_until_cancelled() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert saw == [("prefill-0", "a", "a2")]  # told before the re-registration, which can take seconds
     assert [r.fields() for r in seen] == [{"engine": "prefill-0", "old_engine_id": "a", "new_engine_id": "a2",
                                             "ok": True, "detail": "POST: HTTP 202"}]
 
@@ -86,3 +88,20 @@ def test_the_interval_must_be_positive() -> None:
     e = Engines()
     with pytest.raises(ValueError, match="interval"):
         EngineIdOperator(e.read, e.reregister, interval_s=0)
+
+
+def test_each_cell_of_a_suite_gets_its_own_adapter() -> None:
+    """Real-time cells overlap on one event loop: an adapter shared by two of them would register (and have
+    its operator watch) the other cell's workers."""
+    from harness.parallel import own_adapter
+    from harness.routers.gateways.adapters import SmgOperatorRouter
+    from harness.scenario import RouterSettings
+    from harness.topology import allocate
+
+    shared = SmgOperatorRouter("smg", version="1.13.0", flags=frozenset({"--prometheus-host"}))
+    a, b = own_adapter(shared), own_adapter(shared)
+    assert a is not shared and b is not a and own_adapter("smg==1.13.0") == "smg==1.13.0"
+    for adapter in (a, b):
+        adapter.launch(allocate("1p1d", "mooncake", "http"), RouterSettings(), ["prefill-0"], "/dev/null")
+    a.registered_ids["prefill-0"] = "eng-a"
+    assert b.registered_ids == {} and a.registrations is not b.registrations
