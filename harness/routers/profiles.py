@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from harness.routers.gateways.adapters import whole_seconds
+from harness.routers.gateways.adapters import as_passed
 from harness.routers.reference import ReferenceRouter
 from harness.scenario.bugs import split_bugs, with_bugs
 
@@ -56,11 +56,7 @@ class GatewayProfile:
         release), and its default circuit breaker where the scenario sets none (after the settings preset:
         the release's default is absolute)."""
         out = with_bugs(scenario, self.bugs)
-        r = out.router
-        out = replace(out, router=replace(
-            r, health_interval_s=float(whole_seconds(r.health_interval_s)),
-            health_timeout_s=float(whole_seconds(r.health_timeout_s)),
-            request_timeout_s=float(whole_seconds(r.request_timeout_s))))
+        out = replace(out, router=as_passed(out.router))
         if self.breaker_default is not None and out.router.circuit_breaker_failures is None:
             failures, open_s = self.breaker_default
             out = replace(out, router=replace(out.router, circuit_breaker_failures=failures,

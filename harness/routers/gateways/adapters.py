@@ -16,12 +16,13 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
 
 from harness.routers.base import RouterAdapter, RouterAdapterError, RouterLaunch
-from harness.routers.gateways.engine_id_operator import EngineIdOperator
+from harness.routers.gateways.engine_id_operator import EngineIdOperator, Reregistration
 from harness.routers.gateways.kv_facts import (
     KvFacts,
     engine_facts,
@@ -50,6 +51,14 @@ _STATUS = {"ready": "ready", "notready": "not_ready", "not_ready": "not_ready", 
 def whole_seconds(x: float, minimum: int = 1) -> int:
     """Seconds for a flag that takes whole seconds: rounded up (never shorter than asked), >= `minimum`."""
     return max(minimum, math.ceil(x - 1e-9))
+
+
+def as_passed(settings: RouterSettings) -> RouterSettings:
+    """The settings as a gateway gets them: its probe interval, probe timeout and request timeout flags take
+    whole seconds (rounded up, at least 1). What a gateway profile runs with, to judge like the release."""
+    return replace(settings, health_interval_s=float(whole_seconds(settings.health_interval_s)),
+                   health_timeout_s=float(whole_seconds(settings.health_timeout_s)),
+                   request_timeout_s=float(whole_seconds(settings.request_timeout_s)))
 
 
 @functools.lru_cache(maxsize=32)
@@ -391,12 +400,15 @@ class SmgOperatorRouter(SmgRouter):
         for name, eid in self.registered_ids.items():
             if topo.engine(name).role == "prefill":
                 self.operator.watch(name, eid)
+
         def seen(engine: str, old: str | None, new: str) -> None:
             emit(WorldNote(f"operator saw {engine}'s engine id change: registering it again",
                            {"engine": engine, "old_engine_id": old, "new_engine_id": new}))
 
-        return self.operator.run(lambda r: emit(
-            WorldNote(f"operator registered {r.engine} again with its new engine id", r.fields())), seen)
+        def done(r: Reregistration) -> None:
+            emit(WorldNote(f"operator registered {r.engine} again with its new engine id", r.fields()))
+
+        return self.operator.run(done, seen)
 
     async def _register(
         self, session: aiohttp.ClientSession, topo: Topology, engine: str, timeout_s: float
@@ -417,7 +429,7 @@ class SmgOperatorRouter(SmgRouter):
                               engine: str) -> tuple[bool, str]:
         """Remove the engine's worker, then add it with its facts read now; smg removes a worker in a
         background job, so the add is retried (until READD_WINDOW_S) while smg still has the old one."""
-        removed, body = await super().remove_worker(session, topo, engine)
+        removed, _ = await super().remove_worker(session, topo, engine)
         said = [f"DELETE: HTTP {removed}"]
         deadline = time.monotonic() + self.READD_WINDOW_S
         while True:
