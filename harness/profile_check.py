@@ -38,45 +38,30 @@ UNSETTLED = "unsettled"
 _REFERENCE: dict[str, dict[str, str]] = {}
 
 
-def _held_out(outage: str) -> str:
-    return (
-        f"the release kept the prefill out after {outage} in every run: its refused legs opened its breaker "
-        "while its probes never took the worker out, so nothing re-admitted it. no_suspect_probe describes "
-        "that (the smg-1.13.0 profile has it and agrees), but it is left out of this profile: with "
-        "breaker_no_readmit the profile's refused legs would also keep out a worker this release lets back "
-        "after longer outages (one_of_two_prefills_down, prefill_restart_mooncake)"
-    )
-
-
-_BLIP_HELD_OUT = _held_out("the 0.4 s blip")
-_PARTITION_HELD_OUT = _held_out("the 2 s partition")
+# A breaker race: refused attempts at a prefill that is down count against its breaker (10 failures by
+# default) until the probes (1 s apart, 3 failures) take it out; whether the tenth comes first depends on
+# where the crash falls between two probes. With breaker_no_readmit the worker then stays out after its
+# respawn.
+_BREAKER_RACE = (
+    "a race both sides lose in some runs: refused attempts at the crashed prefill reach the breaker's 10 "
+    "before the probes take it out, or not, depending on where the crash falls between two probes (1 s "
+    "apart); the release opened its breaker (`closed -> open` in its log, 10 `pipeline attempt failed`) in "
+)
 
 # Where a profile does not match its release yet, with what the runs showed: behaviour no switch describes
-# (yet). `tests/integration/gateways/test_profiles_external.py` holds the stored table to exactly these, so a
-# new disagreement fails it, and so does one that went away (drop its line).
+# (yet), or a race both sides run. `tests/integration/gateways/test_profiles_external.py` holds the stored
+# table to exactly these, so a new disagreement fails it, and so does one that went away (drop its line).
 EXPLAINED: dict[str, str] = {
-    'smg-1.10.1 prefill_link_partitioned[2p1d/mooncake/grpc] recovery':
-        _PARTITION_HELD_OUT,
-    'smg-1.11.0 prefill_link_partitioned[2p1d/mooncake/grpc] recovery':
-        _PARTITION_HELD_OUT,
-    'smg-1.12.0 prefill_link_partitioned[2p1d/mooncake/grpc] recovery':
-        _PARTITION_HELD_OUT,
-    'smg-1.10.1 prefill_link_blip[2p1d/mooncake/grpc] recovery':
-        _BLIP_HELD_OUT,
-    'smg-1.10.1 side_channel_reset_during_pull[1p1d/nixl/grpc] legs_once':
-        'both sides split over three runs (release pass, fail, pass; profile pass, fail, fail): '
-        'whether a request whose NIXL read was reset runs again depends on timing on both sides',
-    'smg-1.11.0 prefill_link_blip[2p1d/mooncake/grpc] recovery':
-        _BLIP_HELD_OUT,
-    'smg-1.11.0 prefill_restart_between_probes[1p1d/mooncake/grpc] nothing_lost':
-        'the release lost requests in 2 of 2 runs, the profile in 1 of 3: a restart no probe sees '
-        "costs this release more than the profile's switches do (not modelled yet)",
+    'smg-1.11.0 one_of_two_prefills_down[2p1d/mooncake/grpc] recovery':
+        _BREAKER_RACE + "1 of 5 table runs (pass, fail, pass; pass, pass) and in a run by hand on "
+        "2026-12-02; the profile (same switches as 1.12.0) in 2 of 2 here, in 0 of 2 as smg-1.12.0",
     'smg-1.12.0 one_of_two_prefills_down[2p1d/mooncake/grpc] recovery':
-        'the release kept the respawned prefill out in 2 of 3 runs (pass, fail, fail), the profile in '
-        "none of 2: the release's refused, retried attempts sometimes reach its breaker's threshold "
-        "(10) and it does not re-admit; the profile's refused legs do not (see prefill_link_blip)",
-    'smg-1.12.0 prefill_link_blip[2p1d/mooncake/grpc] recovery':
-        _BLIP_HELD_OUT,
+        _BREAKER_RACE + "4 of 6 table runs (pass, fail, fail twice) and in a run by hand; the profile in "
+        "0 of 2 here, in 2 of 2 as smg-1.11.0",
+    'smg-1.12.0 side_channel_reset_during_pull[1p1d/nixl/grpc] legs_once':
+        "both sides split over the table's runs (release pass, fail, pass; then pass, pass. Profile pass, "
+        "fail, pass; then fail, fail): whether a request whose NIXL read was reset runs again whole depends "
+        "on whether the reset lands before or after the decode answered",
 }
 
 # Scenarios on which releases are known to differ from the reference (README's release matrix), plus the
