@@ -77,6 +77,13 @@ PROFILES: dict[str, GatewayProfile] = {
             transports=("grpc",),
         ),
         GatewayProfile(
+            "smg-1.13.0-http", "smg==1.13.0", (*_SMG, "stale_engine_id", "retry_failed_requests"),
+            "1.13.0 over HTTP, its workers registered with their KV transfer facts: as over gRPC, but the "
+            "Mooncake engine id it was given is never read again (a restarted prefill's dead id is minted for "
+            "good), and a request whose leg failed runs again whole",
+            transports=("http",),
+        ),
+        GatewayProfile(
             "smg-1.12.0", "smg==1.12.0", (*_SMG_RETRY, "breaker_no_readmit"),
             "as 1.13.0, runs a request whose decode failed again whole, and a recovered worker stays out "
             "until its breaker's open period ends (also one its refused legs took out while its probes "
