@@ -5,9 +5,10 @@ where the real one cannot go: in simulated time at production settings, or at sc
 `--router profile:NAME` runs the reference router with the profile's switches, in either world. A profile also
 carries what the release does when a scenario says nothing (smg and vllm-router run a circuit breaker of 10
 failures / 60 s by default; the reference router runs none unless told), and the transports on which it has
-been compared with the release (smg: gRPC; over HTTP smg hands off only when its workers are registered with
-their KV transfer facts, which its adapter now does but no profile has been compared on yet; the `smg-flags`
-variant sends no handoff parameters at all, which no switch describes). `harness.profile_check` compares each
+been compared with the release (smg: gRPC, and HTTP for 1.13.0 as its own profile, `smg-1.13.0-http`: over
+HTTP smg hands off only when its workers are registered with their KV transfer facts, which its adapter does,
+and it behaves differently there; the `smg-flags` variant sends no handoff parameters at all, which no switch
+describes). `harness.profile_check` compares each
 profile with its release, checker by checker.
 """
 
@@ -33,10 +34,11 @@ GATEWAY_BREAKER = (10, 60.0)
 # recovered worker out (breaker_no_readmit), a longer outage of one of two prefills is a race on both sides:
 # in some runs the refused attempts reach the breaker's threshold before the probes take the worker out
 # (harness.profile_check).
+_SMG_ANY = ("api_reports_first_id", "no_identity_check", "breaker_charges_kv_failure", "no_suspect_probe")
 # Seen in every smg release over gRPC: its --request-timeout-secs does not end a PD request whose decode hangs
-# (hung_decode_ejected loses requests at a 1 s timeout that the reference router ends).
-_SMG = ("api_reports_first_id", "no_identity_check", "breaker_charges_kv_failure", "no_request_timeout",
-        "no_suspect_probe")
+# (hung_decode_ejected loses requests at a 1 s timeout that the reference router ends). Over HTTP (1.13.0) it
+# does, and runs the request again whole.
+_SMG = (*_SMG_ANY, "no_request_timeout")
 # Up to 1.12: a request whose decode failed to load its KV runs again whole (`Retry backoff attempt=N` in its
 # log; the releases fail `legs_once` where the reference passes); 1.13 logs no retry and fails it nowhere.
 _SMG_RETRY = (*_SMG, "retry_failed_requests")
@@ -77,10 +79,11 @@ PROFILES: dict[str, GatewayProfile] = {
             transports=("grpc",),
         ),
         GatewayProfile(
-            "smg-1.13.0-http", "smg==1.13.0", (*_SMG, "stale_engine_id", "retry_failed_requests"),
+            "smg-1.13.0-http", "smg==1.13.0", (*_SMG_ANY, "stale_engine_id", "retry_failed_requests"),
             "1.13.0 over HTTP, its workers registered with their KV transfer facts: as over gRPC, but the "
-            "Mooncake engine id it was given is never read again (a restarted prefill's dead id is minted for "
-            "good), and a request whose leg failed runs again whole",
+            "Mooncake engine id it was given is never read again (a restarted prefill's dead id is minted "
+            "for good), its request timeout ends a request whose decode hangs, and a request whose leg "
+            "failed or timed out runs again whole",
             transports=("http",),
         ),
         GatewayProfile(
