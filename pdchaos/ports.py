@@ -29,7 +29,29 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+# Processes side by side draw from one pool at random, so two of them can pick the same port before either
+# binds it: give each its own slice, e.g. PDCHAOS_PORT_POOL=15000-19999 and 20000-24999.
+POOL_ENV = "PDCHAOS_PORT_POOL"
+
+
+def pool_from_env(value: str | None) -> tuple[int, int] | None:
+    """The `LOW-HIGH` port pool PDCHAOS_PORT_POOL names (None: unset); ValueError when it is not a range of
+    at least 16 unprivileged ports."""
+    if value is None or not value.strip():
+        return None
+    try:
+        lo, hi = (int(x) for x in value.strip().split("-"))
+    except ValueError:
+        raise ValueError(f"{POOL_ENV}={value!r}: expected LOW-HIGH, e.g. 15000-19999") from None
+    if not (lo >= 1024 and hi <= 65535 and hi - lo + 1 >= 16):
+        raise ValueError(f"{POOL_ENV}={value!r}: need 1024 <= LOW, HIGH <= 65535 and at least 16 ports")
+    return lo, hi
+
+
 def _pool() -> tuple[int, int]:
+    chosen = pool_from_env(os.environ.get(POOL_ENV))
+    if chosen is not None:
+        return chosen
     lo, hi = _POOL_LOW, _POOL_HIGH
     eph_lo, eph_hi = _ephemeral_range()
     if lo <= eph_hi and eph_lo <= hi:  # overlapping ephemeral range: stay under it

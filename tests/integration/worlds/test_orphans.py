@@ -25,6 +25,7 @@ from helpers.paths import SCENARIO_FILES
 
 from harness.worlds.real.processes import MARKER_ENV, find_marked_processes, group_alive, pid_alive
 from pdchaos.jsonl import read_jsonl
+from pdchaos.ports import POOL_ENV
 from pdchaos.waiting import poll_until_sync
 
 SCENARIO_FILE = SCENARIO_FILES / "orphans_scenario.py"
@@ -87,12 +88,13 @@ class Launched:
     log: Path
 
 
-def _launch(base: Path, label: str) -> Launched:
+def _launch(base: Path, label: str, ports: str) -> Launched:
     marker = f"pdchaos-orphan-test-{label}-{uuid.uuid4().hex}"
     run_dir = base / label / "run"
     run_dir.parent.mkdir(parents=True)
     log = base / label / "pdchaos.out"
-    env = {**os.environ, MARKER_ENV: marker}
+    # Three runs start at once: each draws its ports from its own slice, or two could pick one port.
+    env = {**os.environ, MARKER_ENV: marker, POOL_ENV: ports}
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "harness.cli", "run", str(SCENARIO_FILE), "--out", str(run_dir),
@@ -121,8 +123,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Launche
     base = tmp_path_factory.mktemp("orphans")
     started: dict[str, Launched] = {}
     try:
-        for label in ("SIGINT", "SIGTERM", "SIGKILL"):
-            started[label] = _launch(base, label)
+        slices = {"SIGINT": "15000-19999", "SIGTERM": "20000-24999", "SIGKILL": "25000-29999"}
+        for label, ports in slices.items():
+            started[label] = _launch(base, label, ports)
         yield started
     finally:
         for run in started.values():
