@@ -8,8 +8,7 @@ failures / 60 s by default; the reference router runs none unless told), and the
 been compared with the release (smg: gRPC, and HTTP for 1.13.0 as its own profile, `smg-1.13.0-http`: over
 HTTP smg hands off only when its workers are registered with their KV transfer facts, which its adapter does,
 and it behaves differently there; the `smg-flags` variant sends no handoff parameters at all, which no switch
-describes). `harness.profile_check` compares each
-profile with its release, checker by checker.
+describes). `harness.profile_check` compares each profile with its release, checker by checker.
 """
 
 from __future__ import annotations
