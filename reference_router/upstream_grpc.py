@@ -29,6 +29,10 @@ _CHANNEL_OPTIONS = [
 _OLD_CHANNEL_GRACE_S = 120.0
 # grpc core's wording for a call that failed because no connection could be made (refused, unreachable).
 _CONNECT_FAILED = "failed to connect to all addresses"
+_RESET_STREAM = "RST_STREAM"
+_TRANSPORT_CODES = frozenset({
+    grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
+})
 _SAMPLING_FLOATS = ("top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty")
 
 
@@ -162,12 +166,19 @@ def grpc_error(target: str, exc: grpc.aio.AioRpcError) -> UpstreamError:
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return UpstreamError(f"{target}: {details}", 400, "invalid_request", delivery=Delivery.ANSWERED,
                              worker_status=400, worker_message=details)
-    # UNAVAILABLE also ends calls whose connection broke mid-flight; only a channel that could not connect
-    # proves the engine never saw the call.
-    delivery = Delivery.NOT_SENT if code == grpc.StatusCode.UNAVAILABLE and _CONNECT_FAILED in details \
-        else Delivery.MAYBE_SENT
-    return UpstreamError(f"{target}: {code.name}: {details}", 502, delivery=delivery,
+    return UpstreamError(f"{target}: {code.name}: {details}", 502, delivery=grpc_delivery(code, details),
                          worker_status=_CLIENT_ERROR_CODES.get(code), worker_message=details)
+
+
+def grpc_delivery(code: grpc.StatusCode, details: str) -> Delivery:
+    """How far a call that ended with `code` got. UNAVAILABLE also ends calls whose connection broke
+    mid-flight; only a channel that could not connect proves the engine never saw the call. A reset stream
+    or a cancelled call may have reached it; any other status is the engine's own answer."""
+    if code == grpc.StatusCode.UNAVAILABLE and _CONNECT_FAILED in details:
+        return Delivery.NOT_SENT
+    if code in _TRANSPORT_CODES or _RESET_STREAM in details:
+        return Delivery.MAYBE_SENT
+    return Delivery.ANSWERED
 
 
 def build_generate_request(

@@ -380,7 +380,7 @@ class SimRouter:
             )
             answer = yield from self._dispatch(flow, plan, client_deadline, t0)
             backoff = None if answer.status == 200 else flow.retry_backoff_s(attempts, answer.status)
-            if backoff is None:  # bug retry_failed_requests only: a failed request runs again whole
+            if backoff is None:  # retry_failed_requests, retry_transport_failures: run again whole
                 break
             yield from wait(self.env, backoff, client_deadline)
         if flow.masks_errors and answer.status != 200:
@@ -557,7 +557,11 @@ def _rejected(reject: Reject, transport: str) -> LegError:
                 400, "invalid_request", message, Delivery.ANSWERED, worker_status=400, worker_message=message
             )
         client = status if status in (404, 409, 429) else None
-        return LegError(502, "upstream_error", message, worker_status=client, worker_message=message)
+        # As upstream_grpc.grpc_delivery: an engine's UNAVAILABLE or CANCELLED reads as a broken transport.
+        delivery = Delivery.MAYBE_SENT if status in (499, 503) else Delivery.ANSWERED
+        return LegError(
+            502, "upstream_error", message, delivery, worker_status=client, worker_message=message
+        )
     relayed = status if 400 <= status < 500 else 502
     return LegError(
         relayed,

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
 import pytest
 
-from reference_router.core import ReadOutcome, Role, Worker, make_worker_spec
+from reference_router.core import Delivery, ReadOutcome, Role, Worker, make_worker_spec
 from reference_router.errors import UpstreamError
 from reference_router.prober import Prober, parse_bootstrap_query
 from reference_router.stub_engines import GrpcStubEngine, StubState
 from reference_router.transports import Transports
-from reference_router.upstream_grpc import GrpcWorker, build_generate_request
+from reference_router.upstream_grpc import GrpcWorker, build_generate_request, grpc_delivery
 
 
 async def test_generate_on_a_channel_closed_under_it_is_an_upstream_error() -> None:
@@ -23,12 +24,27 @@ async def test_generate_on_a_channel_closed_under_it_is_an_upstream_error() -> N
         call = asyncio.ensure_future(client.generate_complete(req, 10.0))
         await asyncio.sleep(0.2)
         await client.close()  # what replacing a failing channel does to the calls on the old one
-        with pytest.raises(UpstreamError):
+        with pytest.raises(UpstreamError) as exc:
             await asyncio.wait_for(call, 5.0)
+        assert exc.value.delivery is Delivery.MAYBE_SENT  # the engine may have seen it: never run again
     finally:
         stub.state.hang_generate = False
         await client.close()
         await stub.stop()
+
+
+@pytest.mark.parametrize(("code", "details", "delivery"), [
+    (grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; last error: ...", Delivery.NOT_SENT),
+    (grpc.StatusCode.UNAVAILABLE, "Socket closed", Delivery.MAYBE_SENT),
+    (grpc.StatusCode.CANCELLED, "Channel closed!", Delivery.MAYBE_SENT),
+    (grpc.StatusCode.INTERNAL, "Received RST_STREAM with error code 2", Delivery.MAYBE_SENT),
+    (grpc.StatusCode.INTERNAL, "KV load failed: connection reset", Delivery.ANSWERED),
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full", Delivery.ANSWERED),
+])
+def test_grpc_delivery_tells_the_engines_answer_from_a_broken_transport(
+    code: grpc.StatusCode, details: str, delivery: Delivery
+) -> None:
+    assert grpc_delivery(code, details) is delivery
 
 
 async def test_grpc_deadline_is_a_504_upstream_timeout() -> None:
