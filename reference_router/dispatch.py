@@ -113,7 +113,7 @@ class Dispatcher:
             try:
                 return await self._dispatch(request, endpoint, body, flow)
             except RouterError as exc:
-                backoff = flow.retry_backoff_s(attempts, exc.status)  # bug retry_failed_requests only
+                backoff = flow.retry_backoff_s(attempts, exc.status)  # retry bugs only
                 if backoff is not None:
                     log.warning("request %s failed (%d): running it again whole in %.3f s (attempt %d)",
                                 flow.request_id, exc.status, backoff, attempts + 1)

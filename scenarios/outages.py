@@ -171,7 +171,7 @@ SCENARIOS = [
         "requests caught on it, the other decode serves everything. Requests for the healthy decode are "
         "never held up by the hung one.",
         bugs=("zoo-12",),
-        catches=("no_outlier_ejection", "wedged_stalls_all"),
+        catches=("no_outlier_ejection", "wedged_stalls_all", "retry_transport_failures"),
         topologies=("1p2d",),
         connectors=("mooncake",),
         router=replace(

@@ -41,6 +41,7 @@ PREFILL_ON_DECODE = "prefill_on_decode"
 WEDGED_STALLS_ALL = "wedged_stalls_all"
 NO_OUTLIER_EJECTION = "no_outlier_ejection"
 RETRY_FAILED_REQUESTS = "retry_failed_requests"
+RETRY_TRANSPORT_FAILURES = "retry_transport_failures"
 NO_SUSPECT_PROBE = "no_suspect_probe"
 
 ROUTER_BUGS: dict[str, BugSwitch] = catalog([
@@ -142,6 +143,15 @@ ROUTER_BUGS: dict[str, BugSwitch] = catalog([
         "a request whose leg failed with a 5xx is run again whole, up to 5 attempts: every attempt is "
         "charged to the worker's circuit breaker (one outage opens it five times sooner) and a failure that "
         "repeats (a stale engine id) costs each request five KV transfer timeouts instead of one",
+    ),
+    BugSwitch(
+        RETRY_TRANSPORT_FAILURES, "router", "field",
+        "smg 1.13.0 in docs/GATEWAYS.md, the whole first set (`pipeline attempt failed attempt=0..3`, then "
+        "attempt 4 refused: no worker left)",
+        "a request whose decode leg failed at the transport (connection refused, a stream that broke) is run "
+        "again whole, up to 5 attempts, each running its prefill again; a decode's own error answer (a 500 "
+        "\"KV load failed\") and a failed prefill leg are not: a decode crash costs every request caught on "
+        "it 5 prefills",
     ),
     BugSwitch(
         BREAKER_NO_READMIT, "router", "field",

@@ -56,6 +56,7 @@ from .bugs import (
     NO_WORKER_404,
     PREFILL_ON_DECODE,
     RETRY_FAILED_REQUESTS,
+    RETRY_TRANSPORT_FAILURES,
     WEDGED_STALLS_ALL,
 )
 from .connectors import HandoffPlan, UuidFactory, decode_body, plan_handoff, sanitize_prefill_body
@@ -192,15 +193,20 @@ class DispatchFlow:
         # Bug error_as_200: the shell answers this request's error as a 200 completion with finish_reason
         # "error" and no content. Correct: the error's own status and JSON body.
         self.masks_errors = ERROR_AS_200 in bugs
-        # Whether the request failed in a leg (an engine was called), as opposed to refused before any leg.
-        self.leg_failed = False
+        # How far the leg the request failed in got (None: no leg failed, e.g. refused before any leg ran),
+        # and whether that leg was the final (decode) one.
+        self.failed_delivery: Delivery | None = None
+        self.final_leg_failed = False
 
     def retry_backoff_s(self, attempts_done: int, status: int) -> float | None:
-        """Bug retry_failed_requests only: the wait before the shell runs this failed request again whole,
-        in a new flow (None: answer the failure, as the correct router always does)."""
-        if RETRY_FAILED_REQUESTS not in self._bugs:
-            return None
-        return request_retry_backoff_s(attempts_done, status, self.leg_failed)
+        """Bugs retry_failed_requests / retry_transport_failures only: the wait before the shell runs this
+        failed request again whole, in a new flow (None: answer the failure, as the correct router always
+        does)."""
+        if RETRY_FAILED_REQUESTS in self._bugs:
+            return request_retry_backoff_s(attempts_done, status, self.failed_delivery)
+        if RETRY_TRANSPORT_FAILURES in self._bugs and self.final_leg_failed:
+            return request_retry_backoff_s(attempts_done, status, self.failed_delivery, transport_only=True)
+        return None
 
     # ---- workers ---------------------------------------------------------------------------------------
 
@@ -343,7 +349,7 @@ class DispatchFlow:
         if nxt is None:
             record_dispatch(out, self._record, error.status, "prefill_failed", error.message)
             self._phase = _Phase.DONE
-            self.leg_failed = True
+            self.failed_delivery = error.delivery
             return PrefillFailed(out, answer=error.answer("prefill"))
         record_leg_retry(out, "retried")
         out.warn(f"prefill leg to {failed.id} never reached it ({error.message}): retrying on {nxt.id}")
@@ -404,7 +410,8 @@ class DispatchFlow:
             record_dispatch(out, self._record, 200, "decode_stream_failed", error.message)
             return Finished(out)
         record_dispatch(out, self._record, error.status, "decode_failed", error.message)
-        self.leg_failed = True
+        self.failed_delivery = error.delivery
+        self.final_leg_failed = True
         return Finished(out, error.answer("decode"))
 
     # ---- state -----------------------------------------------------------------------------------------

@@ -84,10 +84,15 @@ _MAX_BACKOFF_S = 30.0
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 
-def request_retry_backoff_s(attempts_done: int, status: int, leg_failed: bool) -> float | None:
-    """Bug retry_failed_requests only: how long to wait before running a failed request again whole (None:
-    answer the failure). Only a leg's failure is retried, not a request refused before any leg ran.
-    Correct: never; a leg is retried only when it never reached its engine (`decide_retry`)."""
-    if not leg_failed or status not in RETRYABLE_STATUSES or attempts_done >= REQUEST_ATTEMPTS:
+def request_retry_backoff_s(
+    attempts_done: int, status: int, failed: Delivery | None, transport_only: bool = False
+) -> float | None:
+    """Bugs retry_failed_requests / retry_transport_failures only: how long to wait before running a failed
+    request again whole (None: answer the failure). Only a leg's failure is retried (`failed`: how far that
+    leg got), not a request refused before any leg ran; `transport_only`: not when the engine answered the
+    error itself. Correct: never; a leg is retried only when it never reached its engine (`decide_retry`)."""
+    if failed is None or (transport_only and failed is Delivery.ANSWERED):
+        return None
+    if status not in RETRYABLE_STATUSES or attempts_done >= REQUEST_ATTEMPTS:
         return None
     return min(_FIRST_BACKOFF_S * _BACKOFF_FACTOR ** (attempts_done - 1), _MAX_BACKOFF_S)

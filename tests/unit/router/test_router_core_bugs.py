@@ -171,17 +171,19 @@ def test_no_prefill_retry_fails_a_refused_leg_another_prefill_could_serve() -> N
         assert (failed.answer is not None) is not retried
 
 
-def test_retry_failed_requests_runs_a_failed_leg_again_whole_with_smgs_backoff() -> None:
-    def failed_decode(*bugs: str) -> DispatchFlow:
-        f = _flow(_cluster(), *bugs)
-        f.pick(0.0)
-        f.prefill_leg(0.0)
-        f.prefill_done(None)
-        assert f.final_done(KV_FAILED, now=0.2).answer is not None
-        return f
+def _failed_decode(error: LegError, *bugs: str) -> DispatchFlow:
+    """A flow whose decode leg just failed with `error`."""
+    f = _flow(_cluster(), *bugs)
+    f.pick(0.0)
+    f.prefill_leg(0.0)
+    f.prefill_done(None)
+    assert f.final_done(error, now=0.2).answer is not None
+    return f
 
-    assert failed_decode().retry_backoff_s(1, 502) is None  # the correct router answers the failure
-    f = failed_decode(b.RETRY_FAILED_REQUESTS)
+
+def test_retry_failed_requests_runs_a_failed_leg_again_whole_with_smgs_backoff() -> None:
+    assert _failed_decode(KV_FAILED).retry_backoff_s(1, 502) is None  # the correct router answers the failure
+    f = _failed_decode(KV_FAILED, b.RETRY_FAILED_REQUESTS)
     waits = [f.retry_backoff_s(n, 502) for n in range(1, 6)]
     assert waits[:4] == pytest.approx([0.05, 0.075, 0.1125, 0.16875])
     assert waits[4] is None  # five attempts in all
@@ -189,6 +191,23 @@ def test_retry_failed_requests_runs_a_failed_leg_again_whole_with_smgs_backoff()
     refused = _flow(_cluster(prefills=0), b.RETRY_FAILED_REQUESTS)
     answer = refused.pick(0.0)
     assert answer is not None and refused.retry_backoff_s(1, answer.status) is None  # no leg ran
+
+
+def test_retry_transport_failures_reruns_only_decode_legs_the_transport_broke() -> None:
+    broken = LegError(502, "upstream_error", "stream broke", Delivery.MAYBE_SENT)
+    for error in (broken, REFUSED):
+        assert _failed_decode(error).retry_backoff_s(1, error.status) is None
+        f = _failed_decode(error, b.RETRY_TRANSPORT_FAILURES)
+        waits = [f.retry_backoff_s(n, error.status) for n in range(1, 6)]
+        assert waits[:4] == pytest.approx([0.05, 0.075, 0.1125, 0.16875]) and waits[4] is None
+    # The engine's own answer (a failed KV load) is final; the older switch retries it too.
+    assert _failed_decode(KV_FAILED, b.RETRY_TRANSPORT_FAILURES).retry_backoff_s(1, 502) is None
+    assert _failed_decode(KV_FAILED, b.RETRY_FAILED_REQUESTS).retry_backoff_s(1, 502) == pytest.approx(0.05)
+    f = _flow(_cluster(prefills=1), b.RETRY_TRANSPORT_FAILURES)
+    f.pick(0.0)
+    f.prefill_leg(0.0)
+    assert f.prefill_failed(REFUSED, 0.1).answer is not None  # no other prefill: the request fails...
+    assert f.retry_backoff_s(1, 502) is None  # ...and is answered: only a decode's transport is retried
 
 
 def test_legs_joined_sends_the_decode_after_a_failed_prefill() -> None:
