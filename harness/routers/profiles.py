@@ -39,7 +39,9 @@ _SMG_ANY = ("api_reports_first_id", "no_identity_check", "breaker_charges_kv_fai
 # does, and runs the request again whole.
 _SMG = (*_SMG_ANY, "no_request_timeout")
 # Up to 1.12: a request whose decode failed to load its KV runs again whole (`Retry backoff attempt=N` in its
-# log; the releases fail `legs_once` where the reference passes); 1.13 logs no retry and fails it nowhere.
+# log; the releases fail `legs_once` where the reference passes). 1.13 runs a request again whole only when
+# its decode leg failed at the transport (a crashed or restarting decode: `pipeline attempt failed
+# attempt=0..3`), not when the engine answered the error itself, nor when the prefill leg failed.
 _SMG_RETRY = (*_SMG, "retry_failed_requests")
 
 
@@ -70,11 +72,12 @@ PROFILES: dict[str, GatewayProfile] = {
     p.name: p
     for p in (
         GatewayProfile(
-            "smg-1.13.0", "smg==1.13.0", _SMG,
+            "smg-1.13.0", "smg==1.13.0", (*_SMG, "retry_transport_failures"),
             "re-reads the engine id after a restart its probes saw, but never notices one between probes; "
             "/workers keeps the id read at registration; a decode's failed KV load is charged to its "
             "breaker; a hung decode holds its requests past --request-timeout-secs; refused legs do not get "
-            "their worker probed early: a short outage can open its breaker with no recovery to readmit it",
+            "their worker probed early: a short outage can open its breaker with no recovery to readmit it; "
+            "a request whose decode leg failed at the transport (a crashed decode) runs again whole",
             transports=("grpc",),
         ),
         GatewayProfile(
