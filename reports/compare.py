@@ -362,6 +362,43 @@ def markdown_table(comp: Comparison) -> str:
     return "\n".join(lines)
 
 
+def _transport(cell: str) -> str:
+    return cell.rsplit("-", 1)[-1]
+
+
+def scenario_table(comp: Comparison) -> str:
+    """Cells per scenario, router and transport, as `pass/fail/unknown` (` sN`: N skipped; `-`: no cell):
+    the view of a whole-set matrix that fits on a page. A transport column appears for a router only where
+    it ran a cell on it."""
+    counts: dict[tuple[str, str, str], Counter[str]] = {}
+    for row in comp.rows:
+        for label, o in row.outcomes.items():
+            if o.status != "missing":
+                counts.setdefault((row.scenario, label, _transport(row.cell)), Counter())[o.status] += 1
+    ran = {(label, t) for (_, label, t), c in counts.items() if c.keys() & set(STATUSES)}
+    columns = [(r.label, t) for r in comp.routers for t in ("grpc", "http") if (r.label, t) in ran]
+    totals = {col: Counter[str]() for col in columns}
+    lines = ["| scenario | " + " | ".join(f"{label} {t}" for label, t in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for scenario in dict.fromkeys(row.scenario for row in comp.rows):
+        cells = []
+        for col in columns:
+            c = counts.get((scenario, *col))
+            if c is None:
+                cells.append("-")
+                continue
+            totals[col].update(c)
+            cells.append(_counted(c))
+        lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
+    lines.append("| **total** | " + " | ".join(_counted(totals[col]) for col in columns) + " |")
+    return "\n".join(lines)
+
+
+def _counted(c: Counter[str]) -> str:
+    skipped = f" s{c['skipped']}" if c["skipped"] else ""
+    return f"{c['pass']}/{c['fail']}/{c['unknown']}{skipped}"
+
+
 def comparison_json(comp: Comparison) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
@@ -492,5 +529,7 @@ def write_comparison(root: str | os.PathLike[str]) -> Comparison:
     (base / COMPARE_JSON).write_text(json.dumps(comparison_json(comp), indent=2, default=str) + "\n",
                                      encoding="utf-8")
     (base / COMPARE_HTML).write_text(comparison_html(comp, base), encoding="utf-8")
-    (base / COMPARE_MD).write_text(markdown_table(comp) + "\n", encoding="utf-8")
+    by_scenario = ("\n\n## By scenario (cells pass/fail/unknown; sN: N skipped; -: no cell)\n\n"
+                   + scenario_table(comp))
+    (base / COMPARE_MD).write_text(markdown_table(comp) + by_scenario + "\n", encoding="utf-8")
     return comp

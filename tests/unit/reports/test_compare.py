@@ -17,6 +17,7 @@ from reports.compare import (
     load_comparison,
     markdown_table,
     recovery_numbers,
+    scenario_table,
     short_cell,
     write_comparison,
 )
@@ -288,6 +289,19 @@ def test_written_files(tmp_path: Path) -> None:
     assert "health interval 0.3 s -&gt; 1 s" in page
     assert "href='smg-1.13.0/report.html'" in page
     assert "<script" not in page
+
+
+def test_scenario_table_counts_cells_per_router_and_transport(tmp_path: Path) -> None:
+    root = _matrix(tmp_path)
+    table = scenario_table(load_comparison(root)).splitlines()
+    # vllm-router ran no gRPC cell: no column for it (its skipped gRPC cell is not counted).
+    assert table[0] == ("| scenario | reference grpc | reference http | smg-1.13.0 grpc | smg-1.13.0 http "
+                        "| vllm-router-0.1.17 http |")
+    assert "| restart | 1/0/0 | 1/0/0 | 0/1/0 | 0/1/0 | 1/0/0 |" in table
+    assert "| quiet | - | 1/0/0 | - | 1/0/0 | 1/0/0 |" in table
+    assert table[-1] == "| **total** | 1/0/0 | 2/0/0 | 0/1/0 | 1/1/0 | 2/0/0 |"
+    write_comparison(root)
+    assert "## By scenario" in (root / "compare.md").read_text()
 
 
 def test_without_matrix_json_each_run_folder_is_a_router(tmp_path: Path) -> None:
