@@ -125,7 +125,7 @@ SCENARIOS = [
             Step("heal_partial", Heal("prefill-0", "fail_server_info"), At(4.0)),
         ),
         # Once the read can succeed the prefill must serve again: a router that never takes the restarted
-        # prefill back (smg 1.10.1: every request 503 from the restart on) hands nothing off to check.
+        # prefill back (smg 1.10.1: every request failed from the restart on) hands nothing off to check.
         expect=(*_READ_AT_PROMOTION_EXPECT,
                 Expect("recovery", {"max_recovery_s": 2.0, "kinds": ["fail_server_info"]})),
     ),
