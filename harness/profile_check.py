@@ -38,36 +38,14 @@ UNSETTLED = "unsettled"
 _REFERENCE: dict[str, dict[str, str]] = {}
 
 
-# A breaker race: refused attempts at a prefill that is down count against its breaker (10 failures by
-# default) until the probes (1 s apart, 3 failures) take it out; whether the tenth comes first depends on
-# where the crash falls between two probes. With breaker_no_readmit the worker then stays out after its
-# respawn.
-_BREAKER_RACE = (
-    "a race both sides lose in some runs: refused attempts at the crashed prefill reach the breaker's 10 "
-    "before the probes take it out, or not, depending on where the crash falls between two probes (1 s "
-    "apart); the release opened its breaker (`closed -> open` in its log, 10 `pipeline attempt failed`) in "
-)
-
-# Where a profile does not match its release yet, with what the runs showed: behaviour no switch describes
-# (yet), or a race both sides run. `tests/integration/gateways/test_profiles_external.py` holds the stored
-# table to exactly these, so a new disagreement fails it, and so does one that went away (drop its line).
-EXPLAINED: dict[str, str] = {
-    'smg-1.11.0 one_of_two_prefills_down[2p1d/mooncake/grpc] recovery':
-        _BREAKER_RACE + "1 of 5 table runs (pass, fail, pass; pass, pass) and in a run by hand on "
-        "2026-12-02; the profile (same switches as 1.12.0) in 2 of 2 here, in 0 of 2 as smg-1.12.0",
-    'smg-1.12.0 one_of_two_prefills_down[2p1d/mooncake/grpc] recovery':
-        _BREAKER_RACE + "4 of 6 table runs (pass, fail, fail twice) and in a run by hand; the profile in "
-        "0 of 2 here, in 2 of 2 as smg-1.11.0",
-    'smg-1.13.0 prefill_link_blip[2p1d/mooncake/grpc] recovery':
-        "a race on the release's side: whether the legs refused during the 0.4 s blip reach its breaker's 6 "
-        "failures (open 30 s, no recovery left to readmit the worker) depends on how many requests fall in "
-        "the blip; over three table runs the release failed in 4 of 9 runs (fail, pass, fail; fail, pass, "
-        "pass; pass, fail, pass), the profile in 6 of 6",
-    'smg-1.12.0 side_channel_reset_during_pull[1p1d/nixl/grpc] legs_once':
-        "both sides split over the table's runs (release pass, fail, pass; then pass, pass. Profile pass, "
-        "fail, pass; then fail, fail): whether a request whose NIXL read was reset runs again whole depends "
-        "on whether the reset lands before or after the decode answered",
-}
+# Where a profile does not match its release yet, with what the runs showed (behaviour no switch describes
+# yet). `tests/integration/gateways/test_profiles_external.py` holds the stored table to exactly these, so a
+# new disagreement fails it, and so does one that went away (drop its line). Races are not listed here: a
+# checker whose runs split is compared by the outcomes both sides were seen giving (`compare`). Empty since
+# the table of 2026-12-02: the races that were listed (a crashed prefill's refused legs reaching smg's breaker
+# before its probes, or not; a reset NIXL read rerun whole or not) showed both outcomes once their runs were
+# accumulated (`--accumulate`).
+EXPLAINED: dict[str, str] = {}
 
 # Scenarios on which releases are known to differ from the reference (README's release matrix), plus the
 # ones that guard the profiles' switches.
@@ -105,19 +83,63 @@ def cells_for(profile: GatewayProfile, scenarios: dict[str, Scenario]) -> list[C
     return out
 
 
-def compare(release: dict[str, str], profile: dict[str, str], reference: dict[str, str]) -> dict[str, Any]:
+def seen_verdicts(verdict: str | None, runs: Sequence[str] | None) -> set[str]:
+    """The compared verdicts (pass, fail) a side was seen giving: its runs', else its one verdict's."""
+    return set(runs if runs else [verdict]) & set(COMPARED)
+
+
+def compare(release: dict[str, str], profile: dict[str, str], reference: dict[str, str],
+            release_runs: dict[str, list[str]] | None = None,
+            profile_runs: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """Per checker: whether the release differs from the reference, and whether the profile agrees with the
-    release (None: nothing to compare)."""
+    release (None: nothing to compare). A checker whose runs split on either side (pass in some, fail in
+    others) is a race: there the profile agrees when it was seen giving a verdict the release gave, since
+    either outcome is the release's behaviour; elsewhere the two majorities must be equal."""
     checkers: dict[str, Any] = {}
     for name in sorted(set(release) | set(profile) | set(reference)):
         r, p, ref = release.get(name), profile.get(name), reference.get(name)
-        comparable = r in COMPARED and p in COMPARED
+        rr, pr = (release_runs or {}).get(name), (profile_runs or {}).get(name)
+        seen_r, seen_p = seen_verdicts(r, rr), seen_verdicts(p, pr)
+        race = len(seen_r) > 1 or len(seen_p) > 1
+        if race:
+            agrees: bool | None = bool(seen_r & seen_p) if seen_r and seen_p else None
+        else:
+            agrees = (r == p) if r in COMPARED and p in COMPARED else None
         checkers[name] = {
             "reference": ref, "release": r, "profile": p,
             "release_differs": r in COMPARED and ref in COMPARED and r != ref,
-            "agrees": (r == p) if comparable else None,
+            "race": race, "agrees": agrees,
         }
+        if rr:
+            checkers[name]["release_runs"] = list(rr)
+        if pr:
+            checkers[name]["profile_runs"] = list(pr)
     return checkers
+
+
+def judged_row(reference: dict[str, str], release_runs: Sequence[dict[str, str]],
+               profile_runs: Sequence[dict[str, str]], repeat: int | None = None) -> dict[str, Any]:
+    """A cell's row of the table from each side's runs (`repeat`: the runs each side was allowed, for
+    the majority; accumulated runs may be more, and then count whole)."""
+    release = majority(release_runs, max(repeat or 0, len(release_runs))) if release_runs else {}
+    mine = majority(profile_runs, max(repeat or 0, len(profile_runs))) if profile_runs else {}
+    checkers = compare(release, mine, reference, _run_lists(release_runs), _run_lists(profile_runs))
+    return {
+        "checkers": checkers,
+        "release_differs": any(c["release_differs"] for c in checkers.values()),
+        "agrees": all(c["agrees"] is not False for c in checkers.values()),
+    }
+
+
+def stored_runs(row: dict[str, Any], side: str) -> list[dict[str, str]]:
+    """A stored row's runs of one side (`release` or `profile`), one verdict dict per run."""
+    lists = {name: c.get(f"{side}_runs") or [] for name, c in row["checkers"].items()}
+    count = max((len(v) for v in lists.values()), default=0)
+    return [{name: v[i] for name, v in lists.items() if i < len(v)} for i in range(count)]
+
+
+def stored_reference(row: dict[str, Any]) -> dict[str, str]:
+    return {name: c["reference"] for name, c in row["checkers"].items() if c.get("reference") is not None}
 
 
 async def _verdicts(s: Scenario, cell: Cell, router: str, out: Path) -> dict[str, str]:
@@ -186,31 +208,30 @@ async def check_profile(profile: GatewayProfile, out: Path, only: Sequence[str] 
         if cell.key not in _REFERENCE:
             _REFERENCE[cell.key] = await _verdicts(s, cell, "reference", base / "reference")
         reference = _REFERENCE[cell.key]
-        release, release_runs = await repeated_verdicts(s, cell, profile.release, base / "release", repeat)
-        mine, mine_runs = await repeated_verdicts(s, cell, PREFIX + profile.name, base / "profile", repeat)
-        checkers = compare(release, mine, reference)
-        if repeat > 1:
-            for name, votes in _run_lists(release_runs).items():
-                checkers[name]["release_runs"] = votes
-            for name, votes in _run_lists(mine_runs).items():
-                checkers[name]["profile_runs"] = votes
-        rows[cell.key] = {
-            "checkers": checkers,
-            "release_differs": any(c["release_differs"] for c in checkers.values()),
-            "agrees": all(c["agrees"] is not False for c in checkers.values()),
-        }
+        _, release_runs = await repeated_verdicts(s, cell, profile.release, base / "release", repeat)
+        _, mine_runs = await repeated_verdicts(s, cell, PREFIX + profile.name, base / "profile", repeat)
+        rows[cell.key] = judged_row(reference, release_runs, mine_runs, repeat)
         differs = "differs" if rows[cell.key]["release_differs"] else "same"
         agrees = "agrees" if rows[cell.key]["agrees"] else "DISAGREES"
         print(f"{profile.name} {cell.key}: release {differs}, profile {agrees}", file=sys.stderr)
     return {"release": profile.release, "bugs": list(profile.bugs), "repeat": repeat, "cells": rows}
 
 
-def merged(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+def merged(old: dict[str, Any] | None, new: dict[str, Any], accumulate: bool = False) -> dict[str, Any]:
     """A profile's table entry after a run: a partial run (`--only`) of the same switches keeps the cells it
-    did not run; anything else replaces the entry."""
+    did not run; anything else replaces the entry. `accumulate`: a cell run again adds its runs to the
+    stored ones (same release and switches), and is judged on all of them (evidence for a race builds up)."""
     if not old or sorted(old.get("bugs", [])) != sorted(new["bugs"]) or old.get("release") != new["release"]:
         return new
-    return {**new, "cells": {**old.get("cells", {}), **new["cells"]}}
+    cells = {**old.get("cells", {}), **new["cells"]}
+    if accumulate:
+        for key, row in new["cells"].items():
+            before = old.get("cells", {}).get(key)
+            if before is not None:
+                cells[key] = judged_row(stored_reference(row),
+                                        stored_runs(before, "release") + stored_runs(row, "release"),
+                                        stored_runs(before, "profile") + stored_runs(row, "profile"))
+    return {**new, "cells": cells}
 
 
 def disagreements(table: dict[str, Any], explained: dict[str, str] | None = None) -> list[str]:
@@ -234,6 +255,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="runs per cell and side (release, profile), up to N: each checker's verdict is the "
                         "majority, and a side stops once no further run can change it (default 3)")
     p.add_argument("--table", type=Path, default=TABLE, help=f"where to merge the results (default {TABLE})")
+    p.add_argument("--accumulate", action="store_true",
+                   help="add the runs to the stored ones of the same cells (same release and switches) and "
+                        "judge each cell on all of them, rather than replacing them: a race's both outcomes "
+                        "show up over table runs")
     p.add_argument("--dry-run", action="store_true", help="list the cells and exit")
     args = p.parse_args(argv)
     if args.repeat < 1:
@@ -250,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="pdchaos-profiles-") as tmp:
         for prof in chosen:
             got = asyncio.run(check_profile(prof, Path(tmp), args.only, args.repeat))
-            table[prof.name] = merged(table.get(prof.name), got)
+            table[prof.name] = merged(table.get(prof.name), got, args.accumulate)
             args.table.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     bad = disagreements(table, EXPLAINED)
     for line in bad:

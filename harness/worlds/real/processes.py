@@ -46,6 +46,15 @@ MARKER_ENV = "PDCHAOS_RUN_MARKER"
 PID_FILE_NAME = "pids.jsonl"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _LOG_TAIL_BYTES = 4000
+# A process that dies with a long backtrace (a Rust panic, a Python traceback) puts the reason far above the
+# log's last lines: this much of the log is searched for it.
+_EXIT_SEARCH_BYTES = 64_000
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Backtrace frames (Rust: "  12: symbol", "      at file.rs:1:2") say where, not why.
+_FRAME = re.compile(r"^\s+(\d+: |at )")
+# What says why, most telling first: a panic, an exception's last line, a fatal or error log line.
+_WHY = (re.compile(r"panicked at"), re.compile(r"^[\w.]*(Error|Exception)\b"),
+        re.compile(r"\b(FATAL|CRITICAL|ERROR)\b"))
 _READY_POLL_S = 0.02
 
 
@@ -79,6 +88,23 @@ def log_tail(path: Path, max_bytes: int = _LOG_TAIL_BYTES) -> str:
             return fh.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
+
+
+def exit_summary(text: str, lines: int = 5) -> str:
+    """Why a process died, from its log: the last line that says so (a panic, else an exception, else a
+    fatal or error line) and the line after it, else the last `lines` lines; colour codes and backtrace
+    frames left out."""
+    kept = [ln.strip() for ln in _ANSI.sub("", text).splitlines() if ln.strip() and not _FRAME.match(ln)]
+    for why in _WHY:
+        hits = [i for i, line in enumerate(kept) if why.search(line)]
+        if hits:
+            return " | ".join(kept[hits[-1]:hits[-1] + 2])
+    return " | ".join(kept[-lines:])
+
+
+def exit_evidence(path: Path) -> str:
+    """`exit_summary` of the end of the log at `path`."""
+    return exit_summary(log_tail(path, _EXIT_SEARCH_BYTES))
 
 
 @dataclass

@@ -30,7 +30,7 @@ from harness.worlds.real.client import RouterClient
 from harness.worlds.real.engine_actions import EngineActions
 from harness.worlds.real.engines import EngineFleet
 from harness.worlds.real.links import NetworkLinks
-from harness.worlds.real.processes import ManagedProcess, ProcessSupervisor, log_tail
+from harness.worlds.real.processes import ManagedProcess, ProcessSupervisor, exit_evidence
 
 ROUTER_READY_TIMEOUT_S = 20.0
 ROUTER_STOP_GRACE_S = 1.0
@@ -256,5 +256,5 @@ async def wait_router_serving(router: RouterAdapter, proc: ManagedProcess, http:
     if ready in done:
         ready.result()
         return
-    tail = log_tail(proc.log_path).strip().splitlines()[-5:]
-    raise RuntimeError(f"router exited with code {proc.returncode} before serving: {' | '.join(tail)}")
+    why = exit_evidence(proc.log_path)
+    raise RuntimeError(f"router exited with code {proc.returncode} before serving: {why}")

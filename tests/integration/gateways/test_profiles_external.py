@@ -23,9 +23,12 @@ from harness.profile_check import (
     check_profile,
     compare,
     disagreements,
+    judged_row,
     majority,
     merged,
     settled,
+    stored_reference,
+    stored_runs,
 )
 from harness.routers.profiles import PROFILES
 from harness.scenario import load_scenarios
@@ -53,6 +56,16 @@ def test_no_profile_disagrees_with_its_release_but_where_explained() -> None:
     gone = set(EXPLAINED) - {line.split(":")[0] for line in disagreements(table)}
     assert not gone, f"these agree now: drop them from EXPLAINED: {sorted(gone)}"
     assert all(why.strip() for why in EXPLAINED.values())
+
+
+def test_the_stored_table_is_judged_by_todays_rule() -> None:
+    """Each stored row is what its stored runs give (majorities, races, agreement), so a change to the
+    rule cannot leave an old judgement standing."""
+    for name, entry in _table().items():
+        for key, row in entry["cells"].items():
+            runs = stored_runs(row, "release"), stored_runs(row, "profile")
+            again = judged_row(stored_reference(row), *runs, entry["repeat"])
+            assert again == row, f"{name} {key}: rerun or rejudge the table"
 
 
 def test_each_profile_differs_from_the_reference_somewhere_the_release_does() -> None:
@@ -87,6 +100,42 @@ def test_majority_of_repeated_runs_and_when_a_side_may_stop() -> None:
     assert settled([{"a": "pass"}], 1) and majority([{"a": "fail"}], 1) == {"a": "fail"}
     # An unsettled side is not compared (no evidence either way), never counted as agreeing or not.
     assert compare({"a": UNSETTLED}, {"a": "pass"}, {"a": "pass"})["a"]["agrees"] is None
+
+
+def test_a_race_agrees_where_the_profile_gave_a_verdict_the_release_gave() -> None:
+    reference = {"recovery": "pass"}
+    # The release split (fail twice, pass once): a profile that passes gave one of its outcomes.
+    split = [{"recovery": "fail"}, {"recovery": "pass"}, {"recovery": "fail"}]
+    row = judged_row(reference, split, [{"recovery": "pass"}, {"recovery": "pass"}], 3)
+    c = row["checkers"]["recovery"]
+    assert c["race"] and c["agrees"] is True and c["release"] == "fail" and c["profile"] == "pass"
+    # Both steady and different: a disagreement, race or not elsewhere.
+    steady = judged_row(reference, [{"recovery": "pass"}] * 2, [{"recovery": "fail"}] * 2, 3)
+    assert steady["checkers"]["recovery"]["agrees"] is False and not steady["checkers"]["recovery"]["race"]
+    # A profile that splits where the release never passed still overlaps on fail.
+    assert judged_row(reference, [{"recovery": "fail"}] * 2, split)["checkers"]["recovery"]["agrees"] is True
+    # Only unknown on one side: nothing to compare, even in a race.
+    unknown = judged_row(reference, split, [{"recovery": "unknown"}] * 2)
+    assert unknown["checkers"]["recovery"]["agrees"] is None and unknown["agrees"] is True
+    assert stored_runs(row, "release") == split and stored_reference(row) == reference
+
+
+def test_accumulated_runs_judge_a_cell_on_all_its_runs() -> None:
+    reference = {"recovery": "pass"}
+    first = judged_row(reference, [{"recovery": "pass"}] * 2, [{"recovery": "fail"}] * 2, 3)
+    second = judged_row(reference, [{"recovery": "fail"}, {"recovery": "pass"}, {"recovery": "pass"}],
+                        [{"recovery": "fail"}] * 2, 3)
+    old = {"release": "smg==1.11.0", "bugs": ["x"], "cells": {"k": first, "other": first}}
+    new = {"release": "smg==1.11.0", "bugs": ["x"], "cells": {"k": second}}
+    assert merged(old, new)["cells"]["k"] == second  # replaced: judged on the new runs only
+    both = merged(old, new, accumulate=True)["cells"]
+    assert both["other"] == first
+    c = both["k"]["checkers"]["recovery"]
+    assert c["release_runs"] == ["pass", "pass", "fail", "pass", "pass"] and c["profile_runs"] == ["fail"] * 4
+    assert c["release"] == "pass" and c["race"] and c["agrees"] is True
+    # Other switches: nothing is added to runs of another profile.
+    other = {"release": "smg==1.11.0", "bugs": ["y"], "cells": {"k": second}}
+    assert merged(old, other, accumulate=True)["cells"] == {"k": second}
 
 
 def test_a_partial_rerun_keeps_the_other_cells_of_an_unchanged_profile() -> None:
