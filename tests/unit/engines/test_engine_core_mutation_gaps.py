@@ -629,3 +629,18 @@ def test_answer_frame_payloads() -> None:
     assert roundtrip(answer_frame(PullResponse(False, "dig", 4, "no", "me"))).payload == b""
     assert roundtrip(answer_frame(HandshakeResponse(True, "me"))).header == {
         "type": "handshake_result", "ok": True, "engine_id": "me", "error": None}
+
+
+def test_a_prompt_the_engine_cannot_encode_is_a_400_that_says_why() -> None:
+    from fake_engines.core.gen_request import MAX_MODEL_LEN, encode_bounded
+
+    with pytest.raises(RequestError) as lone:
+        encode_bounded("ok \ud800 not")
+    assert (lone.value.status, lone.value.message) == (
+        400, "prompt is not valid Unicode text (a lone surrogate)"
+    )
+    with pytest.raises(RequestError) as huge:
+        encode_bounded("x" * (MAX_MODEL_LEN * 1000))
+    assert huge.value.status == 400
+    assert huge.value.message.startswith(f"This model's maximum context length is {MAX_MODEL_LEN} tokens")
+    assert encode_bounded("hello") != []

@@ -11,6 +11,7 @@ import pytest
 from pdchaos.bugs import list_text
 from reference_router.cli import main as router_main
 from reference_router.core import (
+    LEG_RETRIES_TOTAL,
     BreakerConfig,
     Counters,
     Delivery,
@@ -20,6 +21,7 @@ from reference_router.core import (
     LegError,
     LegPolicies,
     MetadataRead,
+    MetricInc,
     ReadOutcome,
     Role,
     Status,
@@ -299,3 +301,60 @@ def test_breaker_no_readmit_keeps_a_recovered_worker_out() -> None:
         assert w.status is Status.READY
         assert (w.runtime.breaker.state.value == "closed") is closed
         assert bool(done.effects.of_type("breaker")) is closed
+
+
+# ---------------------------------------------------------------- what a switched-on decision records
+# (mutation testing showed these fields unpinned: a zoo run reads them as its evidence)
+
+
+@pytest.mark.parametrize(
+    ("bug", "read", "want"),
+    [
+        (b.REREAD_EVERY_PROBE, MetadataRead(ReadOutcome.COMPLETE), ("old", False, "old", "no_id")),
+        (b.PARTIAL_READ_CLEARS_ID, MetadataRead(ReadOutcome.PARTIAL), (None, False, "old", "error")),
+        (b.REREAD_NO_RETRY, MetadataRead(ReadOutcome.ERROR), ("old", True, "old", "error")),
+        (b.REREAD_NO_RETRY, MetadataRead(ReadOutcome.TIMEOUT), ("old", True, "old", "timeout")),
+    ],
+)
+def test_an_injected_engine_id_decision_is_whole_and_says_it_is_injected(
+    bug: str, read: MetadataRead, want: tuple[str | None, bool, str, str]
+) -> None:
+    d = decide_engine_id("old", read, frozenset({bug}))
+    assert (d.engine_id, d.confirmed, d.previous, d.event_outcome) == want
+    assert d.reason.endswith("(injected bug)")
+    assert decide_engine_id("old", read).reason != d.reason
+
+
+def test_no_prefill_retry_counts_the_refused_leg_as_having_no_other_worker() -> None:
+    f = _flow(_cluster(prefills=2), b.NO_PREFILL_RETRY)
+    f.pick(0.0)
+    f.prefill_leg(0.0)
+    failed = f.prefill_failed(REFUSED, 0.1)
+    assert MetricInc(LEG_RETRIES_TOTAL, {"leg": "prefill", "outcome": "no_other_ready_worker"}) in (
+        failed.effects.metrics
+    )
+    assert f.failed_delivery is Delivery.NOT_SENT
+
+
+def test_legs_joined_hands_the_failed_prefills_effects_to_the_decode_leg() -> None:
+    f = _flow(_cluster(), b.LEGS_JOINED)
+    f.pick(0.0)
+    f.prefill_leg(0.0)
+    failed = f.prefill_failed(REFUSED, 0.1)
+    assert failed.effects.events == [] and failed.effects.metrics == []
+    assert failed.decode_anyway is not None
+    # The refused leg's own evidence (its worker is suspect) travels with the decode leg's effects.
+    suspects = failed.decode_anyway.effects.of_type("worker_suspect")
+    assert [e["error"] for e in suspects] == ["connection refused"]
+
+
+def test_a_retried_prefill_leg_warns_naming_both_workers() -> None:
+    reg = _cluster(prefills=2)
+    p0, p1 = reg.by_role(Role.PREFILL)
+    f = _flow(reg)
+    f.pick(0.0)
+    f.prefill_leg(0.0)
+    failed = f.prefill_failed(REFUSED, 0.1)
+    assert failed.effects.warnings == [
+        f"prefill leg to {p0.id} never reached it (connection refused): retrying on {p1.id}"
+    ]
