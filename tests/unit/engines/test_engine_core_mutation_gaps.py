@@ -644,3 +644,26 @@ def test_a_prompt_the_engine_cannot_encode_is_a_400_that_says_why() -> None:
     assert huge.value.status == 400
     assert huge.value.message.startswith(f"This model's maximum context length is {MAX_MODEL_LEN} tokens")
     assert encode_bounded("hello") != []
+
+
+def test_a_one_token_budget_is_allowed_and_bad_token_ids_or_params_are_400s() -> None:
+    from fake_engines.core.gen_request import budget_problem, gen_request_from_openai, parse_kv_params
+
+    assert budget_problem([1, 2], 1) is None  # every prefill leg asks for exactly one token
+    assert budget_problem([1], 0) == "max_tokens must be at least 1"
+    req, stream = gen_request_from_openai({"prompt": "hi", "max_tokens": 1}, False, "r", None)
+    assert (req.max_tokens, stream) == (1, False)
+    with pytest.raises(RequestError) as out_of_range:
+        gen_request_from_openai({"prompt": [10**9]}, False, "r", None)
+    assert out_of_range.value.status == 400 and out_of_range.value.message.startswith("token id out of range")
+    with pytest.raises(RequestError) as bad_params:
+        parse_kv_params("x")
+    assert (bad_params.value.status, bad_params.value.message) == (
+        400, "kv_transfer_params must be an object"
+    )
+
+
+def test_the_engines_kv_store_takes_its_abort_timeout_and_bugs_from_the_config() -> None:
+    s = EngineState(EngineConfig(kv_abort_timeout_s=7.5, bugs=frozenset({"kv_freed_while_read"})))
+    assert (s.store.abort_timeout_s, s.store.bugs) == (7.5, frozenset({"kv_freed_while_read"}))
+    assert s.draining is False

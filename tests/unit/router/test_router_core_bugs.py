@@ -153,6 +153,10 @@ def test_no_worker_404_answers_404_instead_of_503() -> None:
     assert answer is not None and answer.status == 503
     answer = _flow(_cluster(prefills=0), b.NO_WORKER_404).pick(0.0)
     assert answer is not None and (answer.status, answer.code) == (404, "model_not_found")
+    assert (answer.message, answer.type) == ("no prefill worker serves this model", "not_found")
+    # prefill_on_decode with no decode either: the missing prefill is what the client hears about.
+    alone = _flow(_cluster(prefills=0, decodes=0), b.PREFILL_ON_DECODE, b.NO_WORKER_404).pick(0.0)
+    assert alone is not None and alone.message == "no prefill worker serves this model"
 
 
 def test_prefill_on_decode_runs_the_request_on_the_decode_alone() -> None:

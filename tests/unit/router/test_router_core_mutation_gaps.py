@@ -574,11 +574,11 @@ def test_refused_requests_hold_no_worker() -> None:
 def test_steps_of_the_other_mode_are_refused() -> None:
     regular = flow(cluster(regular=1), pd=False)
     regular.pick(0.0)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match=r"step not valid in phase picked \(regular mode\)"):
         regular.id_read_wait_s()
     pd = flow(cluster())
     pd.pick(0.0)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match=r"req-1: step not valid in phase picked \(PD mode\)"):
         pd.regular_leg()
 
 
