@@ -102,9 +102,30 @@ def exit_summary(text: str, lines: int = 5) -> str:
     return " | ".join(kept[-lines:])
 
 
+# Causes a harness user can act on, and what to do: (a pattern in the exit summary, the advice).
+_EXIT_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"address already in use|os error 98", re.I),
+     "a port it was given was taken before it bound it; runs side by side on one machine need their own "
+     "port slices (PDCHAOS_PORT_POOL=LOW-HIGH each)"),
+    (re.compile(r"harmony encoding|downloading or loading vocab file", re.I),
+     "this gateway downloads a tiktoken vocabulary (o200k_base) when it starts; offline, set "
+     "TIKTOKEN_ENCODINGS_BASE to a folder holding o200k_base.tiktoken"),
+)
+
+
+def exit_hint(summary: str) -> str | None:
+    """What to do about a known cause of death named in an exit summary; None for the others."""
+    for pattern, advice in _EXIT_HINTS:
+        if pattern.search(summary):
+            return advice
+    return None
+
+
 def exit_evidence(path: Path) -> str:
-    """`exit_summary` of the end of the log at `path`."""
-    return exit_summary(log_tail(path, _EXIT_SEARCH_BYTES))
+    """`exit_summary` of the end of the log at `path`, with `exit_hint`'s advice when it knows the cause."""
+    summary = exit_summary(log_tail(path, _EXIT_SEARCH_BYTES))
+    hint = exit_hint(summary)
+    return summary if hint is None else f"{summary} (hint: {hint})"
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.worlds.real.processes import exit_evidence, exit_summary
+from harness.worlds.real.processes import exit_evidence, exit_hint, exit_summary
 
 RUST_PANIC = """\x1b[2m2026-12-02 21:52:53\x1b[0m \x1b[33m WARN\x1b[0m kv_event_monitor: no SubscribeKvEvents
 \x1b[2m2026-12-02 21:52:53\x1b[0m \x1b[31mERROR\x1b[0m health: probe failed for grpc://127.0.0.1:1
@@ -49,3 +49,18 @@ def test_evidence_reads_the_log_and_a_missing_log_says_nothing(tmp_path: Path) -
     log.write_text("x\n" * 20_000 + RUST_PANIC, encoding="utf-8")
     assert "Failed to load Harmony encoding" in exit_evidence(log)
     assert exit_evidence(tmp_path / "absent.log") == ""
+
+
+def test_known_causes_come_with_what_to_do(tmp_path: Path) -> None:
+    log = tmp_path / "router.log"
+    log.write_text(RUST_PANIC, encoding="utf-8")
+    assert exit_evidence(log).endswith(
+        "(hint: this gateway downloads a tiktoken vocabulary (o200k_base) when it starts; offline, set "
+        "TIKTOKEN_ENCODINGS_BASE to a folder holding o200k_base.tiktoken)"
+    )
+    log.write_text('  File "smg/router.py", line 353, in start\n'
+                   "RuntimeError: Address already in use (os error 98)\n", encoding="utf-8")
+    evidence = exit_evidence(log)
+    assert evidence.startswith("RuntimeError: Address already in use (os error 98) (hint: a port it")
+    assert "PDCHAOS_PORT_POOL" in evidence
+    assert exit_hint("ValueError: --port must be positive") is None
