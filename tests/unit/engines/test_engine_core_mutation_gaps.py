@@ -63,7 +63,13 @@ from fake_engines.core import (
     vocab_size,
 )
 from fake_engines.core.chat import message_text
-from fake_engines.core.gen_request import gen_request_from_openai
+from fake_engines.core.gen_request import (
+    MAX_MODEL_LEN,
+    budget_problem,
+    encode_bounded,
+    gen_request_from_openai,
+    parse_kv_params,
+)
 from fake_engines.core.wire import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES
 
 PROMPT = "[pdchaos:t:1] hello there"
@@ -632,8 +638,6 @@ def test_answer_frame_payloads() -> None:
 
 
 def test_a_prompt_the_engine_cannot_encode_is_a_400_that_says_why() -> None:
-    from fake_engines.core.gen_request import MAX_MODEL_LEN, encode_bounded
-
     with pytest.raises(RequestError) as lone:
         encode_bounded("ok \ud800 not")
     assert (lone.value.status, lone.value.message) == (
@@ -647,8 +651,6 @@ def test_a_prompt_the_engine_cannot_encode_is_a_400_that_says_why() -> None:
 
 
 def test_a_one_token_budget_is_allowed_and_bad_token_ids_or_params_are_400s() -> None:
-    from fake_engines.core.gen_request import budget_problem, gen_request_from_openai, parse_kv_params
-
     assert budget_problem([1, 2], 1) is None  # every prefill leg asks for exactly one token
     assert budget_problem([1], 0) == "max_tokens must be at least 1"
     req, stream = gen_request_from_openai({"prompt": "hi", "max_tokens": 1}, False, "r", None)
