@@ -98,7 +98,6 @@ class HistoryRecorder:
         wall_clock: Clock = time.time,
         append: bool = False,
         flush_each: bool = True,
-        keep: bool = True,
     ) -> None:
         self.path = Path(path) if path is not None else None
         if self.path is not None and not append:
@@ -109,8 +108,6 @@ class HistoryRecorder:
         self._start = clock() if start is None else start
         self._wall_start = wall_clock() - (clock() - self._start)
         self._writer = JsonlWriter(path, flush_each=flush_each)
-        # keep=False: records go to the file only (a long simulation writes millions); history() reads it.
-        self._keep = keep or self.path is None
         self.records: list[Record] = []
         self._closed = False
 
@@ -130,8 +127,7 @@ class HistoryRecorder:
         rec: Record = dict(fields or {})
         rec["type"] = type_
         rec["t"] = round(self.now() if t is None else t, 6)
-        if self._keep:
-            self.records.append(rec)
+        self.records.append(rec)
         if not self._closed:
             self._writer.write(rec)
         return rec
@@ -305,9 +301,6 @@ class HistoryRecorder:
 
     def history(self) -> History:
         """The typed view of everything recorded so far."""
-        if not self._keep and self.path is not None:
-            self._writer.flush()
-            return load_history(self.path)
         return History.from_records(self.records)
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 import zipfile
 from collections.abc import Sequence
 from functools import lru_cache
@@ -42,7 +43,35 @@ def encode(text: str) -> list[int]:
 def _encode(text: str) -> tuple[int, ...]:
     # A prompt is tokenized by each engine that serves it and by the harness checking the answer: once is
     # enough (a simulation serves hundreds of thousands).
+    if not text.isascii():
+        return _encode_whole(text)
+    ids: list[int] = []
+    for n, segment in enumerate(_SPECIAL_SPLIT.split(text)):
+        if n % 2:
+            ids.append(token_id(segment))
+        else:
+            for piece in _ASCII_PRE_TOKEN.findall(segment):
+                ids.extend(_encode_piece(piece))
+    return tuple(ids)
+
+
+def _encode_whole(text: str) -> tuple[int, ...]:
     return tuple(load_tokenizer().encode(text, add_special_tokens=False).ids)
+
+
+# ASCII text is tokenized piece by piece, each piece once per process: the byte-level BPE never merges
+# across the pieces its pre-tokenizer cuts (GPT-2's pattern, here for ASCII: \p{L} is [A-Za-z], \p{N} [0-9])
+# or across the special tokens, which are matched first and verbatim (tests/unit/engines/test_tokenizer.py
+# holds the two ways equal). Prompts repeat their words: a piece is looked up, not tokenized again.
+_ASCII_PRE_TOKEN = re.compile(
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+", re.ASCII
+)
+_SPECIAL_SPLIT = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")")
+
+
+@lru_cache(maxsize=65536)
+def _encode_piece(piece: str) -> tuple[int, ...]:
+    return _encode_whole(piece)
 
 
 def decode(ids: Sequence[int]) -> str:

@@ -235,10 +235,11 @@ class ScenarioSession:
         self.clock.set(now)
         wall = now if wall_now is None else wall_now
         # A real run's history is flushed line by line (a killed run keeps it); a simulated one is written
-        # buffered (nothing reads it while it runs, and a crash replays from the seed).
+        # buffered (nothing reads it while it runs, and a crash replays from the seed). Both keep their
+        # records for the checkers: reading millions back costs more than holding them.
         sim = self.world == "sim"
         self.history = HistoryRecorder(self._history_path, self.clock, start=now, wall_clock=lambda: wall,
-                                       flush_each=not sim, keep=not sim)
+                                       flush_each=not sim)
         self.ledger = FaultLedger(self.history)
         self.workers = WorkerWatch(self.history)
         s, topo = self.scenario, self.topology

@@ -11,6 +11,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from fake_engines.build_tokenizer import write_files
@@ -35,6 +37,7 @@ from fake_engines.core import (
     vocab_size,
 )
 from fake_engines.core.generator import word_token_ids
+from fake_engines.core.tokenizer import load_tokenizer
 
 TEXTS = [
     "[pdchaos:run:1] Tell me about the river.",
@@ -197,3 +200,33 @@ def test_expected_chat_completion_matches_rendered_prompt() -> None:
     messages = [{"role": "user", "content": "[pdchaos:r:3] hi"}]
     assert expected_chat_completion(messages, 8, 3) == expected_completion(render_chat(messages), 8, 3)
     assert expected_chat_completion(messages, 8, 3) != expected_completion("[pdchaos:r:3] hi", 8, 3)
+
+
+# The piecewise ASCII path must give the tokenizer's own answer: every ASCII character (control characters,
+# whitespace runs, apostrophes of contractions, digits against letters) and the special tokens in between.
+_ASCII_TEXT = st.lists(
+    st.one_of(
+        st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=24),
+        st.sampled_from([*SPECIAL_TOKENS, " ", "  ", "\n \n", "'s", "'ll", "'re x", " 'd", "\t\t a"]),
+        st.sampled_from(["12ab", "<|", "a\x1cb", "x\x0bz"]),
+    ),
+    max_size=8,
+).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_ASCII_TEXT)
+def test_piecewise_ascii_encoding_equals_the_tokenizer(text: str) -> None:
+    whole = load_tokenizer().encode(text, add_special_tokens=False).ids
+    assert encode(text) == whole
+
+
+def test_piecewise_encoding_on_prompts_and_non_ascii_fallback() -> None:
+    tok = load_tokenizer()
+    rng = random.Random(7)
+    words = ["alpha", "river", "x'y", "it's", "42", "a1b2", "--", "(ok)", "\n", "  "]
+    for n in range(300):
+        text = f"[pdchaos:run-{n}:{n * 37}] " + " ".join(rng.choice(words) for _ in range(rng.randint(0, 30)))
+        assert encode(text) == tok.encode(text, add_special_tokens=False).ids, text
+    for text in ("café au lait", "中文 text", "x\u00a0y", "naïve's 12"):
+        assert encode(text) == tok.encode(text, add_special_tokens=False).ids

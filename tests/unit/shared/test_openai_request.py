@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict  # a Mapping that is not a dict
+
 import pytest
 
 from pdchaos.openai_request import (
     MAX_JSON_DEPTH,
     context_problem,
-    json_depth_problem,
     max_tokens_of,
     request_problem,
+    structure_problem,
     text_too_long,
 )
 
@@ -59,8 +61,19 @@ def test_client_mistakes(change: dict[str, object], needle: str) -> None:
 
 
 def test_json_depth_is_walked_without_recursion() -> None:
-    assert json_depth_problem(nested(MAX_JSON_DEPTH)) is None
-    assert json_depth_problem(nested(50_000)) is not None  # deeper than Python's recursion limit
+    assert structure_problem(nested(MAX_JSON_DEPTH)) is None
+    assert structure_problem(nested(50_000)) is not None  # deeper than Python's recursion limit
+
+
+def test_one_walk_finds_lone_surrogates_anywhere_and_depth_first() -> None:
+    bad = "x\ud800"
+    assert structure_problem({"prompt": "caf\u00e9 \u4e2d\u6587 \U0001f600"}) is None
+    for value in ({bad: 1}, {"a": [1, {"b": bad}]}, OrderedDict(k=[bad]), [None, 2.5, True, bad]):
+        assert "lone surrogate" in (structure_problem(value) or ""), value
+    both = {"a": bad, "b": nested(MAX_JSON_DEPTH + 1)}
+    assert "nested deeper" in (structure_problem(both) or "")
+    assert structure_problem(OrderedDict(a=nested(MAX_JSON_DEPTH))) is not None
+    assert structure_problem(OrderedDict(a=nested(MAX_JSON_DEPTH - 1))) is None
 
 
 def test_context_budget_like_vllm() -> None:
