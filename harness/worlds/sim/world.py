@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import math
 import random
 import uuid
@@ -184,11 +185,35 @@ class SimWorld(World):
         env = self.env
         inbox: deque[e.Event] = deque()
         wake = [env.event()]
+        # The session is woken by an event it is told of or by its next wakeup time. A timer cannot be
+        # withdrawn from simpy's queue, so one is set only when the wakeup moves earlier than every timer
+        # already set; a timer that finds its time no longer wanted does nothing.
+        alarms: list[float] = []  # times of the timers set and not yet fired (a heap)
+
+        def rouse() -> None:
+            if not wake[0].triggered:
+                wake[0].succeed()
 
         def emit(event: e.Event) -> None:
             inbox.append(event)
-            if not wake[0].triggered:
-                wake[0].succeed()
+            rouse()
+
+        wanted: list[float | None] = [None]  # when the waiting driver wants to be woken at the latest
+
+        def set_alarm(at: float) -> None:
+            if not alarms or alarms[0] > at:
+                heapq.heappush(alarms, at)
+                env.timeout(at - env.now).callbacks.append(fired)
+
+        def fired(_: simpy.Event) -> None:
+            heapq.heappop(alarms)
+            at = wanted[0]
+            if at is None:
+                return
+            if at <= env.now:
+                rouse()
+            else:
+                set_alarm(at)
 
         def dispatch(cmds: list[c.Command]) -> None:
             for cmd in cmds:
@@ -208,10 +233,13 @@ class SimWorld(World):
                 dispatch(session.handle(inbox.popleft(), env.now))
                 continue
             nxt = session.next_wakeup(env.now)
+            at = env.now + 1.0 if nxt is None else max(env.now, nxt)
+            wanted[0] = at
             if wake[0].triggered:
                 wake[0] = env.event()
-            delay = 1.0 if nxt is None else max(0.0, nxt - env.now)
-            yield env.any_of([wake[0], env.timeout(delay)])
+            set_alarm(at)
+            yield wake[0]
+            wanted[0] = None
             if not inbox:
                 dispatch(session.poll(env.now))
 
