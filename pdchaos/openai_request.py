@@ -57,11 +57,11 @@ def structure_problem(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
         if cls in _LEAF_TYPES:
             continue
         if cls is str or isinstance(item, str):
-            if bad_text is None and not _valid_text(item):
+            if bad_text is None and not item.isascii() and not _valid_text(item):
                 bad_text = _LONE_SURROGATE
         elif cls is dict or isinstance(item, Mapping):
             for key, child in item.items():
-                if bad_text is None and isinstance(key, str) and not _valid_text(key):
+                if bad_text is None and isinstance(key, str) and not key.isascii() and not _valid_text(key):
                     bad_text = _LONE_SURROGATE
                 push((child, depth + 1))
         elif cls is list or isinstance(item, list):
@@ -71,8 +71,6 @@ def structure_problem(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
 
 
 def _valid_text(text: str) -> bool:
-    if text.isascii():
-        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

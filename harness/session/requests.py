@@ -47,7 +47,7 @@ def plan_request(seq: int, run_id: str, rng: random.Random, w: Workload, model: 
     """The seq-th request of a run: endpoint and streaming by the workload's fractions, a tagged prompt."""
     tag = make_tag(run_id, seq)
     n = rng.randint(w.prompt_words[0], w.prompt_words[1])
-    prompt = tag + " " + " ".join(rng.choice(_WORDS) for _ in range(n))
+    prompt = tag + " " + " ".join(rng.choices(_WORDS, k=n))
     chat = rng.random() < w.chat_fraction
     stream = rng.random() < w.stream_fraction
     body: dict[str, Any] = {"model": model, "max_tokens": w.max_tokens, "stream": stream}
