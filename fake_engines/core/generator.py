@@ -22,13 +22,13 @@ DEFAULT_MAX_TOKENS = 16
 
 def prompt_digest(token_ids: Sequence[int]) -> str:
     """Hex sha256 of the token ids (comma-joined decimal), first 16 chars."""
-    return _digest(tuple(map(int, token_ids)))
+    return _digest(tuple(token_ids))
 
 
 @lru_cache(maxsize=8192)
 def _digest(ids: tuple[int, ...]) -> str:
     # The prefill, the decode and the harness each digest the same prompt: compute it once.
-    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
+    return hashlib.sha256(",".join(map(str, map(int, ids))).encode()).hexdigest()[:16]
 
 
 def output_digest(token_ids: Sequence[int]) -> str:

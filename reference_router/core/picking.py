@@ -12,7 +12,7 @@ from .bugs import SHARED_POLICY
 from .policies import SelectionPolicy, make_policy
 from .registry import WorkerRegistry
 from .retry import avoid_suspects
-from .workers import Connector, ProbeStage, Role, Worker
+from .workers import BreakerState, Connector, ProbeStage, Role, Worker
 
 
 @dataclass(frozen=True)
@@ -45,15 +45,22 @@ def id_read_pending(worker: Worker) -> bool:
 
 def pick_worker(registry: WorkerRegistry, role: Role, policy: SelectionPolicy, now: float) -> Worker | None:
     """The worker for a leg of `role`, or None when no worker of that role is Ready with its breaker admitting
-    a request. Picking takes nothing: the dispatch flow takes a half-open breaker's trial (breaker_pick)."""
-    candidates = [w for w in registry.ready(role) if breaker_admits(w, now)]
-    if role is Role.PREFILL:
-        # A prefill whose engine-id re-read is still running may be about to learn a new id (it came back
-        # from NotReady/Failed, or its id is unconfirmed): prefer one whose id is settled.
-        settled = [w for w in candidates if not id_read_pending(w)]
-        candidates = settled or candidates
-    # A worker a request could not reach moments ago is probed at once; until then, prefer the others.
-    return policy.select(avoid_suspects(candidates), now)
+    a request. Picking takes nothing: the dispatch flow takes a half-open breaker's trial (breaker_pick).
+
+    Preferences, in order: a prefill whose engine-id re-read is not running (one that is may be about to
+    learn a new id: it came back from NotReady/Failed, or its id is unconfirmed); then a worker not suspect
+    (a request could not reach it moments ago: it is probed at once; until then, the others). One pass over
+    the role's workers: every leg of every request picks."""
+    admitted: list[Worker] = []
+    settled: list[Worker] = []
+    prefill = role is Role.PREFILL
+    for w in registry.ready(role):
+        if w.runtime.breaker.state is not BreakerState.CLOSED and not breaker_admits(w, now):
+            continue
+        admitted.append(w)
+        if prefill and not id_read_pending(w):
+            settled.append(w)
+    return policy.select(avoid_suspects(settled or admitted), now)
 
 
 def no_worker_answer(role: Role, breaker_open: bool = False) -> ErrorAnswer:

@@ -145,7 +145,7 @@ class SimEngine:
             self.state.start(now)
         self.started_wall = self.cell.wall(now)
         if self.config.connector == "mooncake" and self.spec.role == "prefill":
-            self.side_port = self.cell.new_side_port()
+            self.side_port = self.cell.new_side_port(self.name)
         elif self.config.connector == "nixl" and self.spec.role == "prefill":
             self.side_port = self.config.nixl_port
         self.state.side_channel_ports = [self.side_port] if self.side_port else []

@@ -104,6 +104,7 @@ class SimCell:
         self._next_side_port = SIDE_PORT_BASE
         self.engines: dict[str, SimEngine] = {}
         self._by_port: dict[int, str] = {}
+        self._by_side_port: dict[int, str] = {}  # every side port handed out, to whom (a restart moves it)
         for n, spec in enumerate(self.topology.engines):
             settings = plan.scenario.engines.for_engine(spec.name)
             self.engines[spec.name] = SimEngine(self, spec, settings, self.new_uuid, first_pid=1000 + 100 * n)
@@ -117,9 +118,10 @@ class SimCell:
     def new_uuid(self) -> uuid.UUID:
         return uuid.UUID(int=self._rng.getrandbits(128), version=4)
 
-    def new_side_port(self) -> int:
+    def new_side_port(self, engine: str) -> int:
         port = self._next_side_port
         self._next_side_port += 1
+        self._by_side_port[port] = engine
         return port
 
     def add_engine_record(self, record: dict[str, Any]) -> None:
@@ -136,9 +138,9 @@ class SimCell:
         name = self._by_port.get(port)
         if name is not None:
             return self.engines[name]
-        for engine in self.engines.values():
-            if engine.side_port == port and port:
-                return engine
+        name = self._by_side_port.get(port)
+        if name is not None and self.engines[name].side_port == port:
+            return self.engines[name]
         return None
 
 
