@@ -10,7 +10,7 @@
     python bench/sim_speed.py --scale 0.1     # the second at a tenth of its rate (a quick look)
 
 Prints one line per measurement (wall, simulated seconds, requests, requests per wall second, history size,
-verdict); exits 0 whatever the verdicts (it measures, it does not judge).
+the process's peak memory so far, verdict); exits 0 whatever the verdicts (it measures, it does not judge).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -74,6 +75,7 @@ async def measure(label: str, s: Scenario, topology: str, out: Path) -> None:
     sim_s = s.workload.duration_s
     print(f"{label}: wall {wall:.1f} s for {sim_s:.0f} simulated s = {sim_s / wall:.0f}x real time; "
           f"{requests} requests ({requests / wall:.0f}/wall s); history {size / 1e6:.1f} MB; "
+          f"peak memory {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB; "
           f"verdict {r.status}" + (f" ({r.reason[:120]})" if r.status != "pass" else ""), flush=True)
 
 
