@@ -61,8 +61,8 @@ def _encode_whole(text: str) -> tuple[int, ...]:
 
 # ASCII text is tokenized piece by piece, each piece once per process: the byte-level BPE never merges
 # across the pieces its pre-tokenizer cuts (GPT-2's pattern, here for ASCII: \p{L} is [A-Za-z], \p{N} [0-9])
-# or across the special tokens, which are matched first and verbatim (tests/unit/engines/test_tokenizer.py
-# holds the two ways equal). Prompts repeat their words: a piece is looked up, not tokenized again.
+# or across the special tokens, which are matched first and verbatim. test_engine_core_tokenizer.py holds the
+# two ways equal. Prompts repeat their words: a piece is looked up, not tokenized again.
 _ASCII_PRE_TOKEN = re.compile(
     r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+", re.ASCII
 )

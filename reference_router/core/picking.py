@@ -12,7 +12,7 @@ from .bugs import SHARED_POLICY
 from .policies import SelectionPolicy, make_policy
 from .registry import WorkerRegistry
 from .retry import avoid_suspects
-from .workers import BreakerState, Connector, ProbeStage, Role, Worker
+from .workers import Connector, ProbeStage, Role, Worker
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def pick_worker(registry: WorkerRegistry, role: Role, policy: SelectionPolicy, n
     settled: list[Worker] = []
     prefill = role is Role.PREFILL
     for w in registry.ready(role):
-        if w.runtime.breaker.state is not BreakerState.CLOSED and not breaker_admits(w, now):
+        if not breaker_admits(w, now):
             continue
         admitted.append(w)
         if prefill and not id_read_pending(w):
