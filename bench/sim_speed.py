@@ -9,8 +9,9 @@
     python bench/sim_speed.py --only small    # the first
     python bench/sim_speed.py --scale 0.1     # the second at a tenth of its rate (a quick look)
 
-Prints one line per measurement (wall, simulated seconds, requests, requests per wall second, history size,
-the process's peak memory so far, verdict); exits 0 whatever the verdicts (it measures, it does not judge).
+Prints one line per measurement (wall and CPU time, the second steadier on a shared machine; simulated
+seconds, requests, requests per wall second, history size, the process's peak memory so far, verdict);
+exits 0 whatever the verdicts (it measures, it does not judge).
 """
 
 from __future__ import annotations
@@ -67,13 +68,14 @@ def large(scale: float) -> Scenario:
 
 
 async def measure(label: str, s: Scenario, topology: str, out: Path) -> None:
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     r = await run_scenario(s, topology, "mooncake", "http", "reference", out, world="sim",
                            settings="production")
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     size, requests = history_size(out / "history.jsonl")
     sim_s = s.workload.duration_s
-    print(f"{label}: wall {wall:.1f} s for {sim_s:.0f} simulated s = {sim_s / wall:.0f}x real time; "
+    print(f"{label}: wall {wall:.1f} s (CPU {cpu:.1f} s) for {sim_s:.0f} simulated s = "
+          f"{sim_s / wall:.0f}x real time; "
           f"{requests} requests ({requests / wall:.0f}/wall s); history {size / 1e6:.1f} MB; "
           f"peak memory {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB; "
           f"verdict {r.status}" + (f" ({r.reason[:120]})" if r.status != "pass" else ""), flush=True)
