@@ -84,7 +84,7 @@ class HistoryRecorder:
 
     `clock` is a monotonic clock in seconds; `t` = clock() - clock() at construction (or `start` when given).
     `wall_clock` is used once, for `run_started.wall_start`, so wall-stamped records can be placed on `t`.
-    `path=None` keeps records in memory only (tests, the simulator). Records are always kept in memory
+    `path=None` keeps records in memory only (tests, in-memory sessions). Records are always kept in memory
     (`records`), so `history()` gives the typed view without re-reading the file. An existing file is
     emptied first unless `append`.
     """

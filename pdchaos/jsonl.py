@@ -2,8 +2,8 @@
 
 Lines are written and read with orjson: a simulated 64p64d run writes millions of records, and the standard
 library's encoder and decoder cost ten times as much per record (bench/sim_speed.py). A record orjson
-refuses (an integer past 64 bits, a key that is not a string) is written by the standard library instead,
-so nothing a writer is given is lost.
+refuses (an integer past 64 bits, a key that is not a string, a lone surrogate) is written by the standard
+library instead, and read back by it, so nothing a writer is given is lost.
 """
 
 from __future__ import annotations
