@@ -301,7 +301,8 @@ class HistoryRecorder:
 
     def history(self) -> History:
         """The typed view of everything recorded so far."""
-        return History.from_records(self.records)
+        # The recorder's dicts are written once and never changed after: the view may hold them as they are.
+        return History.from_records(self.records, owned=True)
 
     def close(self) -> None:
         self._closed = True
@@ -330,7 +331,7 @@ def _f(value: Any) -> float | None:
         return None
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestView:
     """A client request: invoked and (maybe) completed. Times are on the scenario clock."""
 
@@ -375,7 +376,7 @@ class RequestView:
         return bool(self.ok) and self.text_ok is not False
 
 
-@dataclass
+@dataclass(slots=True)
 class FaultView:
     """A fault: applied, verified, healed. `healed_t` None means still active when the history ends."""
 
@@ -396,7 +397,7 @@ class FaultView:
         return start, self.healed_t if self.healed_t is not None else end_t
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StatusPoint:
     """One router `/workers` observation of one worker."""
 
@@ -409,7 +410,7 @@ class StatusPoint:
     engine: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EngineState:
     t: float
     engine: str
@@ -420,7 +421,7 @@ class EngineState:
     url: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Handoff:
     """An engine handoff provenance record. `at` = the engine's `ts` on the scenario clock (else `t`)."""
 
@@ -446,7 +447,7 @@ class Handoff:
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RouterEvent:
     """A router event. `event` is the router's own type (status_change, probe, ...); `at` as for Handoff."""
 
@@ -487,11 +488,15 @@ class History:
     # -- construction --
 
     @classmethod
-    def from_records(cls, records: Iterable[Mapping[str, Any]]) -> History:
+    def from_records(cls, records: Iterable[Mapping[str, Any]], *, owned: bool = False) -> History:
+        """The view of `records`. Each record is copied unless `owned` (the caller hands over plain dicts
+        it will not change again): at 64p64d scale a copy of every record is gigabytes."""
         h = cls()
-        items = []
+        items: list[Record] = []
         for r in records:
-            if isinstance(r, Mapping):
+            if owned and type(r) is dict:
+                items.append(r)
+            elif isinstance(r, Mapping):
                 items.append(dict(r))
             else:
                 h.bad_records += 1
@@ -609,7 +614,7 @@ class History:
                     at=self._at(r, t),
                     event=r.get("event"),
                     worker=None if worker is None else str(worker),
-                    fields=dict(r),
+                    fields=r,
                 )
             )
         elif kind == "engine_state":
@@ -650,7 +655,7 @@ class History:
                     error=r.get("error"),
                     duration_s=_f(r.get("duration_s")),
                     output_digest=r.get("output_digest"),
-                    raw=dict(r),
+                    raw=r,
                 )
             )
         elif kind == "note":
@@ -795,7 +800,7 @@ def load_history(path: str | os.PathLike[str]) -> History:
     Raises FileNotFoundError when there is no file; an empty file gives an empty, incomplete History.
     """
     read = read_jsonl_lines(path)
-    h = History.from_records(read.records)
+    h = History.from_records(read.records, owned=True)
     h.bad_lines = list(read.bad_lines)
     h.bad_records += len(read.bad_lines)
     return h

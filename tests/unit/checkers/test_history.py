@@ -191,3 +191,22 @@ def test_recorder_starts_a_fresh_file_unless_appending(tmp_path: Path) -> None:
     with HistoryRecorder(path, ManualClock(), append=True) as rec:
         rec.note("more")
     assert [n for _t, n in load_history(path).notes] == ["new run", "more"]
+
+
+def test_a_view_copies_records_it_is_lent_and_holds_records_it_is_handed() -> None:
+    lent = {"type": "handoff", "t": 1.0, "engine": "prefill-0", "tag": "[pdchaos:x:1]", "peer": "p"}
+    h = History.from_records([lent])
+    lent["engine"] = "changed later"
+    assert h.handoffs[0].engine == "prefill-0" and h.handoffs[0].raw["engine"] == "prefill-0"
+
+    handed = dict(lent)
+    owned = History.from_records([handed, "not a record"], owned=True)
+    assert owned.records[0] is handed and owned.handoffs[0].raw is handed
+    assert owned.bad_records == 1
+
+
+def test_the_recorders_view_shares_its_records() -> None:
+    rec = HistoryRecorder(None, ManualClock(0.0))
+    rec.router_event({"type": "probe", "worker": "w1", "ok": True})
+    view = rec.history()
+    assert view.records[0] is rec.records[0] and view.router_events[0].fields is rec.records[0]
