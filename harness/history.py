@@ -124,7 +124,10 @@ class HistoryRecorder:
         self, type_: str, fields: Mapping[str, Any] | None = None, *, t: float | None = None
     ) -> Record:
         """Write one record of `type_` (any type; helpers below cover the contract's types). Returns it."""
-        rec: Record = dict(fields or {})
+        return self._put(dict(fields or {}), type_, t)
+
+    def _put(self, rec: Record, type_: str, t: float | None = None) -> Record:
+        """Stamp and keep `rec`, a dict the helpers below built for this record alone (no copy of it)."""
         rec["type"] = type_
         rec["t"] = round(self.now() if t is None else t, 6)
         self.records.append(rec)
@@ -156,10 +159,10 @@ class HistoryRecorder:
             "wall_start": self._wall_start,
         }
         fields.update(extra)
-        return self.record("run_started", fields)
+        return self._put(fields, "run_started")
 
     def run_ended(self, reason: str = "done", **extra: Any) -> Record:
-        return self.record("run_ended", {"reason": reason, **extra})
+        return self._put({"reason": reason, **extra}, "run_ended")
 
     def request_invoked(
         self,
@@ -182,7 +185,7 @@ class HistoryRecorder:
             "prompt_chars": prompt_chars,
         }
         fields.update(extra)
-        return self.record("request_invoked", fields)
+        return self._put(fields, "request_invoked")
 
     def request_completed(
         self,
@@ -213,7 +216,7 @@ class HistoryRecorder:
             "timed_out": timed_out,
         }
         fields.update(extra)
-        return self.record("request_completed", fields)
+        return self._put(fields, "request_completed")
 
     def fault_applied(
         self,
@@ -234,14 +237,14 @@ class HistoryRecorder:
             "changed": dict(changed or {}),
         }
         fields.update(extra)
-        return self.record("fault_applied", fields)
+        return self._put(fields, "fault_applied")
 
     def fault_verified(self, fault: str, ok: bool, evidence: Any = None, **extra: Any) -> Record:
-        return self.record("fault_verified", {"fault": fault, "ok": ok, "evidence": evidence, **extra})
+        return self._put({"fault": fault, "ok": ok, "evidence": evidence, **extra}, "fault_verified")
 
     def fault_healed(self, fault: str, kind: str, target: str, **extra: Any) -> Record:
         """The fault was removed (one-shot faults such as restart/crash: the target is back)."""
-        return self.record("fault_healed", {"fault": fault, "kind": kind, "target": target, **extra})
+        return self._put({"fault": fault, "kind": kind, "target": target, **extra}, "fault_healed")
 
     def router_status(
         self,
@@ -256,14 +259,14 @@ class HistoryRecorder:
         Pass `engine=<engine name>` as an extra when known: it maps fault targets to workers directly."""
         fields = {"worker": worker, "url": url, "role": role, "status": status, "kv_engine_id": kv_engine_id}
         fields.update(extra)
-        return self.record("router_status", fields)
+        return self._put(fields, "router_status")
 
     def router_event(self, event: Mapping[str, Any]) -> Record:
         """A router event record (CONTRACTS.md section 2). Its own `type` is kept as `event` (ours is
         `router_event`); its wall `ts` is kept."""
         fields = {k: v for k, v in event.items() if k not in ("type", "t")}
         fields["event"] = event.get("type")
-        return self.record("router_event", fields)
+        return self._put(fields, "router_event")
 
     def engine_state(
         self,
@@ -289,15 +292,15 @@ class HistoryRecorder:
         if url is not None:
             fields["url"] = url
         fields.update(extra)
-        return self.record("engine_state", fields)
+        return self._put(fields, "engine_state")
 
     def handoff(self, provenance: Mapping[str, Any]) -> Record:
         """An engine handoff provenance record, verbatim (its `ts` is the engine's wall clock)."""
         fields = {k: v for k, v in provenance.items() if k not in ("type", "t")}
-        return self.record("handoff", fields)
+        return self._put(fields, "handoff")
 
     def note(self, message: str, **extra: Any) -> Record:
-        return self.record("note", {"message": message, **extra})
+        return self._put({"message": message, **extra}, "note")
 
     def history(self) -> History:
         """The typed view of everything recorded so far."""
