@@ -351,7 +351,6 @@ class PDCluster:
     """
 
     config: ClusterConfig
-    topology: Any
     out_dir: Path
     api_key: str
     token: str
@@ -361,6 +360,11 @@ class PDCluster:
     _adapter: Any = field(repr=False)
     _world: Any = field(repr=False)
     _session: Any = field(repr=False)
+
+    @property
+    def topology(self) -> Any:
+        """The cell's topology as it runs (a router whose port was taken at start moved to another)."""
+        return self._world.topo
 
     @property
     def router_url(self) -> str:
@@ -504,7 +508,7 @@ def _build_cluster(cfg: ClusterConfig, out: Path, loop: _LoopThread) -> PDCluste
     session = ScenarioSession(scenario, topo, router=adapter.name, history_path=out / "history.jsonl",
                               bring_up_only=True)
     world = RealWorld(session.plan, adapter, out, engine_ready_timeout_s=cfg.ready_timeout_s)
-    return PDCluster(cfg, topo, out, api_key, world.token, loop, world.supervisor, world.fleet, adapter,
+    return PDCluster(cfg, out, api_key, world.token, loop, world.supervisor, world.fleet, adapter,
                      world, session)
 
 

@@ -103,8 +103,9 @@ def exit_summary(text: str, lines: int = 5) -> str:
 
 
 # Causes a harness user can act on, and what to do: (a pattern in the exit summary, the advice).
+_PORT_TAKEN = re.compile(r"address already in use|os error 98", re.I)
 _EXIT_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"address already in use|os error 98", re.I),
+    (_PORT_TAKEN,
      "a port it was given was taken before it bound it; runs side by side on one machine need their own "
      "port slices (PDCHAOS_PORT_POOL=LOW-HIGH each)"),
     (re.compile(r"harmony encoding|downloading or loading vocab file", re.I),
@@ -119,6 +120,12 @@ def exit_hint(summary: str) -> str | None:
         if pattern.search(summary):
             return advice
     return None
+
+
+def lost_its_port(log_path: Path) -> bool:
+    """Whether a child that died starting says a port it was given was taken: another process bound it
+    between the harness choosing it and the child binding it (a start elsewhere may succeed)."""
+    return bool(_PORT_TAKEN.search(exit_summary(log_tail(log_path, _EXIT_SEARCH_BYTES))))
 
 
 def exit_evidence(path: Path) -> str:

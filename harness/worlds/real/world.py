@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Coroutine
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -30,10 +31,19 @@ from harness.worlds.real.client import RouterClient
 from harness.worlds.real.engine_actions import EngineActions
 from harness.worlds.real.engines import EngineFleet
 from harness.worlds.real.links import NetworkLinks
-from harness.worlds.real.processes import ManagedProcess, ProcessSupervisor, exit_evidence
+from harness.worlds.real.processes import (
+    ManagedProcess,
+    ProcessStartError,
+    ProcessSupervisor,
+    exit_evidence,
+    lost_its_port,
+)
+from pdchaos.ports import free_ports
 
 ROUTER_READY_TIMEOUT_S = 20.0
 ROUTER_STOP_GRACE_S = 1.0
+# Starts of the router in all when its port is taken by another process before it binds it.
+ROUTER_START_ATTEMPTS = 3
 COMPANION_STOP_S = 2.0
 
 
@@ -60,8 +70,11 @@ class RealWorld(World):
 
     @property
     def router_topology(self) -> Topology:
-        """How the router knows the engines (through the proxies of faulted links)."""
-        return self.net.router_topology
+        """How the router knows the engines (through the proxies of faulted links), on its current port."""
+        topo = self.net.router_topology
+        if topo.router_port == self.topo.router_port:
+            return topo
+        return replace(topo, router_port=self.topo.router_port)
 
     # ------------------------------------------------------------------ lifetime
 
@@ -120,25 +133,44 @@ class RealWorld(World):
         emit(e.EngineUp(cmd.name, state or await self.fleet.state(cmd.name)))
 
     async def _do_LaunchRouter(self, cmd: c.LaunchRouter, emit: Emit) -> None:
-        try:
-            await self.net.install(self.fleet, emit)
-            rtopo = self.router_topology
-            launch = self.router.launch(rtopo, cmd.settings, list(cmd.registered),
-                                        str(self.out / "router-events.jsonl"))
-            emit(e.WorldNote("router launch", {"argv": launch.argv}))
-            self._router_proc = await self.supervisor.spawn(
-                "router", launch.argv, env=launch.env or None, ready_prefix=launch.ready_prefix,
-                ready_timeout_s=ROUTER_READY_TIMEOUT_S,
-            )
-            await self._wait_router(self._router_proc)
-        except Exception as exc:
-            emit(e.RouterFailed(f"{type(exc).__name__}: {exc}"))
-            return
+        for attempt in range(1, ROUTER_START_ATTEMPTS + 1):
+            try:
+                await self.net.install(self.fleet, emit)
+                rtopo = self.router_topology
+                launch = self.router.launch(rtopo, cmd.settings, list(cmd.registered),
+                                            str(self.out / "router-events.jsonl"))
+                emit(e.WorldNote("router launch", {"argv": launch.argv}))
+                self._router_proc = await self.supervisor.spawn(
+                    "router", launch.argv, env=launch.env or None, ready_prefix=launch.ready_prefix,
+                    ready_timeout_s=ROUTER_READY_TIMEOUT_S,
+                )
+                await self._wait_router(self._router_proc)
+                break
+            except ProcessStartError as exc:
+                if attempt < ROUTER_START_ATTEMPTS and lost_its_port(exc.log_path):
+                    self._move_router(emit, attempt)
+                    continue
+                emit(e.RouterFailed(f"{type(exc).__name__}: {exc}"))
+                return
+            except Exception as exc:
+                emit(e.RouterFailed(f"{type(exc).__name__}: {exc}"))
+                return
         assert self.http is not None
         beside = self.router.companion(self.http, rtopo, emit)
         if beside is not None:
             self._companion = asyncio.create_task(_guarded(beside, emit), name="router-companion")
         emit(e.RouterUp(has_events=self.router.has_events))
+
+    def _move_router(self, emit: Emit, attempt: int) -> None:
+        """The router's port was taken before it bound it (a race with any other process on the host, not
+        the system under test's fault): start it again on another free port, and talk to it there."""
+        old, new = self.topo.router_port, free_ports(1)[0]
+        self.topo = replace(self.topo, router_port=new)
+        assert self.http is not None and self.actions is not None
+        self.client = RouterClient(self.http, self.topo.router_url)
+        self.actions.router_topo = self.router_topology
+        emit(e.WorldNote("router port taken before the router bound it: starting it on another port",
+                         {"port": old, "new_port": new, "attempt": attempt}))
 
     async def _stop_companion(self) -> None:
         task, self._companion = self._companion, None
@@ -257,4 +289,5 @@ async def wait_router_serving(router: RouterAdapter, proc: ManagedProcess, http:
         ready.result()
         return
     why = exit_evidence(proc.log_path)
-    raise RuntimeError(f"router exited with code {proc.returncode} before serving: {why}")
+    raise ProcessStartError(f"router exited with code {proc.returncode} before serving: {why}", proc.name,
+                            proc.log_path, proc.returncode)

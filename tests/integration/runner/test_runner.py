@@ -207,3 +207,28 @@ async def test_full_matrix_catches_injected_bugs(
     bad = scenario.with_router(inject_bugs=(bug,))
     res = await run_scenario(bad, cell.topology, cell.connector, cell.transport, "reference", tmp_path)
     assert res.status == "fail", _explain(res)
+
+
+async def test_a_router_whose_port_was_taken_starts_on_another(tmp_path: Path, monkeypatch: Any) -> None:
+    """Another process binds the router's port between the harness choosing it and the router binding it:
+    the run moves the router to a free port and says so; it neither fails nor blames the router."""
+    import socket
+
+    import harness.runner as runner_module
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    real_allocate = runner_module.allocate
+    monkeypatch.setattr(runner_module, "allocate",
+                        lambda *a, **k: replace(real_allocate(*a, **k), router_port=taken))
+    try:
+        r = await run_scenario(_scenario("prefill_restart_mooncake", duration_s=5.0), "1p1d", "mooncake",
+                               "http", "reference", tmp_path, seed=3)
+    finally:
+        squatter.close()
+    assert r.status == "pass", _explain(r)
+    notes = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    moved = [n for n in notes if n.get("type") == "note" and n.get("port") == taken]
+    assert moved and moved[0]["new_port"] != taken and moved[0]["attempt"] == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.worlds.real.processes import exit_evidence, exit_hint, exit_summary
+from harness.worlds.real.processes import exit_evidence, exit_hint, exit_summary, lost_its_port
 
 RUST_PANIC = """\x1b[2m2026-12-02 21:52:53\x1b[0m \x1b[33m WARN\x1b[0m kv_event_monitor: no SubscribeKvEvents
 \x1b[2m2026-12-02 21:52:53\x1b[0m \x1b[31mERROR\x1b[0m health: probe failed for grpc://127.0.0.1:1
@@ -64,3 +64,16 @@ def test_known_causes_come_with_what_to_do(tmp_path: Path) -> None:
     assert evidence.startswith("RuntimeError: Address already in use (os error 98) (hint: a port it")
     assert "PDCHAOS_PORT_POOL" in evidence
     assert exit_hint("ValueError: --port must be positive") is None
+
+
+def test_a_taken_port_is_told_apart_from_other_deaths(tmp_path: Path) -> None:
+    python_bind = tmp_path / "router.log"
+    python_bind.write_text("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+                           "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 4): "
+                           "address already in use\n")
+    rust_bind = tmp_path / "gateway.log"
+    rust_bind.write_text("Error: Address in use (os error 98)\n")
+    other = tmp_path / "other.log"
+    other.write_text("Traceback (most recent call last):\nValueError: bad flag --x\n")
+    assert lost_its_port(python_bind) and lost_its_port(rust_bind)
+    assert not lost_its_port(other) and not lost_its_port(tmp_path / "missing.log")
