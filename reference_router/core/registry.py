@@ -53,6 +53,10 @@ class WorkerRegistry:
     def by_role(self, role: Role) -> list[Worker]:
         return list(self._of_role(role))
 
+    def of_role(self, role: Role) -> tuple[Worker, ...]:
+        """Workers of a role in id order, whatever their status (kept between changes: not a copy)."""
+        return self._of_role(role)
+
     def ready(self, role: Role) -> list[Worker]:
         """Ready workers of a role, in id order (the candidates a leg's policy chooses from)."""
         return [w for w in self._of_role(role) if w.runtime.status is Status.READY]
