@@ -42,7 +42,7 @@ from .answers import LegError
 from .bugs import BREAKER_CHARGES_KV_FAILURE, NO_OUTLIER_EJECTION
 from .effects import BREAKER_TRANSITIONS_TOTAL, Effects
 from .retry import Delivery
-from .workers import BreakerRuntime, BreakerState, Role, Status, Worker
+from .workers import BREAKER_CLOSED, BREAKER_OPEN, BreakerRuntime, BreakerState, Role, Status, Worker
 
 # Why a breaker moved (the `reason` of its event).
 REASON_FAILURES = "consecutive_failures"
@@ -87,9 +87,9 @@ def breaker_admits(worker: Worker, now: float) -> bool:
     """Whether a request may be sent to `worker` now, as far as its breaker is concerned (its status is the
     picker's business)."""
     b = worker.runtime.breaker
-    if b.state is BreakerState.CLOSED:
+    if b.state is BREAKER_CLOSED:
         return True
-    if b.state is BreakerState.OPEN and (b.open_until is None or now < b.open_until):
+    if b.state is BREAKER_OPEN and (b.open_until is None or now < b.open_until):
         return False
     return b.trial_request is None
 

@@ -22,7 +22,7 @@ from enum import StrEnum
 
 from .bugs import NO_IDENTITY_CHECK, STALE_ENGINE_ID
 from .config import HealthConfig
-from .workers import Connector, Status, Worker, WorkerRuntime
+from .workers import MOONCAKE, READY, Worker, WorkerRuntime
 
 
 class IdentityKind(StrEnum):
@@ -59,8 +59,8 @@ def identity_check_eligible(worker: Worker, cfg: HealthConfig) -> bool:
         STALE_ENGINE_ID not in cfg.bugs
         and NO_IDENTITY_CHECK not in cfg.bugs
         and worker.spec.is_pd
-        and worker.connector is Connector.MOONCAKE
-        and worker.runtime.status is Status.READY
+        and worker.connector is MOONCAKE
+        and worker.runtime.status is READY
     )
 
 

@@ -11,7 +11,7 @@ from .breaker import breaker_admits
 from .bugs import SHARED_POLICY
 from .policies import SelectionPolicy, make_policy
 from .registry import WorkerRegistry
-from .workers import Connector, ProbeStage, Role, Status, Worker
+from .workers import MOONCAKE, PROBE_REREAD, READY, Role, Worker
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,7 @@ class LegPolicies:
 
 def id_read_pending(worker: Worker) -> bool:
     """An engine-id re-read is running for a worker whose id the router mints (Mooncake, or not known yet)."""
-    return (worker.runtime.probe_stage is ProbeStage.REREAD
-            and worker.connector in (None, Connector.MOONCAKE))
+    return worker.runtime.probe_stage is PROBE_REREAD and worker.connector in (None, MOONCAKE)
 
 
 def pick_worker(registry: WorkerRegistry, role: Role, policy: SelectionPolicy, now: float) -> Worker | None:
@@ -56,9 +55,8 @@ def pick_worker(registry: WorkerRegistry, role: Role, policy: SelectionPolicy, n
     settled: list[Worker] = []
     settled_clear: list[Worker] = []
     prefill = role is Role.PREFILL
-    ready = Status.READY
     for w in registry.of_role(role):
-        if w.runtime.status is not ready or not breaker_admits(w, now):
+        if w.runtime.status is not READY or not breaker_admits(w, now):
             continue
         clear = w.runtime.suspect_since is None
         admitted.append(w)

@@ -11,7 +11,7 @@ import random
 from collections.abc import Sequence
 from typing import Protocol
 
-from .workers import Status, Worker
+from .workers import READY, Worker
 
 POLICY_NAMES: tuple[str, ...] = ("round_robin", "random", "power_of_two", "least_load")
 
@@ -25,7 +25,7 @@ class SelectionPolicy(Protocol):
 
 
 def _ready(candidates: Sequence[Worker]) -> list[Worker]:
-    return [w for w in candidates if w.runtime.status is Status.READY]
+    return [w for w in candidates if w.runtime.status is READY]
 
 
 class RoundRobin:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .workers import Role, Status, Worker, WorkerSpec, apply_property_update
+from .workers import READY, Role, Worker, WorkerSpec, apply_property_update
 
 
 class DuplicateWorkerError(ValueError):
@@ -59,7 +59,7 @@ class WorkerRegistry:
 
     def ready(self, role: Role) -> list[Worker]:
         """Ready workers of a role, in id order (the candidates a leg's policy chooses from)."""
-        return [w for w in self._of_role(role) if w.runtime.status is Status.READY]
+        return [w for w in self._of_role(role) if w.runtime.status is READY]
 
     def _of_role(self, role: Role) -> tuple[Worker, ...]:
         if self._roles is None:

@@ -58,6 +58,15 @@ class BreakerState(StrEnum):
     HALF_OPEN = "half_open"
 
 
+# Members that per-worker loops compare with (every leg of every request visits each worker of its role):
+# on Python 3.11 reading a member as `Status.READY` costs about 140 ns, reading a module global about 10.
+READY = Status.READY
+BREAKER_CLOSED = BreakerState.CLOSED
+BREAKER_OPEN = BreakerState.OPEN
+PROBE_REREAD = ProbeStage.REREAD
+MOONCAKE = Connector.MOONCAKE
+
+
 def _enum_value(enum: type[Enum], value: Any, what: str) -> Any:
     if isinstance(value, enum):
         return value
