@@ -146,13 +146,11 @@ class RealWorld(World):
                 )
                 await self._wait_router(self._router_proc)
                 break
-            except ProcessStartError as exc:
-                if attempt < ROUTER_START_ATTEMPTS and lost_its_port(exc.log_path):
+            except Exception as exc:
+                if (isinstance(exc, ProcessStartError) and attempt < ROUTER_START_ATTEMPTS
+                        and lost_its_port(exc.log_path)):
                     self._move_router(emit, attempt)
                     continue
-                emit(e.RouterFailed(f"{type(exc).__name__}: {exc}"))
-                return
-            except Exception as exc:
                 emit(e.RouterFailed(f"{type(exc).__name__}: {exc}"))
                 return
         assert self.http is not None
