@@ -11,6 +11,7 @@ from .breaker import breaker_admits
 from .bugs import SHARED_POLICY
 from .policies import SelectionPolicy, make_policy
 from .registry import WorkerRegistry
+from .retry import avoid_suspects
 from .workers import MOONCAKE, PROBE_REREAD, READY, Role, Worker
 
 
@@ -49,26 +50,16 @@ def pick_worker(registry: WorkerRegistry, role: Role, policy: SelectionPolicy, n
     learn a new id: it came back from NotReady/Failed, or its id is unconfirmed); then a worker not suspect
     (a request could not reach it moments ago: it is probed at once; until then, the others). One pass over
     the role's workers: every leg of every request picks."""
-    # Four groups filled in the one pass: (settled or not) x (suspect or not).
     admitted: list[Worker] = []
-    admitted_clear: list[Worker] = []
     settled: list[Worker] = []
-    settled_clear: list[Worker] = []
     prefill = role is Role.PREFILL
     for w in registry.of_role(role):
         if w.runtime.status is not READY or not breaker_admits(w, now):
             continue
-        clear = w.runtime.suspect_since is None
         admitted.append(w)
-        if clear:
-            admitted_clear.append(w)
         if prefill and not id_read_pending(w):
             settled.append(w)
-            if clear:
-                settled_clear.append(w)
-    if settled:
-        return policy.select(settled_clear or settled, now)
-    return policy.select(admitted_clear or admitted, now)
+    return policy.select(avoid_suspects(settled or admitted), now)
 
 
 def no_worker_answer(role: Role, breaker_open: bool = False) -> ErrorAnswer:
