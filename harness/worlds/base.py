@@ -64,6 +64,17 @@ class World(abc.ABC):
         await interpret(session, self)
 
 
+async def next_event(queue: asyncio.Queue[Event], wait_s: float) -> Event | None:
+    """The next event, or None when `wait_s` passes first. A cancellation always goes through: Python 3.11's
+    `asyncio.wait_for` drops one that lands as the event arrives (the run then went on to its end after a
+    Ctrl-C), `asyncio.timeout` does not."""
+    try:
+        async with asyncio.timeout(wait_s):
+            return await queue.get()
+    except TimeoutError:
+        return None
+
+
 async def interpret(session: ScenarioSession, world: World) -> None:
     """The asyncio interpreter: executes the session's commands on `world`, feeds the events back, wakes the
     session when it asks to. Only this waits; the session decides. A cancelled run (Ctrl-C) still tears
@@ -90,9 +101,8 @@ async def interpret(session: ScenarioSession, world: World) -> None:
             now = world.clock()
             wake = session.next_wakeup(now)
             wait = MAX_WAIT_S if wake is None else min(MAX_WAIT_S, max(0.0, wake - now))
-            try:
-                event = await asyncio.wait_for(queue.get(), wait)
-            except TimeoutError:
+            event = await next_event(queue, wait)
+            if event is None:
                 dispatch(session.poll(world.clock()))
                 continue
             dispatch(session.handle(event, world.clock()))
