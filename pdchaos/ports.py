@@ -6,6 +6,9 @@ import os
 import random
 import socket
 import threading
+from collections.abc import Iterator
+
+from pdchaos import port_claims
 
 LOOPBACK = "127.0.0.1"
 
@@ -16,6 +19,7 @@ _rng = random.Random(os.getpid() ^ int.from_bytes(os.urandom(4), "little"))
 # Ports this process handed out already. Cells running side by side (`--jobs`) would otherwise be able to get
 # a port another cell holds only between its processes' lives (an engine restarting on its own ports, a
 # router not bound yet); the pool is large, so the memory is only forgotten once half the pool was handed out.
+# Other pdchaos processes on the host are kept off these ports by claims (`pdchaos.port_claims`).
 _handed: set[int] = set()
 _handed_lock = threading.Lock()
 
@@ -29,8 +33,8 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
-# Processes side by side draw from one pool at random, so two of them can pick the same port before either
-# binds it: give each its own slice, e.g. PDCHAOS_PORT_POOL=15000-19999 and 20000-24999.
+# A slice of the pool for this process (e.g. PDCHAOS_PORT_POOL=15000-19999): runs side by side need none
+# (their claims keep them apart), but a slice keeps a run off ports that programs other than pdchaos use.
 POOL_ENV = "PDCHAOS_PORT_POOL"
 
 
@@ -71,20 +75,33 @@ def _try_bind(port: int) -> socket.socket | None:
 
 def _reserve(n: int) -> list[socket.socket]:
     lo, hi = _pool()
+    size = hi - lo + 1
     socks: list[socket.socket] = []
     with _handed_lock:
-        if len(_handed) + n > (hi - lo + 1) // 2:
+        if len(_handed) + n > size // 2:
+            port_claims.release(_handed)
             _handed.clear()
         tried: set[int] = set(_handed)
-        while len(socks) < n and len(tried) < (hi - lo + 1):
-            port = _rng.randint(lo, hi)
-            if port in tried:
-                continue
-            tried.add(port)
+
+        def candidates() -> Iterator[int]:
+            while len(tried) < size:
+                port = _rng.randint(lo, hi)
+                if port not in tried:
+                    tried.add(port)
+                    yield port
+
+        def bindable(port: int) -> bool:
             s = _try_bind(port)
             if s is not None:
                 socks.append(s)
-                _handed.add(port)
+            return s is not None
+
+        if port_claims.claim(candidates(), n, bindable) is None:  # no claims folder: this process's memory
+            for port in candidates():
+                if len(socks) >= n:
+                    break
+                bindable(port)
+        _handed.update(int(s.getsockname()[1]) for s in socks)
     while len(socks) < n:  # pool exhausted: fall back to the kernel's choice
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.bind((LOOPBACK, 0))

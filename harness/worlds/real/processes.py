@@ -106,8 +106,8 @@ def exit_summary(text: str, lines: int = 5) -> str:
 _PORT_TAKEN = re.compile(r"address already in use|os error 98", re.I)
 _EXIT_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (_PORT_TAKEN,
-     "a port it was given was taken before it bound it; runs side by side on one machine need their own "
-     "port slices (PDCHAOS_PORT_POOL=LOW-HIGH each)"),
+     "a port it was given was taken before it bound it by a program that is not pdchaos (pdchaos runs claim "
+     "theirs); PDCHAOS_PORT_POOL=LOW-HIGH moves the runs to ports nothing else uses"),
     (re.compile(r"harmony encoding|downloading or loading vocab file", re.I),
      "this gateway downloads a tiktoken vocabulary (o200k_base) when it starts; offline, set "
      "TIKTOKEN_ENCODINGS_BASE to a folder holding o200k_base.tiktoken"),

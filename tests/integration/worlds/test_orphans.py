@@ -88,13 +88,14 @@ class Launched:
     log: Path
 
 
-def _launch(base: Path, label: str, ports: str) -> Launched:
+def _launch(base: Path, label: str) -> Launched:
     marker = f"pdchaos-orphan-test-{label}-{uuid.uuid4().hex}"
     run_dir = base / label / "run"
     run_dir.parent.mkdir(parents=True)
     log = base / label / "pdchaos.out"
-    # Three runs start at once: each draws its ports from its own slice, or two could pick one port.
-    env = {**os.environ, MARKER_ENV: marker, POOL_ENV: ports}
+    # Three runs start at once from one port pool: their claims (pdchaos.port_claims) keep them apart.
+    env = {k: v for k, v in os.environ.items() if k != POOL_ENV}
+    env[MARKER_ENV] = marker
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "harness.cli", "run", str(SCENARIO_FILE), "--out", str(run_dir),
@@ -123,9 +124,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Launche
     base = tmp_path_factory.mktemp("orphans")
     started: dict[str, Launched] = {}
     try:
-        slices = {"SIGINT": "15000-19999", "SIGTERM": "20000-24999", "SIGKILL": "25000-29999"}
-        for label, ports in slices.items():
-            started[label] = _launch(base, label, ports)
+        for label in ("SIGINT", "SIGTERM", "SIGKILL"):
+            started[label] = _launch(base, label)
         yield started
     finally:
         for run in started.values():
