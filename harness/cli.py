@@ -58,7 +58,7 @@ lost requests). Results go to a run folder: report.json, junit.xml, report.html,
 the process logs per scenario cell.
 
   pdchaos run                       the default suite, reference router, embedded fake engines
-  pdchaos run restart_stale_id --topology 1p2d --router 'cmd:my-router --port {port} {prefill_args}'
+  pdchaos run prefill_restart_mooncake --router 'cmd:my-router --port {port} {prefill_args} {decode_args}'
   pdchaos list                      scenarios with their descriptions and the bugs they catch
   pdchaos report runs/latest        re-render the reports of a run folder
 """

@@ -31,9 +31,9 @@ the output says which and why); 3 bad arguments.
 
 examples:
   pdchaos bisect prefill_restart_mooncake --router smg --good 1.13.0 --bad 1.10.1 --transport grpc
-  pdchaos bisect prefill_restart_mooncake --router smg --good 1.13.0 --bad 1.10.1 --transport grpc \
+  pdchaos bisect prefill_restart_mooncake --router smg --good 1.13.0 --bad 1.10.1 --transport grpc \\
       --checker handoff --gateway-arg=--disable-circuit-breaker
-  pdchaos bisect quick --router smg-flags --good 1.11.0 --bad 1.13.0 --dry-run
+  pdchaos bisect prefill_link_blip --router smg-flags --good 1.11.0 --bad 1.13.0 --dry-run
 """
 
 
