@@ -1,4 +1,4 @@
-"""Every scenario (or sweep) a command example names (README, docs/, the CLI's help) is a shipped one: an
+"""Every scenario, sweep and file the docs and the help name exists (README, docs/, every --help): an
 example that fails with "unknown scenario" is the first thing a new user runs."""
 
 import re
@@ -60,3 +60,16 @@ def test_the_help_and_the_docs_name_only_shipped_sweeps(capsys: pytest.CaptureFi
              for where, text in _texts(capsys).items()}
     assert named["pdchaos sweep --help"], "the sweep help names no sweep any more: update this test"
     assert {where: sorted(n - shipped) for where, n in named.items() if n - shipped} == {}
+
+
+_REPO_PATH = re.compile(
+    r"\b(?:scenarios|examples|bench|harness|reference_router|fake_engines|reports|pdchaos|tests|docs)/"
+    r"[A-Za-z0-9_./-]+\.(?:py|toml|md|yaml|json|txt)"
+)
+
+
+def test_the_files_the_docs_name_exist() -> None:
+    files = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    missing = {str(p.relative_to(ROOT)): sorted({m for m in _REPO_PATH.findall(p.read_text())
+                                                 if not (ROOT / m).exists()}) for p in files}
+    assert {where: names for where, names in missing.items() if names} == {}
