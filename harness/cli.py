@@ -517,12 +517,27 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if not args.run_dir.is_dir():
         raise UsageError(f"no run folder {args.run_dir}")
+    _refuse_a_folder_of_runs(args.run_dir)
     results, written = rerender(args.run_dir, recheck=args.recheck)
     if not results:
         raise UsageError(f"{args.run_dir} holds no scenario results or histories")
     for line in _summary_lines(results, args.run_dir, written.get("html")):
         print(line)
     return EXIT_BY_STATUS.get(summarize(list(results))["status"], EXIT_UNKNOWN)
+
+
+def _refuse_a_folder_of_runs(folder: Path) -> None:
+    """`pdchaos report runs` would judge every run below as one and write its report among them: a folder
+    that is no run's own but holds runs is refused, with the runs it holds."""
+    from reports.collect import is_run_folder, run_folders_in
+
+    if is_run_folder(folder):
+        return
+    inside = run_folders_in(folder)
+    if inside:
+        more = f" and {len(inside) - 3} more" if len(inside) > 3 else ""
+        shown = ", ".join(str(p) for p in inside[:3]) + more
+        raise UsageError(f"{folder} is not a run folder but holds {len(inside)} of them ({shown}): name one")
 
 
 def one_line(message: str) -> str:

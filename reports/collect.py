@@ -61,6 +61,22 @@ def result_from_history(path: str | os.PathLike[str]) -> ScenarioResult:
     )
 
 
+RUN_MARKERS = (REPORT_JSON, "run.json")
+
+
+def is_run_folder(folder: Path) -> bool:
+    """A folder one `pdchaos run` (or one router of a matrix) wrote: its run.json or report.json."""
+    return any((folder / name).is_file() for name in RUN_MARKERS)
+
+
+def run_folders_in(folder: Path) -> list[Path]:
+    """The run folders right inside `folder` (e.g. `runs/`, a matrix's folder)."""
+    try:
+        return sorted(p for p in folder.iterdir() if p.is_dir() and is_run_folder(p))
+    except OSError:
+        return []
+
+
 def find_histories(run_dir: Path) -> list[Path]:
     return sorted(run_dir.rglob(HISTORY_NAME))
 

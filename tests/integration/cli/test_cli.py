@@ -227,6 +227,26 @@ def test_report_on_folder_without_results(tmp_path: Path, capsys: pytest.Capture
     assert "holds no scenario results" in _one_line_error(err)
 
 
+def test_report_on_a_folder_of_runs_names_them_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = tmp_path / "runs"
+    for name in ("run-a", "run-b"):
+        (runs / name).mkdir(parents=True)
+        (runs / name / cli.RUN_INFO).write_text("{}")
+        rec = HistoryRecorder(runs / name / "cell" / "history.jsonl")
+        rec.run_started("quick_pass", "1p1d", "mooncake", "http", "reference", seed=0)
+        rec.close()
+    (runs / "latest").symlink_to(runs / "run-b")
+    code, _, err = _main(capsys, "report", str(runs))
+    assert code == cli.EXIT_USAGE
+    line = _one_line_error(err)
+    assert "is not a run folder but holds 3 of them" in line and str(runs / "latest") in line
+    assert sorted(p.name for p in runs.iterdir()) == ["latest", "run-a", "run-b"]  # nothing written there
+    code, out, _ = _main(capsys, "report", str(runs / "latest"))  # one of them re-renders as before
+    assert code == cli.EXIT_UNKNOWN and "1 unknown" in out
+
+
 def test_inject_bug_scenarios_need_the_reference_router(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
