@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
 from harness.suite import (
@@ -35,6 +35,7 @@ from harness.suite import (
     load_named,
     select_suite,
 )
+from harness.usage_parser import UsageParser
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -69,19 +70,14 @@ exit codes: 0 pass, 1 fail, 2 unknown (the harness could not tell, or the run wa
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = UsageParser(
         prog="pdchaos",
         description=_DESCRIPTION,
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=UsageParser)
 
     run = sub.add_parser(
         "run",

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
 from harness.parallel import run_suite
@@ -28,6 +28,7 @@ from harness.routers import RouterAdapter, RouterAdapterError, make_router_adapt
 from harness.routers.gateways.adapters import GatewayAdapter
 from harness.runner import Cell, expand_matrix
 from harness.scenario import Scenario, apply_preset, preset
+from harness.usage_parser import UsageParser
 
 _USAGE = """Run scenarios against several routers and write the comparison report.
 
@@ -208,17 +209,9 @@ def drop_skipped(
 EXIT_BY_STATUS = {"pass": 0, "fail": 1, "unknown": 2}
 
 
-class _Parser(argparse.ArgumentParser):
-    """Bad flags are a usage error: exit 3, as every pdchaos command (argparse's own default is 2, which
-    means unknown here)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(3, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="pdchaos matrix", description=_USAGE,
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = UsageParser(prog="pdchaos matrix", description=_USAGE,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
                    help="scenario names or files (none: the default suite)")
     p.add_argument("--router", action="append", metavar="SPEC",

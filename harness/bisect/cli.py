@@ -9,9 +9,10 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from harness.routers.gateways.cache import ReleaseCache
+from harness.usage_parser import UsageParser
 
 EXIT_FOUND, EXIT_NO_PAIR, EXIT_USAGE = 0, 2, 3
 
@@ -41,16 +42,9 @@ class UsageError(Exception):
     pass
 
 
-class _Parser(argparse.ArgumentParser):
-    """Bad flags are a usage error: exit 3, as every pdchaos command."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="pdchaos bisect", description=_USAGE,
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = UsageParser(prog="pdchaos bisect", description=_USAGE,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `pdchaos list`) or file")
     p.add_argument("--router", default="smg", metavar="GATEWAY",
                    help="the gateway, without a version: smg (default), smg-flags, vllm-router")

@@ -24,6 +24,7 @@ from harness.fidelity.mooncake_source import mooncake_results, restrict_to_sourc
 from harness.fidelity.observe import ProbeResult
 from harness.fidelity.probes import PROBES, run_probes
 from harness.fidelity.table import compare, render_markdown, render_text, unexplained
+from harness.usage_parser import UsageParser
 from harness.worlds.real.backends import EngineChoiceError, parse_engines
 from harness.worlds.real.processes import ProcessStartError
 
@@ -31,7 +32,7 @@ EXIT_OK, EXIT_DIFFERS, EXIT_NO_ENGINES, EXIT_USAGE = 0, 1, 2, 3
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = UsageParser(
         prog="pdchaos fidelity", description=__doc__.split("\n\n")[0],
         epilog="Probes (HTTP): " + "; ".join(f"{x.name}: {x.question}" for x in PROBES)
         + "\n\nProbes (gRPC): " + "; ".join(f"{x.name}: {x.question}" for x in GRPC_PROBES)

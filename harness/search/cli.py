@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness.jobs import default_jobs, jobs_arg
 from harness.search import DEFAULT_EXAMPLES, DEFAULT_SHIFTS_S
+from harness.usage_parser import UsageParser
 
 _SHIFTS = ",".join(f"{x:g}" for x in DEFAULT_SHIFTS_S)
 
@@ -46,8 +47,8 @@ class UsageError(ValueError):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pdchaos search", description=_USAGE,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = UsageParser(prog="pdchaos search", description=_USAGE,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--router", default="reference",
                    help="reference (default) or profile:NAME (the simulated world runs the reference core)")
     p.add_argument("--inject-bug", action="append", default=[], metavar="BUG",

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
+from harness.usage_parser import UsageParser
 
 EXIT_BY_STATUS = {"pass": 0, "fail": 1, "unknown": 2}
 EXIT_USAGE = 3
@@ -44,14 +45,9 @@ does not pass), verdict (verdicts only), change (any difference, new and gone ce
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="pdchaos sweep", description=_USAGE,
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = UsageParser(prog="pdchaos sweep", description=_USAGE,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sweep", nargs="?", metavar="FILE", help="a sweep file, or the name of a shipped one")
     p.add_argument("--baseline", type=Path, metavar="DIR",
                    help="a previous run or sweep folder (its report.json) to compare with")

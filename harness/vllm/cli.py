@@ -13,13 +13,14 @@ import json
 import sys
 from pathlib import Path
 
+from harness.usage_parser import UsageParser
 from harness.vllm import NIXL_VERSION, VLLM_VERSION, VllmNotInstalled, default_home, find_install
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 3
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pdchaos engines", description=__doc__.split("\n\n")[0])
+    p = UsageParser(prog="pdchaos engines", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     ins = sub.add_parser(
         "install", help="install an engine backend (vllm)",

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
+from harness.usage_parser import UsageParser
 
 _USAGE = """\
 Run the scenario set (default: the default suite, as `pdchaos run` runs it) once with no bug switch (the
@@ -33,8 +34,8 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pdchaos zoo", description=_USAGE,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = UsageParser(prog="pdchaos zoo", description=_USAGE,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
                    help="scenario names or files (none: the default suite, cut to its suite cells)")
     p.add_argument("--bug", action="append", metavar="NAME",

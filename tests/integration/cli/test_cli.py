@@ -342,3 +342,20 @@ def test_a_fresh_process_prints_one_line_and_exits_3(tmp_path: Path, source: str
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == cli.EXIT_USAGE, err
     assert needle in _one_line_error(err) and not (tmp_path / "out").exists()
+
+
+def _commands() -> list[str]:
+    parser = cli.build_parser()
+    groups = parser._subparsers._group_actions if parser._subparsers else []
+    return [command for group in groups for command in group.choices]
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_every_command_s_bad_flag_is_a_usage_error(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse's own status, 2, reads as an unknown verdict here.
+    try:
+        code = cli.main([command, "--no-such-flag"])
+    except SystemExit as stop:
+        code = stop.code
+    assert code == cli.EXIT_USAGE
+    assert "(see pdchaos" in capsys.readouterr().err

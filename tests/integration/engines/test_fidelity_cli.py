@@ -52,5 +52,5 @@ def test_bad_input_is_a_usage_error(argv: list[str], tmp_path: Path) -> None:
     try:
         code = main([*argv, "--out", str(tmp_path)])
     except SystemExit as e:  # argparse's own refusals
-        code = int(e.code or 0) and EXIT_USAGE
+        code = e.code
     assert code == EXIT_USAGE
