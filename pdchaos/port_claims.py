@@ -3,10 +3,11 @@
 A port handed to a server that binds it later is free at the moment it is chosen, so another process
 drawing from the same pool can choose it too; an engine restarting on its own ports leaves them free for its
 down time, when any other run may take them. Each process therefore claims the ports it hands out in a
-folder shared by the user's processes (`claims_dir()`: one file per port, holding the owner's pid) and skips
+folder shared by the user's processes (`claims_dir()`: one file per port, naming its owner) and skips
 ports a live process has claimed. Claims are made under an exclusive lock on that folder, so two processes
 never both take one; a claim whose owner is gone (killed, crashed) is taken over. A process gives its claims
-up when it exits, or when it forgets the ports (`release`).
+up when it exits, or when it forgets the ports (`release`). A claim names its owner by pid and start time,
+so a pid the kernel has since given to another process does not keep the port.
 
 Claims are advisory: a program that is not pdchaos does not read them (the pool lies below the kernel's
 ephemeral range, where outgoing connections take their ports, for that reason). A folder that cannot be
@@ -48,13 +49,33 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _started(pid: int) -> str:
+    """When the process started (clock ticks since boot, /proc/PID/stat field 22); "" where unknown. With
+    the pid it names one process for good: a pid the kernel gave again to another process is not the one
+    that made a claim."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _claimant(pid: int) -> str:
+    return f"{pid} {_started(pid)}".strip()
+
+
 def _holder(path: Path) -> int | None:
     """The live process holding the claim at `path`, if any (a missing, unreadable or stale file: None)."""
     try:
-        pid = int(path.read_text(encoding="ascii").strip() or "0")
-    except (OSError, ValueError):
+        words = path.read_text(encoding="ascii").split()
+        pid = int(words[0])
+    except (OSError, ValueError, IndexError):
         return None
-    return pid if pid > 0 and _alive(pid) else None
+    if pid <= 0 or not _alive(pid):
+        return None
+    if len(words) > 1 and words[1] != _started(pid):  # the pid was given to another process since
+        return None
+    return pid
 
 
 @contextlib.contextmanager
@@ -74,6 +95,7 @@ def claim(candidates: Iterable[int], wanted: int, usable: Callable[[int], bool])
     (the caller chooses without it)."""
     folder = claims_dir()
     me = os.getpid()
+    stamp = _claimant(me)
     got: list[int] = []
     try:
         with _lock, _locked(folder):
@@ -86,7 +108,7 @@ def claim(candidates: Iterable[int], wanted: int, usable: Callable[[int], bool])
                     continue
                 if not usable(port):
                     continue
-                path.write_text(str(me), encoding="ascii")
+                path.write_text(stamp, encoding="ascii")
                 _mine.add(port)
                 got.append(port)
     except OSError:
@@ -97,7 +119,7 @@ def claim(candidates: Iterable[int], wanted: int, usable: Callable[[int], bool])
 def release(ports: Iterable[int]) -> None:
     """Give up this process's claims on `ports` (the others' claims are left alone)."""
     folder = claims_dir()
-    me = str(os.getpid())
+    me = _claimant(os.getpid())
     with contextlib.suppress(OSError), _lock, _locked(folder):
         for port in list(ports):
             if port not in _mine:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pdchaos.port_claims import CLAIMS_DIR_ENV
+from pdchaos.port_claims import CLAIMS_DIR_ENV, _claimant
 from pdchaos.ports import (
     LOOPBACK,
     POOL_ENV,
@@ -92,7 +92,7 @@ def _finish(proc: subprocess.Popen[str]) -> None:
 
 
 def _claim_files(claims: Path) -> dict[int, int]:
-    return {int(p.name): int(p.read_text()) for p in claims.iterdir() if p.name.isdigit()}
+    return {int(p.name): int(p.read_text().split()[0]) for p in claims.iterdir() if p.name.isdigit()}
 
 
 def test_runs_side_by_side_never_draw_the_same_port(tmp_path: Path) -> None:
@@ -110,14 +110,20 @@ def test_runs_side_by_side_never_draw_the_same_port(tmp_path: Path) -> None:
     assert _claim_files(tmp_path) == {}  # each gave its claims up when it exited
 
 
-def test_a_live_process_s_claim_is_skipped_and_a_dead_one_s_is_taken_over(tmp_path: Path) -> None:
+def test_a_live_process_s_claim_is_skipped_and_a_gone_one_s_is_taken_over(tmp_path: Path) -> None:
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True)
-    dead_pid = int(gone.stdout)
-    tmp_path.mkdir(exist_ok=True)
+    me = _claimant(os.getpid())
+    owners = {
+        **dict.fromkeys(range(23100, 23106), me),  # live: kept
+        **dict.fromkeys(range(23106, 23108), str(os.getpid())),  # live, written without a start time: kept
+        **dict.fromkeys(range(23108, 23112), gone.stdout.strip()),  # exited
+        # this process's pid with another start time: a process that had the pid before this one
+        **dict.fromkeys(range(23112, 23116), f"{os.getpid()} 1"),
+    }
     held = set(range(23100, 23108))
-    for port in range(23100, 23116):
-        (tmp_path / str(port)).write_text(str(os.getpid() if port in held else dead_pid))
+    for port, owner in owners.items():
+        (tmp_path / str(port)).write_text(owner)
     proc, got = _drawer(tmp_path, 8)
     try:
         assert got == set(range(23108, 23116))
