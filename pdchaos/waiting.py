@@ -63,3 +63,15 @@ def poll_until_sync(
         if left <= 0:
             return value
         sleep(min(interval_s, left))
+
+
+async def wait_set(event: asyncio.Event, timeout_s: float | None) -> bool:
+    """Wait until `event` is set or `timeout_s` passes (None: no limit); whether it is set. A loop around
+    this stops when its task is cancelled: Python 3.11's `asyncio.wait_for` drops a cancellation that lands
+    in the same step as the event, and the loop went on; `asyncio.timeout` keeps it."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
+    except TimeoutError:
+        pass
+    return event.is_set()

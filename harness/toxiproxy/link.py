@@ -16,6 +16,7 @@ from typing import Literal
 
 from harness.toxiproxy.chain import DirectionChain
 from harness.toxiproxy.toxics import DOWNSTREAM, UPSTREAM, ToxicSpec
+from pdchaos.waiting import wait_set
 
 READ_SIZE = 64 * 1024
 HIGH_WATER = 256 * 1024
@@ -93,8 +94,7 @@ class _Pump:
                 return
             deadline = self.chain.next_deadline(data_ok=transport.get_write_buffer_size() < HIGH_WATER)
             timeout = None if deadline is None else max(0.0, deadline - loop.time())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout)
+            await wait_set(self.wake, timeout)
 
     def _send_eof(self) -> None:
         self.eof_sent = True

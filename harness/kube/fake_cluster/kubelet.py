@@ -18,7 +18,6 @@ with its PID 1), and so are an exec session's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 import signal
@@ -33,6 +32,7 @@ from harness.kube.fake_cluster.pods import ContainerRun, PodRuntime, render_stat
 from harness.kube.fake_cluster.probes import ProbeTarget, run_probes
 from harness.kube.fake_cluster.procs import exit_code, killpg, spawn
 from harness.kube.fake_cluster.store import Store, bad_request, not_found, rfc3339
+from pdchaos.waiting import wait_set
 
 log = logging.getLogger(__name__)
 NODE_NAME = "fake-node"
@@ -159,8 +159,7 @@ class Kubelet:
                 if c.state != waiting:
                     c.state = waiting
                     self._render(rt)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(rt.wake.wait(), CONFIG_RETRY_S)
+            await wait_set(rt.wake, CONFIG_RETRY_S)
         c.env = cfg.process_env(cfg.base_env(rt.obj, rt.dir, rt.tmp), own, paths)
         c.paths = paths
         c.argv = cfg.container_argv(c.spec, own, paths, rt.ip)
