@@ -132,11 +132,6 @@ def release(ports: Iterable[int]) -> None:
                     path.unlink()
 
 
-def claimed_here() -> frozenset[int]:
-    """The ports this process holds claims on."""
-    return frozenset(_mine)
-
-
 def _release_all() -> None:
     release(set(_mine))
 
