@@ -70,6 +70,12 @@ exit codes: 0 pass, 1 fail, 2 unknown (the harness could not tell, or the run wa
 """
 
 
+def command_names() -> list[str]:
+    """The `pdchaos` commands, in the order the help lists them."""
+    actions = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return [name for a in actions for name in a.choices]
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = UsageParser(
         prog="pdchaos",

@@ -344,13 +344,7 @@ def test_a_fresh_process_prints_one_line_and_exits_3(tmp_path: Path, source: str
     assert needle in _one_line_error(err) and not (tmp_path / "out").exists()
 
 
-def _commands() -> list[str]:
-    parser = cli.build_parser()
-    groups = parser._subparsers._group_actions if parser._subparsers else []
-    return [command for group in groups for command in group.choices]
-
-
-@pytest.mark.parametrize("command", _commands())
+@pytest.mark.parametrize("command", cli.command_names())
 def test_every_command_s_bad_flag_is_a_usage_error(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     # argparse's own status, 2, reads as an unknown verdict here.
     try:

@@ -20,9 +20,7 @@ def _texts(capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
     texts = {str(p.relative_to(ROOT)): p.read_text() for p in files}
     parser = cli.build_parser()
     texts["pdchaos --help"] = parser.format_help()
-    groups = parser._subparsers._group_actions if parser._subparsers else []
-    commands = [command for group in groups for command in group.choices]
-    for command in commands:  # as a user sees it: some commands have parsers of their own
+    for command in cli.command_names():  # as a user sees it: some commands have parsers of their own
         with pytest.raises(SystemExit):
             cli.main([command, "--help"])
         texts[f"pdchaos {command} --help"] = capsys.readouterr().out
