@@ -35,12 +35,11 @@ from harness.suite import (
     load_named,
     select_suite,
 )
-from harness.usage_parser import UsageParser
+from harness.usage_parser import EXIT_USAGE, UsageParser
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
 EXIT_UNKNOWN = 2
-EXIT_USAGE = 3
 EXIT_BY_STATUS = {"pass": EXIT_PASS, "fail": EXIT_FAIL, "unknown": EXIT_UNKNOWN}
 
 RUN_INFO = "run.json"
