@@ -206,7 +206,8 @@ async def run_scenario(
         history_path=out / "history.jsonl",
         out_dir=out,
         cell_dir=out,
-        log_dir=out / "logs",
+        # A simulated cell starts no process: it has no logs.
+        log_dir=out / "logs" if (out / "logs").is_dir() else None,
         notes=notes,
     )
     write_cell_result(result, out)

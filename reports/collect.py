@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from harness.checkers import run_checks
 from harness.history import load_history
 from harness.result import ScenarioResult
+from harness.runner import CELL_RESULT
 from harness.verdict import Verdict
 from reports.json_report import REPORT_JSON, read_json
 
@@ -42,6 +45,9 @@ def result_from_history(path: str | os.PathLike[str]) -> ScenarioResult:
         return ScenarioResult(scenario=folder.name, topology="", connector="", verdicts=[why], **common)
     run = h.run or {}
     verdicts = run_checks(h, _expects(h.settings))
+    world = str(run.get("world") or "real")
+    # A simulated history's clock is virtual: its times say nothing of when the run took place or how long.
+    real = world == "real"
     return ScenarioResult(
         scenario=str(run.get("scenario") or folder.name),
         topology=str(run.get("topology") or ""),
@@ -51,14 +57,40 @@ def result_from_history(path: str | os.PathLike[str]) -> ScenarioResult:
         verdicts=verdicts,
         bugs=[str(b) for b in run.get("bugs") or h.settings.get("bugs") or []],
         seed=run.get("seed"),
-        world=str(run.get("world") or "real"),
+        world=world,
         settings=str(h.settings.get("preset") or "scaled"),
         run_reason=str((h.ended or {}).get("reason") or "no run_ended"),
-        duration_s=round(h.end_t, 3),
-        started_at=h.wall_start,
-        ended_at=None if h.wall_start is None else h.wall_start + h.end_t,
+        duration_s=round(h.end_t, 3) if real else None,
+        started_at=h.wall_start if real else None,
+        ended_at=None if h.wall_start is None or not real else h.wall_start + h.end_t,
         **common,
     )
+
+
+def saved_cell_result(history: Path) -> ScenarioResult | None:
+    """The result the runner saved beside `history` when it judged the cell (None: none, unreadable, or
+    another history's)."""
+    folder = history.parent
+    try:
+        saved = ScenarioResult.from_dict(json.loads((folder / CELL_RESULT).read_text(encoding="utf-8")),
+                                         base=folder)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    same = saved.history_path is not None and os.path.abspath(saved.history_path) == os.path.abspath(history)
+    return saved if same else None
+
+
+def cell_result(history: Path, recheck: bool) -> ScenarioResult:
+    """One cell's result from its folder: the saved one (judged again from the history when `recheck`,
+    keeping what only the run knew: its replay command, description, wall times), else one judged afresh."""
+    saved = saved_cell_result(history)
+    if saved is None:
+        return result_from_history(history)
+    if not recheck:
+        return saved
+    fresh = result_from_history(history)
+    return replace(saved, verdicts=fresh.verdicts, verdict=None, status=None, reason="",
+                   run_reason=fresh.run_reason)
 
 
 RUN_MARKERS = (REPORT_JSON, "run.json")
@@ -82,8 +114,9 @@ def find_histories(run_dir: Path) -> list[Path]:
 
 
 def collect_results(run_dir: Path, recheck: bool = False) -> list[ScenarioResult]:
-    """Saved results from report.json (unless `recheck`), plus a derived result for every history file that
-    no saved result names (a suite that crashed before writing its report)."""
+    """Saved results from report.json (unless `recheck`), plus one for every history file that report.json
+    does not name (a suite interrupted or crashed before writing it): the cell's own saved result where the
+    runner wrote one, else judged from the history."""
     saved: list[ScenarioResult] = []
     report = run_dir / REPORT_JSON
     if not recheck and report.is_file():
@@ -92,5 +125,5 @@ def collect_results(run_dir: Path, recheck: bool = False) -> list[ScenarioResult
         except (ValueError, OSError):
             saved = []
     known = {os.path.abspath(r.history_path) for r in saved if r.history_path is not None}
-    derived = [result_from_history(p) for p in find_histories(run_dir) if os.path.abspath(p) not in known]
+    derived = [cell_result(p, recheck) for p in find_histories(run_dir) if os.path.abspath(p) not in known]
     return saved + derived

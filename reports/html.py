@@ -193,8 +193,10 @@ def _time_unit(r: ScenarioResult) -> str:
 def _section(r: ScenarioResult, run_dir: Path, plots: bool) -> str:
     h, problem = _load(r)
     when = ""
-    if h is not None and h.wall_start is not None:
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(r.started_at or h.wall_start))
+    # A simulated history's start is its virtual epoch: only the run's own record says when it ran.
+    start = r.started_at if r.started_at is not None or r.world == "sim" or h is None else h.wall_start
+    if start is not None:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(start))
     parts = [
         f'<section id="{anchor(r)}"><h2>{esc(r.scenario)} &mdash; {esc(r.cell)} {badge(r.status)}</h2>',
         f"<p>{esc(r.description)}</p>" if r.description else "",
