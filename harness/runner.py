@@ -285,7 +285,8 @@ def replay_command(s: Scenario, topology: str, connector: str, transport: str, r
                    world: str, settings: str, engines: str = "fake") -> str:
     """The `pdchaos run` line that runs this cell again (a shipped scenario by name, else its file)."""
     shipped = Path(s.source).parent.resolve() == SCENARIO_DIR if s.source else True
-    what = s.name if shipped else shlex.quote(s.source)
+    # A file by its absolute path: the line replays from any folder.
+    what = s.name if shipped else shlex.quote(str(Path(s.source).resolve()))
     words = ["pdchaos", "run", what, "--topology", topology, "--connector", connector, "--transport",
              transport, "--world", world, "--settings", settings, "--seed", str(seed)]
     if router not in ("reference", ""):

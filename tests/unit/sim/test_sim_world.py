@@ -3,6 +3,7 @@ as real time at scaled settings (the agreement table)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -16,7 +17,7 @@ from helpers.paths import ROOT
 
 from harness.agreement import TABLE, differences, load_table, rows
 from harness.history import load_history
-from harness.runner import run_scenario
+from harness.runner import replay_command, run_scenario
 from harness.scenario import load_scenarios
 from harness.scenario.bugs import with_bugs
 
@@ -155,3 +156,16 @@ async def test_the_load_outlasts_a_late_heal_by_after_heal_s(tmp_path: Path) -> 
                               settings="scaled")
     assert last_send_after_heal(short) < 0  # the load ended before the engine was back
     assert 1.0 < last_send_after_heal(long) <= 1.5
+
+
+def test_the_replay_of_a_scenario_file_names_it_by_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "mine").mkdir()
+    monkeypatch.chdir(tmp_path)
+    mine = dataclasses.replace(SCENARIOS["prefill_restart_mooncake"], source="mine/my scenario.py")
+    line = replay_command(mine, "1p1d", "mooncake", "http", "reference", 3, "sim", "production")
+    assert f"pdchaos run '{tmp_path / 'mine' / 'my scenario.py'}' --topology 1p1d" in line
+    shipped = replay_command(SCENARIOS["prefill_restart_mooncake"], "1p1d", "mooncake", "http", "reference",
+                             3, "sim", "production")
+    assert shipped.startswith("pdchaos run prefill_restart_mooncake ")
