@@ -35,7 +35,7 @@ from harness.suite import (
     load_named,
     select_suite,
 )
-from harness.usage_parser import EXIT_USAGE, UsageParser
+from harness.usage_parser import EXIT_USAGE, UsageParser, seed_arg
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="sim: run each cell twice and require byte-identical histories")
     run.add_argument("--out", type=Path, metavar="DIR",
                      help="run folder (default: runs/<timestamp-id>; runs/latest points at the newest)")
-    run.add_argument("--seed", type=int, default=0, metavar="N", help="seed for the workload (default 0)")
+    run.add_argument("--seed", type=seed_arg, default=0, metavar="N",
+                     help="seed for the workload, 0 to 2**32-1 (default 0)")
     run.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
     run.add_argument("--jobs", type=jobs_arg, default=None, metavar="N", help=JOBS_HELP)
 

@@ -28,7 +28,7 @@ from harness.routers import RouterAdapter, RouterAdapterError, make_router_adapt
 from harness.routers.gateways.adapters import GatewayAdapter
 from harness.runner import Cell, expand_matrix
 from harness.scenario import Scenario, apply_preset, preset
-from harness.usage_parser import UsageParser
+from harness.usage_parser import UsageParser, seed_arg
 
 _USAGE = """Run scenarios against several routers and write the comparison report.
 
@@ -221,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--connector", choices=("mooncake", "nixl"))
     p.add_argument("--transport", choices=("http", "grpc"))
     p.add_argument("--out", type=Path, metavar="DIR", help="default: runs/compare-<timestamp-id>")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_arg, default=0, metavar="N", help="workload seed, 0 to 2**32-1")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--jobs", type=jobs_arg, default=None, metavar="N", help=JOBS_HELP)
     p.add_argument("--settings", choices=("scaled", "production"), default="scaled",

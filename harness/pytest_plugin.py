@@ -38,6 +38,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from harness.usage_parser import seed_arg
+
 T = TypeVar("T")
 
 _SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
@@ -62,7 +64,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="only these transports: http, grpc")
     group.addoption("--pdchaos-router", default="reference", metavar="ROUTER",
                     help="router under test: 'reference' or 'cmd:<template>' (as `pdchaos run --router`)")
-    group.addoption("--pdchaos-seed", type=int, default=0, metavar="N", help="workload seed")
+    group.addoption("--pdchaos-seed", type=seed_arg, default=0, metavar="N",
+                    help="workload seed, 0 to 2**32-1")
     group.addoption("--pdchaos-world", choices=("real", "sim"), default="real",
                     help="real: processes on loopback (default); sim: simulated time (reference router)")
     group.addoption("--pdchaos-settings", choices=("scaled", "production"), default=None,

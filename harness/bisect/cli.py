@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.routers.gateways.cache import ReleaseCache
-from harness.usage_parser import UsageParser
+from harness.usage_parser import UsageParser, seed_arg
 
 EXIT_FOUND, EXIT_NO_PAIR, EXIT_USAGE = 0, 2, 3
 
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transport", choices=("http", "grpc"))
     p.add_argument("--settings", choices=("scaled", "production"), default=None,
                    help="settings preset (default: scaled, the real-time default)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_arg, default=0, metavar="N", help="workload seed, 0 to 2**32-1")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="runs per release; runs that disagree make the release unknown (default 1)")
     p.add_argument("--gateway-arg", action="append", default=[], metavar="ARG",

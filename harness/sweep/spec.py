@@ -51,6 +51,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from harness.usage_parser import seed_problem
+
 WORLDS = ("real", "sim")
 SETTINGS = ("scaled", "production")
 LOCAL_ENGINES = "local"
@@ -182,7 +184,7 @@ def parse_sweep(data: Mapping[str, Any], path: Path | None = None) -> SweepSpec:
         name=str(head.get("name") or (path.stem if path else "sweep")),
         description=str(head.get("description") or ""),
         path=path,
-        seed=_int(head, "seed", 0, problems),
+        seed=_seed(head, problems),
         jobs=_jobs(head, problems),
         baseline=_opt_str(head, "baseline", problems),
         scenarios=_strings(axes, "scenarios", problems) or ("default",),
@@ -229,6 +231,15 @@ def _int(table: Mapping[str, Any], key: str, default: int, problems: list[str]) 
         problems.append(f"{key} must be a whole number, not {v!r}")
         return default
     return v
+
+
+def _seed(table: Mapping[str, Any], problems: list[str]) -> int:
+    v = table.get("seed", 0)
+    problem = seed_problem(v)
+    if problem is not None:
+        problems.append(problem)
+        return 0
+    return int(v)
 
 
 def _jobs(table: Mapping[str, Any], problems: list[str]) -> int | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
-from harness.usage_parser import UsageParser
+from harness.usage_parser import UsageParser, seed_arg
 
 _USAGE = """\
 Run the scenario set (default: the default suite, as `pdchaos run` runs it) once with no bug switch (the
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--connector", choices=("mooncake", "nixl"))
     p.add_argument("--transport", choices=("http", "grpc"))
     p.add_argument("--jobs", type=jobs_arg, default=None, metavar="N", help=JOBS_HELP)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_arg, default=0, metavar="N", help="workload seed, 0 to 2**32-1")
     p.add_argument("--out", type=Path, metavar="DIR", help="default: runs/zoo-<timestamp-id>")
     p.add_argument("--list", action="store_true", help="list the switches and exit")
     p.add_argument("--rejudge", type=Path, metavar="ZOO_DIR",

@@ -46,7 +46,12 @@ def _one_line_error(err: str) -> str:
         (["run", str(PASS_FILE), "--router", "cmd:/nonexistent/router --port {port}"], "not executable"),
         (["run", str(PASS_FILE), "--router", "cmd:true --port {prot}"], "unknown placeholder"),
         (["run", "--connector", "rdma"], "invalid choice: 'rdma'"),
-        (["run", "--seed", "x"], "invalid int value"),
+        (["run", "--seed", "x"], "a seed is a whole number from 0 to 4294967295, not 'x'"),
+        (["run", "--seed", "4294967296"], "not 4294967296"),  # would repeat seed 0's workload
+        (["run", "--seed", "-1"], "not -1"),
+        (["zoo", "--seed", "-1"], "not -1"),
+        (["matrix", "--seed", "2e3"], "not '2e3'"),
+        (["bisect", "--seed", "99999999999"], "not 99999999999"),
         (["run", str(PASS_FILE), "--topology", "2p2d"], "no selected scenario applies to topology"),
         (["run", str(PASS_FILE), "--transport", "grpc"], "no selected scenario applies to transport grpc"),
         (["report", "/nonexistent/run/dir"], "no run folder"),
@@ -199,10 +204,12 @@ def test_real_runs_exit_codes_and_reports(tmp_path: Path, capsys: pytest.Capture
         assert "report.recheck.html" in capsys.readouterr().out
 
     # The passing cell as a run killed with SIGKILL leaves it: no run_ended, no handoff records (they are
-    # collected as a run ends). Judged again: unknown, never a fail for evidence never collected.
+    # collected as a run ends), no saved result (written once judged). Judged again: unknown, never a fail
+    # for evidence never collected.
     killed = tmp_path / "killed"
     cell = next(p for p in pass_dir.iterdir() if p.is_dir())
     shutil.copytree(cell, killed / cell.name)
+    (killed / cell.name / "result.json").unlink()
     history = killed / cell.name / "history.jsonl"
     kept = [ln for ln in history.read_text().splitlines()
             if json.loads(ln)["type"] not in ("handoff", "run_ended", "note")]

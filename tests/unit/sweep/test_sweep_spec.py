@@ -72,6 +72,8 @@ def test_defaults_are_the_default_suite_on_loopback_with_the_reference_router() 
         ("[axes]\nextend_topologies = true", "extend_topologies needs"),
         ("[axes]\ncolour = ['red']", "unknown key 'colour' in [axes]"),
         ("[sweep]\njobs = 0", "jobs must be at least 1"),
+        ("[sweep]\nseed = -3", "a seed is a whole number from 0 to 4294967295, not -3"),
+        ("[sweep]\nseed = 'one'", "not 'one'"),
         ("[[exclude]]\nreason = 'x'", "names no axis"),
         ("[[exclude]]\nplanet = 'mars'", "unknown key 'planet' in [[exclude]]"),
         ("[compare]\nttft_rel = -1", "[compare] ttft_rel must be a number >= 0"),
