@@ -107,9 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how the router talks to the engines (default: each scenario's own set)")
     run.add_argument(
         "--router", default="reference", metavar="ROUTER",
-        help="'reference' (pdchaos-router, the default) or 'cmd:<command template>' with placeholders such "
-        "as {port} {prefill_args} {decode_args} (see harness/routers/command.py), or a gateway release: smg, "
-        "smg==X.Y.Z, vllm-router[==X.Y.Z]",
+        help="'reference' (pdchaos-router, the default); 'profile:NAME', the reference router with a gateway "
+        "release's known bugs switched on (the one other router the sim world takes; an unknown NAME lists "
+        "them all); 'cmd:<command template>' with placeholders such as {port} {prefill_args} "
+        "{decode_args} (see harness/routers/command.py); or a gateway release: smg[==X.Y.Z] (HTTP workers "
+        "registered through its worker API), smg-flags[==X.Y.Z] (workers from its flags alone), "
+        "smg-operator[==X.Y.Z] (smg with an operator that registers a restarted prefill again), "
+        "vllm-router[==X.Y.Z]",
     )
     run.add_argument(
         "--world", choices=("real", "sim"), default="real",
@@ -323,7 +327,8 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     _check_at_preset(scenarios, settings)
     out = args.out if args.out is not None else Path("runs") / _run_id()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"run folder {out} already exists and is not empty")
+        raise UsageError(f"run folder {out} already exists and is "
+                         + ("not empty" if out.is_dir() else "not a folder"))
     return RunPlan(scenarios, cells, args.router, out, args.seed, args.world, settings,
                    args.check_determinism, engines=engines)
 
@@ -446,6 +451,10 @@ def _summary_lines(results: Sequence[Any], run_dir: Path, html: Path | None = No
     return lines
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from harness.worlds.real.processes import MARKER_ENV
     from reports import report_from_run_dir, summarize, write_reports
@@ -462,7 +471,8 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     marker = os.environ.setdefault(MARKER_ENV, f"pdchaos-{plan.out.name}-{uuid.uuid4().hex[:8]}")
     _write_run_info(plan, marker, argv)
     started = time.time()
-    print(f"pdchaos: {len(plan.cells)} cells from {len(plan.scenarios)} scenarios -> {plan.out}",
+    print(f"pdchaos: {_count(len(plan.cells), 'cell')} from {_count(len(plan.scenarios), 'scenario')} -> "
+          f"{plan.out}",
           file=sys.stderr, flush=True)
     show = not args.no_progress
     results, interrupted = asyncio.run(_run_async(plan, show))
@@ -472,8 +482,11 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     else:
         write_reports(results, plan.out)
         code = EXIT_BY_STATUS.get(summarize(list(results))["status"], EXIT_UNKNOWN)
-    for line in _summary_lines(results, plan.out):
-        print(line)
+    try:
+        for line in _summary_lines(results, plan.out):
+            print(line, flush=True)
+    except BrokenPipeError:
+        _drop_stdout()  # the exit status still tells the verdict
     if interrupted:
         print("pdchaos: interrupted: partial report, verdict UNKNOWN", file=sys.stderr)
     _write_run_info(plan, marker, argv, started_at=started, ended_at=time.time(), interrupted=interrupted,
@@ -497,6 +510,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "tags": list(s.tags),
                 "worlds": list(s.worlds),
                 "world_notes": dict(s.world_notes),
+                "checks": [x.checker for x in s.expect],
+                "catches": list(s.catches),
             }
             for s in scenarios
         ]
@@ -508,6 +523,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"{flag} {s.name}  [{' '.join(s.topologies)}; {'/'.join(s.connectors)}; "
               f"{'/'.join(s.transports)}; worlds: {'/'.join(s.worlds)}]  bugs: {bugs}")
         print(f"    {s.description}")
+        print(f"    checks: {', '.join(x.checker for x in s.expect) or '-'}; "
+              f"fails under --inject-bug: {', '.join(s.catches) or '-'}")
         for world, note in sorted(s.world_notes.items()):
             print(f"    ({world}: {note})")
     print("(* = in the default suite, what `pdchaos run` runs with no scenario named)")
@@ -594,6 +611,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"pdchaos: error: {one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # The reader of a listing went away (`pdchaos list | head`): nothing more to say.
+        _drop_stdout()
+        return EXIT_PASS
     except OSError as e:
         if e.errno == errno.EADDRINUSE:
             print(f"pdchaos: error: port in use: {e}", file=sys.stderr)
@@ -604,10 +625,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         _kill_everything()
         print("pdchaos: interrupted", file=sys.stderr)
         return EXIT_UNKNOWN
-    except BrokenPipeError:
-        with contextlib.suppress(OSError):
-            sys.stdout.close()
-        return EXIT_PASS
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's flush at exit would meet the broken pipe again."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

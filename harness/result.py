@@ -12,6 +12,11 @@ from typing import Any
 from harness.verdict import Verdict, combine
 
 
+def time_unit(world: str) -> str:
+    """The unit of a history's clock, and of every time a verdict gives (wall times are seconds always)."""
+    return "simulated seconds" if world == "sim" else "seconds"
+
+
 def _path(p: str | os.PathLike[str] | None) -> Path | None:
     return None if p is None or str(p) == "" else Path(p)
 
@@ -65,6 +70,10 @@ class ScenarioResult:
         self.bugs = [str(b) for b in self.bugs]
 
     @property
+    def time_unit(self) -> str:
+        return time_unit(self.world)
+
+    @property
     def cell(self) -> str:
         return "-".join(x for x in (self.topology, self.connector, self.transport) if x)
 
@@ -109,6 +118,7 @@ class ScenarioResult:
             "seed": self.seed,
             "world": self.world,
             "settings": self.settings,
+            "time_unit": self.time_unit,
             "replay": self.replay,
             "status": self.status,
             "reason": self.reason or (self.overall.reason if self.status != "pass" else ""),

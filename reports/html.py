@@ -186,10 +186,6 @@ def _plot(h: History | None, r: ScenarioResult, plots: bool) -> str:
     return f'<img alt="timeline {esc(r.key)}" src="data:image/png;base64,{data}">'
 
 
-def _time_unit(r: ScenarioResult) -> str:
-    return "times in simulated seconds" if r.world == "sim" else "real time"
-
-
 def _section(r: ScenarioResult, run_dir: Path, plots: bool) -> str:
     h, problem = _load(r)
     when = ""
@@ -203,7 +199,7 @@ def _section(r: ScenarioResult, run_dir: Path, plots: bool) -> str:
         f"<p>Router <b>{esc(r.router)}</b>; bugs {esc(', '.join(r.bugs) or '-')}; seed {esc(r.seed)}; "
         f"wall time {fmt_s(r.duration_s)}; started {esc(when or '-')}; "
         f"run ended: {esc(r.run_reason or '-')}</p>",
-        f"<p>World <b>{esc(r.world)}</b> ({_time_unit(r)}), settings <b>{esc(r.settings)}</b>. "
+        f"<p>World <b>{esc(r.world)}</b> (times in {esc(r.time_unit)}), settings <b>{esc(r.settings)}</b>. "
         f"Replay: <code>{esc(r.replay or '-')}</code></p>",
         f"<p><b>{esc(problem)}</b></p>" if problem else "",
         f"<p>Verdict: {esc(r.overall.reason)}</p>" if r.status != "pass" else "",

@@ -59,7 +59,8 @@ def junit_tree(results: list[ScenarioResult], run_dir: Path) -> ET.ElementTree:
         )
         props = ET.SubElement(case, "properties")
         for name, value in (("bugs", ",".join(r.bugs)), ("status", r.status or ""), ("world", r.world),
-                            ("settings", r.settings), ("seed", str(r.seed)), ("replay", r.replay),
+                            ("settings", r.settings), ("time_unit", r.time_unit), ("seed", str(r.seed)),
+                            ("replay", r.replay),
                             ("pdchaos_version", __version__)):
             ET.SubElement(props, "property", name=name, value=value)
         reason = r.overall.reason or r.status or ""

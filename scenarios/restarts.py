@@ -27,7 +27,7 @@ SCENARIOS = [
         tags=("default",),
         description="A Mooncake prefill restarts on the same address with a new engine id (down 0.6 s, so a "
         "probe fails). The router must re-read the id: minting the dead id makes every decode wait out the "
-        "KV transfer timeout (vLLM #2491's 480 s hang, scaled to 2 s).",
+        "KV transfer timeout (vLLM #2491: 480 s at production settings; the scaled preset waits 2 s).",
         bugs=("#2491", "zoo-1"),
         catches=("stale_engine_id", "api_reports_first_id"),
         topologies=ALL_SHAPES,

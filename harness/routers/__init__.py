@@ -36,8 +36,8 @@ def make_router_adapter(spec: str | RouterAdapter) -> RouterAdapter:
     if gateway_name(spec) is not None:
         return make_gateway_adapter(spec)
     raise RouterAdapterError(
-        f"unknown router {spec!r}: use 'reference', 'profile:NAME', 'smg[==X.Y.Z]', 'vllm-router[==X.Y.Z]' "
-        "or 'cmd:<command template>'"
+        f"unknown router {spec!r}: use 'reference', 'profile:NAME', 'smg[==X.Y.Z]', 'smg-flags[==X.Y.Z]', "
+        "'smg-operator[==X.Y.Z]', 'vllm-router[==X.Y.Z]' or 'cmd:<command template>'"
     )
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from harness.checkers import run_checks
 from harness.history import HistoryRecorder, ManualClock
+from harness.result import time_unit
 from harness.scenario import LinkFlap, Observed, Scenario, Timeline, links_in
 from harness.scenario.links import LinkRef, flap_schedule
 from harness.scenario.presets import ACTION_TIMES
@@ -246,7 +247,7 @@ class ScenarioSession:
         self.history.run_started(
             s.name, topo.name, topo.connector, topo.transport, self.router_name, self.seed,
             self._settings_record(), run_id=self.run_id, bugs=list(s.bugs), world=self.world,
-            time_unit="simulated seconds" if self.world == "sim" else "seconds",
+            time_unit=time_unit(self.world),
         )
         self.phase = Phase.ENGINES
         self._phase_deadline = now + self.engine_start_s + max(

@@ -360,3 +360,25 @@ def test_every_command_s_bad_flag_is_a_usage_error(command: str, capsys: pytest.
         code = stop.code
     assert code == cli.EXIT_USAGE
     assert "(see pdchaos" in capsys.readouterr().err
+
+
+def test_a_listing_whose_reader_went_away_ends_quietly() -> None:
+    """`pdchaos list | head -1`: the reader goes away before the listing ends; no traceback, status 0."""
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "list"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the listing is written (the command takes a while to import)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and err == "", err
+
+
+def test_list_names_each_scenario_s_checks_and_the_switches_it_catches(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["list", "--json"]) == 0
+    listed = {s["name"]: s for s in json.loads(capsys.readouterr().out)}
+    two = listed["prefill_restart_mooncake"]
+    assert "transfer_timeout" in two["checks"] and "stale_engine_id" in two["catches"]
+    assert cli.main(["list", "prefill_restart_mooncake"]) == 0
+    text = capsys.readouterr().out
+    assert "checks: " in text and "fails under --inject-bug: " in text and "stale_engine_id" in text

@@ -48,6 +48,10 @@ async def test_the_report_keeps_the_replay_command_and_wall_times_of_each_cell(
     assert again.replay == saved["replay"]
     props = {p.get("name"): p.get("value") for p in ET.parse(run_dir / "junit.xml").iter("property")}
     assert props["replay"] == saved["replay"]
+    # The unit of the verdicts' times, in every report.
+    assert props["time_unit"] == "simulated seconds" == saved["time_unit"]
+    assert json.loads((run_dir / "report.json").read_text())["results"][0]["time_unit"] == "simulated seconds"
+    assert "times in simulated seconds" in (run_dir / "report.html").read_text()
     assert saved["replay"] in (run_dir / "report.html").read_text().replace("&#x27;", "'")
 
 

@@ -258,7 +258,7 @@ FLAG_CASES: list[tuple[str, Any, str]] = [
     ("router-cmd-blank", lambda t: ["run", PASS, "--router", "cmd:   "], "empty router command template"),
     ("connector-choice", lambda t: ["run", PASS, "--connector", "rdma"], "invalid choice: 'rdma'"),
     ("transport-choice", lambda t: ["run", PASS, "--transport", "tcp"], "invalid choice: 'tcp'"),
-    ("seed-text", lambda t: ["run", PASS, "--seed", "x"], "invalid int value"),
+    ("seed-text", lambda t: ["run", PASS, "--seed", "x"], "a seed is a whole number"),
     ("world-choice", lambda t: ["run", PASS, "--world", "moon"], "invalid choice: 'moon'"),
     ("settings-choice", lambda t: ["run", PASS, "--settings", "staging"], "invalid choice: 'staging'"),
     ("determinism-real", lambda t: ["run", PASS, "--check-determinism"],
