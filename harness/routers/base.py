@@ -40,6 +40,10 @@ class RouterAdapter:
     has_events = False
     supports_inject_bug = False
 
+    def cli_spec(self) -> str:
+        """The `--router` value that selects this router again (a replay command names it)."""
+        return self.name
+
     def __init__(self, api_key: str | None = None) -> None:
         self.api_key = api_key
 

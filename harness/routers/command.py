@@ -49,6 +49,9 @@ class CommandRouter(RouterAdapter):
         self.words = words
         self.name = name
 
+    def cli_spec(self) -> str:
+        return "cmd:" + self.template
+
     def values(
         self, topo: Topology, settings: RouterSettings, registered: list[str], events_file: str
     ) -> tuple[dict[str, str], dict[str, list[str]]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,9 +57,10 @@ async def run_sweep(plan: SweepPlan, out: Path, jobs: int, progress: Any = None,
     run = SweepRun(plan, out, jobs, skipped=list(plan.skipped))
     runnable, adapters = _runnable(plan, run.skipped)
     rid = re.sub(r"[^A-Za-z0-9_-]", "", out.name[-12:]) or "sweep"
+    backends = write_backend_files(plan, out)
     work = [CellJob(c.scenario, c.cell, cell_folder(out, c),
                     router=adapters.get(c.router.spec, c.router.spec), seed=plan.spec.seed, run_id=rid,
-                    world=c.key.world, settings=c.key.settings, engines=_engines(c))
+                    world=c.key.world, settings=c.key.settings, engines=_engines(c, backends))
             for c in runnable]
     results = await run_cells(work, jobs, progress, reuse=reuse)
     run.ran = list(zip(runnable, results, strict=True))
@@ -101,8 +102,27 @@ def _runnable(plan: SweepPlan, skipped: list[Skipped]) -> tuple[list[SweepCell],
     return out, adapters
 
 
-def _engines(c: SweepCell) -> str | EngineChoice:
-    return "fake" if c.backend is None else EngineChoice.kube(c.backend.options)
+# The sweep's engine backends, each a file of its own in the sweep folder: `--engines k8s:FILE` in a cell's
+# replay command names it.
+BACKENDS_DIR = "engines"
+
+
+def write_backend_files(plan: SweepPlan, out: Path) -> dict[str, Path]:
+    used = {c.backend.name: c.backend for c in plan.cells if c.backend is not None}
+    files: dict[str, Path] = {}
+    for name, backend in sorted(used.items()):
+        path = (out / BACKENDS_DIR / f"{name}.json").resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"backend": backend.backend, **backend.options}, indent=1) + "\n",
+                        encoding="utf-8")
+        files[name] = path
+    return files
+
+
+def _engines(c: SweepCell, files: Mapping[str, Path]) -> str | EngineChoice:
+    if c.backend is None:
+        return "fake"
+    return EngineChoice.kube(c.backend.options, files.get(c.backend.name))
 
 
 def sweep_document(run: SweepRun) -> dict[str, Any]:

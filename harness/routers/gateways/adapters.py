@@ -113,7 +113,11 @@ class GatewayAdapter(RouterAdapter):
         self.log_level = log_level
         variant = f"-{self.variant}" if self.variant else ""
         self.name = self.package + variant + (f"-{version}" if version else "")
+        self._spec = self.package + variant + (f"=={version}" if version else "")
         self.dropped: list[str] = []
+
+    def cli_spec(self) -> str:
+        return self._spec
 
     # -- what it can run
 

@@ -58,13 +58,18 @@ class KubeFleetError(RuntimeError):
 
 def load_backend_file(path: Path) -> dict[str, Any]:
     """An engines file for `--engines k8s:FILE`: the `[engines.NAME]` table of a sweep, as a TOML file of
-    its own (`backend = "k8s"` optional); ValueError naming every problem."""
+    its own (`backend = "k8s"` optional), or the same table as a JSON object in a `.json` file (what a sweep
+    writes for its cells' replay commands); ValueError naming every problem."""
+    import json
     import tomllib
 
     try:
-        table = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as e:
+        text = path.read_text(encoding="utf-8")
+        table = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ValueError(f"{path}: {e}") from e
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: not a table of engine settings")
     if table.pop("backend", "k8s") != "k8s":
         raise ValueError(f"{path}: backend must be \"k8s\"")
     parse_options(table)

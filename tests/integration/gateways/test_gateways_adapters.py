@@ -304,3 +304,27 @@ def test_extra_args_go_last_verbatim() -> None:
     a = SmgRouter("smg", flags=SMG_FLAGS, extra_args=extra)
     argv = a.launch(topo, SETTINGS, ["prefill-0", "decode-0"], "/dev/null").argv
     assert argv[-3:] == ["--disable-circuit-breaker", "--cb-failure-threshold", "3"]
+
+
+def test_each_router_names_the_flag_value_that_selects_it_again() -> None:
+    """What a replay command passes as --router: the spec the CLI parses back to the same gateway and release
+    (the adapter's display name `smg-1.13.0` is no spec: `--router smg-1.13.0` is refused)."""
+    from harness.routers import CommandRouter, ProfileRouter, ReferenceRouter
+    from harness.routers.gateways.adapters import SmgOperatorRouter
+    from harness.routers.gateways.spec import parse_router_spec
+    from harness.routers.profiles import profile_named
+
+    for adapter, spec in (
+        (SmgRouter("smg", version="1.13.0"), "smg==1.13.0"),
+        (SmgFlagsRouter("smg", version="1.12.0"), "smg-flags==1.12.0"),
+        (SmgOperatorRouter("smg", version="1.13.0"), "smg-operator==1.13.0"),
+        (VllmRouter("vllm-router", version="0.1.17"), "vllm-router==0.1.17"),
+        (SmgRouter("smg"), "smg"),
+    ):
+        assert adapter.cli_spec() == spec
+        parsed = parse_router_spec(spec)
+        assert parsed.gateway is not None and parsed.version == adapter.version
+        assert (parsed.gateway.name or parsed.gateway.package) == spec.split("==")[0]
+    assert CommandRouter("my-router --port {port}").cli_spec() == "cmd:my-router --port {port}"
+    assert ReferenceRouter().cli_spec() == "reference"
+    assert ProfileRouter(profile_named("smg-1.12.0")).cli_spec() == "profile:smg-1.12.0"

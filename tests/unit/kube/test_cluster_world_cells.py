@@ -64,3 +64,33 @@ async def test_no_cluster_to_reach_is_a_clear_error(tmp_path: Path, monkeypatch:
                       ProcessSupervisor(tmp_path / "logs"), tmp_path, token="t", table=FAKE)
     with pytest.raises(KubeFleetError, match=r"no cluster to reach.*fake_cluster"):
         await fleet.prepare()
+
+
+def test_a_sweep_s_backend_gets_a_file_its_cells_replay_commands_name(tmp_path: Path) -> None:
+    """`--engines k8s` alone names no table: a sweep's cluster cells replay with the file the sweep wrote."""
+    from harness.runner import replay_command
+    from harness.sweep.plan import plan_sweep
+    from harness.sweep.run import _engines, write_backend_files
+    from harness.sweep.spec import load_sweep
+
+    plan = plan_sweep(load_sweep("fake-cluster"))
+    files = write_backend_files(plan, tmp_path)
+    assert list(files) == ["fake-pods"] and files["fake-pods"].is_file()
+    cell = plan.cells[0]
+    choice = _engines(cell, files)
+    assert isinstance(choice, EngineChoice) and choice.label == f"k8s:{files['fake-pods']}"
+    again = parse_engines(choice.label)  # what `pdchaos run ... --engines k8s:FILE` reads back
+    assert again.table == choice.table and again.table["preset"] == "pdchaos-fake"
+    line = replay_command(cell.scenario, cell.cell.topology, cell.cell.connector, cell.cell.transport,
+                          "reference", 0, "real", "scaled", choice.label)
+    assert f"--engines {files['fake-pods']}" not in line and f"--engines k8s:{files['fake-pods']}" in line
+
+
+def test_a_json_engines_file_must_hold_a_table(tmp_path: Path) -> None:
+    f = tmp_path / "e.json"
+    f.write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(ValueError, match="not a table"):
+        load_backend_file(f)
+    f.write_bytes(b"\xff\xfe{")
+    with pytest.raises(ValueError, match=str(f)):
+        load_backend_file(f)
