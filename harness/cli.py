@@ -445,7 +445,7 @@ def _summary_lines(results: Sequence[Any], run_dir: Path, html: Path | None = No
             lines.append(f"           replay: {r.replay}")
     s = summarize(list(results))
     lines.append(
-        f"pdchaos: {s['total']} cells: {s['pass']} pass, {s['fail']} fail, {s['unknown']} unknown -> "
+        f"pdchaos: {_count(s['total'], 'cell')}: {s['pass']} pass, {s['fail']} fail, {s['unknown']} unknown -> "
         f"{s['status'].upper()}; report: {html or run_dir / 'report.html'}"
     )
     return lines

@@ -77,7 +77,8 @@ def _record(summary: Summary, opts: SearchOptions, res: SeedResult, started_afte
     if f is None:
         return
     reason = failing_reason(f.outcome, f.signature)
-    path = write_found(opts.out, f.signature, res.seed, opts.bugs, f.original, f.shrunk, reason, opts.shifts)
+    path = write_found(opts.out, f.signature, res.seed, opts.bugs, f.original, f.shrunk, reason, opts.shifts,
+                       opts.router)
     when = started_after_s + f.found_after_s
     if summary.time_to_first_failure_s is None or when < summary.time_to_first_failure_s:
         summary.time_to_first_failure_s = when

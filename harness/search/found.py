@@ -16,10 +16,15 @@ from harness.search.signature import Signature
 from harness.search.source import to_source
 
 
-def replay_command(path: Path, case: SearchCase, world: str = "sim") -> str:
+def replay_command(path: Path, case: SearchCase, world: str = "sim", router: str = "reference") -> str:
+    """The router is named unless it is the reference: a gateway profile brings its own switches and timings,
+    which the scenario file does not hold."""
     settings = case.settings if world == "sim" else "scaled"
-    return shlex.join(["pdchaos", "run", str(path), "--world", world, "--settings", settings,
-                       "--seed", str(case.run_seed)])
+    words = ["pdchaos", "run", str(path), "--world", world, "--settings", settings,
+             "--seed", str(case.run_seed)]
+    if router not in ("reference", ""):
+        words += ["--router", router]
+    return shlex.join(words)
 
 
 def _schedule_lines(case: SearchCase) -> list[str]:
@@ -32,7 +37,8 @@ def _file_name(sig: Signature, body: str) -> str:
 
 
 def render(sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCase, shrunk: SearchCase,
-           reason: str, path_hint: Path | None = None, shifts: tuple[float, ...] = ()) -> tuple[str, str]:
+           reason: str, path_hint: Path | None = None, shifts: tuple[float, ...] = (),
+           router: str = "reference") -> tuple[str, str]:
     """(file name, source). The name hashes the shrunk scenario, so the same failure found by two seeds is
     one file."""
     names: set[str] = set()
@@ -48,7 +54,7 @@ def render(sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCas
     header = [
         f'"""Found by `pdchaos search` (seed {seed}): {sig.checker} fails ({sig.reason}).',
         "",
-        f"Bug switches on: {', '.join(bugs) if bugs else 'none'}.",
+        f"Router: {router}; bug switches on: {', '.join(bugs) if bugs else 'none'}.",
         f"Failure: {reason}",
         f"Shrunk: {len(shrunk.faults)} fault(s) on {shrunk.topology} ({shrunk.connector}/{shrunk.transport}, "
         f"settings {shrunk.settings}, run seed {shrunk.run_seed}); the original: {len(original.faults)} "
@@ -57,9 +63,9 @@ def render(sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCas
            f"{', '.join(f'{x:g}' for x in shifts)} s."] if shifts else []),
         "",
         "Replay (simulated time, the same verdict):",
-        f"    {replay_command(path, shrunk, 'sim')}",
+        f"    {replay_command(path, shrunk, 'sim', router)}",
         "Real time (scaled settings):",
-        f"    {replay_command(path, shrunk, 'real')}",
+        f"    {replay_command(path, shrunk, 'real', router)}",
         '"""',
         "",
         "from __future__ import annotations",
@@ -81,10 +87,11 @@ def render(sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCas
 
 
 def write_found(out_dir: Path, sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCase,
-                shrunk: SearchCase, reason: str, shifts: tuple[float, ...] = ()) -> Path:
+                shrunk: SearchCase, reason: str, shifts: tuple[float, ...] = (),
+                router: str = "reference") -> Path:
     folder = out_dir / "found"
     folder.mkdir(parents=True, exist_ok=True)
-    name, text = render(sig, seed, bugs, original, shrunk, reason, folder, shifts)
+    name, text = render(sig, seed, bugs, original, shrunk, reason, folder, shifts, router)
     path = folder / name
     path.write_text(text)
     return path
