@@ -445,8 +445,8 @@ def _summary_lines(results: Sequence[Any], run_dir: Path, html: Path | None = No
             lines.append(f"           replay: {r.replay}")
     s = summarize(list(results))
     lines.append(
-        f"pdchaos: {_count(s['total'], 'cell')}: {s['pass']} pass, {s['fail']} fail, {s['unknown']} unknown -> "
-        f"{s['status'].upper()}; report: {html or run_dir / 'report.html'}"
+        f"pdchaos: {_count(s['total'], 'cell')}: {s['pass']} pass, {s['fail']} fail, {s['unknown']} unknown "
+        f"-> {s['status'].upper()}; report: {html or run_dir / 'report.html'}"
     )
     return lines
 

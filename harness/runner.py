@@ -228,14 +228,25 @@ def write_cell_result(result: ScenarioResult, out: Path) -> None:
 
 def read_cell_result(out: Path, scenario: str, cell: Cell, world: str) -> ScenarioResult | None:
     """The judged result of this very cell in `out` (None: none, unreadable, or another cell's)."""
-    try:
-        data = json.loads((out / CELL_RESULT).read_text(encoding="utf-8"))
-        result = ScenarioResult.from_dict(data, base=out)
-    except (OSError, ValueError, TypeError, KeyError):
+    result = saved_cell_result(out / "history.jsonl")
+    if result is None:
         return None
     same = (result.scenario, result.topology, result.connector, result.transport, result.world) == (
         scenario, cell.topology, cell.connector, cell.transport, world)
     return result if same else None
+
+
+def saved_cell_result(history: Path) -> ScenarioResult | None:
+    """The result the runner saved beside `history` when it judged the cell (None: none, unreadable, or
+    another history's)."""
+    folder = history.parent
+    try:
+        saved = ScenarioResult.from_dict(json.loads((folder / CELL_RESULT).read_text(encoding="utf-8")),
+                                         base=folder)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    same = saved.history_path is not None and os.path.abspath(saved.history_path) == os.path.abspath(history)
+    return saved if same else None
 
 
 async def _replay_verdict(scenario: Scenario, topo: Topology, router: str, seed: int, run_id: str,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import replace
@@ -12,7 +11,7 @@ from typing import Any
 from harness.checkers import run_checks
 from harness.history import load_history
 from harness.result import ScenarioResult
-from harness.runner import CELL_RESULT
+from harness.runner import saved_cell_result
 from harness.verdict import Verdict
 from reports.json_report import REPORT_JSON, read_json
 
@@ -65,19 +64,6 @@ def result_from_history(path: str | os.PathLike[str]) -> ScenarioResult:
         ended_at=None if h.wall_start is None or not real else h.wall_start + h.end_t,
         **common,
     )
-
-
-def saved_cell_result(history: Path) -> ScenarioResult | None:
-    """The result the runner saved beside `history` when it judged the cell (None: none, unreadable, or
-    another history's)."""
-    folder = history.parent
-    try:
-        saved = ScenarioResult.from_dict(json.loads((folder / CELL_RESULT).read_text(encoding="utf-8")),
-                                         base=folder)
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
-    same = saved.history_path is not None and os.path.abspath(saved.history_path) == os.path.abspath(history)
-    return saved if same else None
 
 
 def cell_result(history: Path, recheck: bool) -> ScenarioResult:

@@ -142,7 +142,9 @@ async def _execute(
 
 
 def _resume(out: Path, jobs: int, quiet: bool) -> int:
-    """Run the planned runs of a zoo folder that have no history yet, then judge them all."""
+    """Run the planned runs of a zoo folder that were not judged yet (no history, or one an interruption cut
+    short: the runner saves a cell's result only once judged), then judge them all."""
+    from harness.runner import saved_cell_result
     from harness.suite import UsageError, load_named
     from harness.zoo.rejudge import read_plan
 
@@ -152,7 +154,7 @@ def _resume(out: Path, jobs: int, quiet: bool) -> int:
     except (OSError, KeyError, ValueError, UsageError) as e:
         print(f"pdchaos: error: {out}: {e}", file=sys.stderr)
         return 3
-    todo = [r for r in runs if not (out / "cells" / r.folder / "history.jsonl").exists()]
+    todo = [r for r in runs if saved_cell_result(out / "cells" / r.folder / "history.jsonl") is None]
     done = len(runs) - len(todo)
     print(f"pdchaos zoo: {done} of {len(runs)} runs done; running {len(todo)}", file=sys.stderr)
     seed = int(meta.get("seed", 0))

@@ -18,6 +18,7 @@ from harness.zoo.plan import ZooRun
 from pdchaos.bugs import BugSwitch
 
 FAIL = "fail"
+PASS = "pass"
 
 
 @dataclass
@@ -112,6 +113,8 @@ def build_matrix(
     cells: list[str] = []
     transport: dict[str, str] = {}
     baseline_fail: dict[str, set[str]] = {}
+    # Per cell, the checkers that passed in every baseline run: only these can catch a switch there.
+    baseline_pass: dict[str, set[str]] = {}
     baseline_status: dict[str, list[str]] = {}
     false_alarms: dict[str, list[str]] = {}
     baseline_runs = 0
@@ -123,6 +126,8 @@ def build_matrix(
             continue
         baseline_runs = max(baseline_runs, run.repeat + 1)
         baseline_status.setdefault(run.cell_key, []).append(res.status or "unknown")
+        passed = {v.name for v in res.verdicts if v.status == PASS}
+        baseline_pass[run.cell_key] = baseline_pass.get(run.cell_key, passed) & passed
         for v in res.verdicts:
             if v.status == FAIL:
                 baseline_fail.setdefault(run.cell_key, set()).add(v.name)
@@ -131,8 +136,8 @@ def build_matrix(
     for run, res in zip(runs, results, strict=True):
         if run.switch is None:
             continue
-        spoiled = baseline_fail.get(run.cell_key, set())
-        fresh = [v for v in res.verdicts if v.status == FAIL and v.name not in spoiled]
+        trusted = baseline_pass.get(run.cell_key, set())
+        fresh = [v for v in res.verdicts if v.status == FAIL and v.name in trusted]
         outcome = CellOutcome(
             caught=bool(fresh), checkers=[v.name for v in fresh],
             evidence=_evidence(fresh), status=res.status or "unknown",

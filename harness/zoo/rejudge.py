@@ -14,7 +14,7 @@ from typing import Any
 from harness.checkers import run_checks
 from harness.history import load_history
 from harness.result import ScenarioResult
-from harness.runner import Cell
+from harness.runner import Cell, saved_cell_result
 from harness.scenario import Scenario, apply_preset, preset
 from harness.scenario.bugs import with_bugs
 from harness.verdict import combine
@@ -58,7 +58,9 @@ def rejudge(
         verdicts = run_checks(load_history(path), s.expect)
         overall = combine(verdicts, name=s.name)
         kept.append(r)
+        saved = saved_cell_result(path)
         results.append(ScenarioResult(scenario=s.name, topology=r.cell.topology, connector=r.cell.connector,
                                       transport=r.cell.transport, verdict=overall, verdicts=verdicts,
-                                      status=overall.status, settings=settings))
+                                      status=overall.status, settings=settings,
+                                      replay=saved.replay if saved is not None else ""))
     return kept, results

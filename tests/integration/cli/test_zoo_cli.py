@@ -67,3 +67,14 @@ def test_a_small_zoo_catches_its_switches_and_can_be_rejudged(
     assert code == 0, err
     again = json.loads((out / "zoo.json").read_text())
     assert again["switches"]["no_worker_404"]["caught_by"] == [key]
+    assert again["switches"]["no_worker_404"]["cells"][key]["replay"].startswith("pdchaos run sole_prefill_down")
+    # A cell an interruption cut short (its history has no verdict beside it) runs again on --resume.
+    cut = next(p.parent for p in (out / "cells").rglob("result.json"))
+    (cut / "result.json").unlink()
+    history = cut / "history.jsonl"
+    history.write_text("".join(ln for ln in history.read_text().splitlines(keepends=True)
+                               if '"type":"run_ended"' not in ln))
+    code, _, err = _main(capsys, "zoo", "--resume", str(out), "--no-progress")
+    assert code == 0, err
+    assert "running 1" in err and (cut / "result.json").is_file()
+    assert '"type":"run_ended"' in history.read_text()

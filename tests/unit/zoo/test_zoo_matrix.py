@@ -73,3 +73,18 @@ def test_caught_needs_a_checker_that_passed_in_every_baseline_run(tmp_path: Path
 def test_one_result_per_run() -> None:
     with pytest.raises(ValueError):
         build_matrix(zoo_plan([SCEN], [BOTH]), [], {"both_bug": BOTH}, "sim", "scaled")
+
+
+def test_a_baseline_that_could_not_tell_makes_nothing_caught() -> None:
+    """Baselines cut short (unknown, e.g. an interrupted zoo): a failing checker with the switch on proves
+    nothing where it never passed without it."""
+    runs = zoo_plan([SCEN], [GRPC_ONLY], baseline_runs=1)
+    results = []
+    for r in runs:
+        if r.switch is None:
+            unknown = r.cell.transport == "grpc"
+            results.append(_result(("output", "unknown" if unknown else "pass")))
+        else:
+            results.append(_result(("output", "fail")))
+    m = build_matrix(runs, results, {"grpc_bug": GRPC_ONLY}, "sim", "scaled")
+    assert m.caught_by("grpc_bug") == [] and m.missing_transports("grpc_bug") == ["grpc"] and not m.ok
