@@ -67,7 +67,8 @@ def test_a_small_zoo_catches_its_switches_and_can_be_rejudged(
     assert code == 0, err
     again = json.loads((out / "zoo.json").read_text())
     assert again["switches"]["no_worker_404"]["caught_by"] == [key]
-    assert again["switches"]["no_worker_404"]["cells"][key]["replay"].startswith("pdchaos run sole_prefill_down")
+    replay = again["switches"]["no_worker_404"]["cells"][key]["replay"]
+    assert replay.startswith("pdchaos run sole_prefill_down")
     # A cell an interruption cut short (its history has no verdict beside it) runs again on --resume.
     cut = next(p.parent for p in (out / "cells").rglob("result.json"))
     (cut / "result.json").unlink()
