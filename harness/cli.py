@@ -33,6 +33,7 @@ from harness.suite import (
     UsageError,
     default_suite,
     load_named,
+    out_folder_problem,
     select_suite,
 )
 from harness.usage_parser import EXIT_USAGE, UsageParser, seed_arg
@@ -326,9 +327,9 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     settings = args.settings or default_settings(args.world)
     _check_at_preset(scenarios, settings)
     out = args.out if args.out is not None else Path("runs") / _run_id()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"run folder {out} already exists and is "
-                         + ("not empty" if out.is_dir() else "not a folder"))
+    problem = out_folder_problem(out, "run folder")
+    if problem:
+        raise UsageError(problem)
     return RunPlan(scenarios, cells, args.router, out, args.seed, args.world, settings,
                    args.check_determinism, engines=engines)
 

@@ -236,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _out_problem(out: Path, args: argparse.Namespace) -> str | None:
     """Why the matrix cannot write into `out` (None: it can)."""
+    from harness.suite import out_folder_problem
+
     if args.resume:
         if args.out is None:
             return "--resume needs --out: the folder of the matrix to go on with"
@@ -248,9 +250,7 @@ def _out_problem(out: Path, args: argparse.Namespace) -> str | None:
                 return (f"--resume: {out} was run with {key} {doc.get(key)!r}, not {value!r}: its cells "
                         "would not be comparable")
         return None
-    if out.exists() and any(out.iterdir()):
-        return f"{out} exists and is not empty (--resume goes on with it)"
-    return None
+    return out_folder_problem(out, "matrix folder", resume=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

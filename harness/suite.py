@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 DEFAULT_TAG = "default"
@@ -12,6 +13,19 @@ DEFAULT_TAG = "default"
 
 class UsageError(Exception):
     """Bad arguments or configuration: reported as one line, exit code 3."""
+
+
+def out_folder_problem(out: Path, label: str = "", resume: bool = False) -> str | None:
+    """Why `out` cannot take a new command's results (None: it can): a file there, or a folder that holds
+    something already (a new run never writes among an old one's files)."""
+    name = f"{label} {out}" if label else str(out)
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        return f"{name} already exists and is not a folder"
+    if any(out.iterdir()):
+        return f"{name} already exists and is not empty" + (" (--resume goes on with it)" if resume else "")
+    return None
 
 
 def split_topologies(values: Sequence[str] | None) -> list[str] | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.routers.gateways.cache import ReleaseCache
+from harness.suite import out_folder_problem
 from harness.usage_parser import UsageParser, seed_arg
 
 EXIT_FOUND, EXIT_NO_PAIR, EXIT_USAGE = 0, 2, 3
@@ -173,8 +174,9 @@ def main(argv: Sequence[str] | None = None, cache: ReleaseCache | None = None) -
             raise UsageError(str(e)) from None
         out = args.out or Path("runs") / ("bisect-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime())
                                           + "-" + uuid.uuid4().hex[:6])
-        if not args.dry_run and out.exists() and any(out.iterdir()):
-            raise UsageError(f"{out} exists and is not empty")
+        problem = None if args.dry_run else out_folder_problem(out, "bisect folder")
+        if problem:
+            raise UsageError(problem)
     except UsageError as e:
         print(f"pdchaos: error: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_USAGE

@@ -24,6 +24,7 @@ from harness.fidelity.mooncake_source import mooncake_results, restrict_to_sourc
 from harness.fidelity.observe import ProbeResult
 from harness.fidelity.probes import PROBES, run_probes
 from harness.fidelity.table import compare, render_markdown, render_text, unexplained
+from harness.suite import out_folder_problem
 from harness.usage_parser import UsageParser
 from harness.worlds.real.backends import EngineChoiceError, parse_engines
 from harness.worlds.real.processes import ProcessStartError
@@ -88,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         print("pdchaos fidelity: --real must name a real backend (vllm or command:FILE)", file=sys.stderr)
         return EXIT_USAGE
     out = args.out or Path("runs") / time.strftime("fidelity-%Y%m%d-%H%M%S")
+    problem = out_folder_problem(out, "fidelity folder")
+    if problem:
+        print(f"pdchaos fidelity: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     out.mkdir(parents=True, exist_ok=True)
     real_label = "vLLM (from source)" if args.connector == "mooncake" else args.real
     try:

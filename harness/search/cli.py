@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness.jobs import default_jobs, jobs_arg
 from harness.search import DEFAULT_EXAMPLES, DEFAULT_SHIFTS_S
+from harness.suite import out_folder_problem
 from harness.usage_parser import UsageParser
 
 _SHIFTS = ",".join(f"{x:g}" for x in DEFAULT_SHIFTS_S)
@@ -143,8 +144,9 @@ def _options(args: argparse.Namespace) -> object:
         raise UsageError(str(e)) from None
     out = args.out or Path("runs") / ("search-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-"
                                       + uuid.uuid4().hex[:6])
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"{out} exists and is not an empty folder")
+    problem = out_folder_problem(out, "search folder")
+    if problem:
+        raise UsageError(problem)
     ray = None
     if args.ray is not None:
         from harness.search.executors import parse_ray_address

@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from harness.suite import UsageError
+    from harness.suite import UsageError, out_folder_problem
     from harness.sweep.spec import load_sweep
 
     if args.compare_only is not None:
@@ -108,8 +108,9 @@ def _main(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / f"sweep-{spec.name}-{_stamp()}"
     if args.resume and (args.out is None or not out.is_dir()):
         raise UsageError("--resume needs --out: the folder of the sweep to go on with")
-    if not args.resume and out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"sweep folder {out} already exists and is not empty (--resume goes on with it)")
+    problem = None if args.resume else out_folder_problem(out, "sweep folder", resume=True)
+    if problem:
+        raise UsageError(problem)
     out.mkdir(parents=True, exist_ok=True)
     return _run(plan, out, jobs, baseline, args)
 

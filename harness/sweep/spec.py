@@ -163,6 +163,8 @@ def load_sweep(name_or_path: str) -> SweepSpec:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise SweepError(f"{path}: not TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise SweepError(f"{path}: not TOML: not UTF-8 text (byte {e.start})") from None
     except OSError as e:
         raise SweepError(f"{path}: {e.strerror or e}") from None
     try:

@@ -191,7 +191,7 @@ def _rejudge(out: Path) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from harness.suite import UsageError, default_suite, load_named
+    from harness.suite import UsageError, default_suite, load_named, out_folder_problem
     from harness.zoo.report import markdown, write_zoo
     from pdchaos.bugs import list_text
 
@@ -219,8 +219,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = args.settings or ("production" if args.world == "sim" else "scaled")
     out = args.out or Path("runs") / ("zoo-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime())
                                       + "-" + uuid.uuid4().hex[:6])
-    if out.exists() and any(out.iterdir()):
-        print(f"pdchaos: error: {out} exists and is not empty", file=sys.stderr)
+    problem = out_folder_problem(out, "zoo folder")
+    if problem:
+        print(f"pdchaos: error: {problem}", file=sys.stderr)
         return 3
     started = time.monotonic()
     try:

@@ -128,7 +128,10 @@ def parse_engines(text: str | EngineChoice | None) -> EngineChoice:
             raise EngineChoiceError(f"--engines command:FILE: no file {path}")
         from harness.worlds.real.command_engines import load_templates
 
-        load_templates(path)  # a bad file is said now, not when the first engine starts
+        try:
+            load_templates(path)  # a bad file is said now, not when the first engine starts
+        except ValueError as e:
+            raise EngineChoiceError(str(e)) from e
         return EngineChoice("command", path)
     if spec.startswith("k8s:"):
         path = Path(spec.removeprefix("k8s:")).expanduser()

@@ -78,7 +78,7 @@ class CommandTemplates:
 def load_templates(path: Path) -> CommandTemplates:
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: not TOML, or not UTF-8 text
         raise TemplateError(f"{path}: {e}") from None
     unknown = sorted(set(data) - _KEYS)
     if unknown:

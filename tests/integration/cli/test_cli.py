@@ -382,3 +382,23 @@ def test_list_names_each_scenario_s_checks_and_the_switches_it_catches(
     assert cli.main(["list", "prefill_restart_mooncake"]) == 0
     text = capsys.readouterr().out
     assert "checks: " in text and "fails under --inject-bug: " in text and "stale_engine_id" in text
+
+
+@pytest.mark.parametrize("argv", [
+    ["run"],
+    ["zoo", "--bug", "stale_engine_id", "prefill_restart_mooncake"],
+    ["matrix", "--router", "reference", "prefill_restart_mooncake"],
+    ["bisect", "prefill_restart_mooncake", "--good", "1.13.0", "--bad", "1.10.1", "--transport", "grpc"],
+    ["search"],
+    ["sweep", "ci-regression"],
+    ["fidelity", "--real", "command:examples/engines/local-fake.toml", "--probes", "health"],
+], ids=lambda a: a[0])
+def test_an_out_path_that_is_a_file_is_a_usage_error(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    taken = tmp_path / "a-file"
+    taken.write_text("mine\n")
+    code, _, err = _main(capsys, *argv, "--out", str(taken))
+    assert code == cli.EXIT_USAGE, err
+    assert "is not a folder" in _one_line_error(err) and taken.read_text() == "mine\n"

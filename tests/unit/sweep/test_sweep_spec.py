@@ -109,3 +109,6 @@ def test_a_file_that_is_not_toml_names_the_file(tmp_path: Path) -> None:
     bad.write_text("[axes\n", encoding="utf-8")
     with pytest.raises(SweepError, match=r"bad\.toml: not TOML"):
         load_sweep(str(bad))
+    bad.write_bytes(b"\xff\xfe[axes]\n")
+    with pytest.raises(SweepError, match=r"bad\.toml: not TOML: not UTF-8 text \(byte 0\)"):
+        load_sweep(str(bad))

@@ -69,6 +69,16 @@ def test_bad_template_files_are_said_at_once(tmp_path: Path, text: str, match: s
     f.write_text(text)
     with pytest.raises(TemplateError, match=match):
         load_templates(f)
+    # What `--engines command:FILE` says: one usage line, before anything starts.
+    with pytest.raises(EngineChoiceError, match=match):
+        parse_engines(f"command:{f}")
+
+
+def test_a_template_file_that_is_not_text_is_said_at_once(tmp_path: Path) -> None:
+    f = tmp_path / "t.toml"
+    f.write_bytes(b"\xff\xfestart = 'x'\n")
+    with pytest.raises(EngineChoiceError, match=r"t\.toml: 'utf-8' codec"):
+        parse_engines(f"command:{f}")
 
 
 @pytest.mark.parametrize("action", [
