@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from harness.runner import Cell, default_settings, sim_router_name
@@ -52,6 +53,10 @@ class SweepPlan:
         return out
 
 
+def _origin(s: Scenario) -> str:
+    return str(Path(s.source).resolve()) if s.source else ""
+
+
 def load_sweep_scenarios(spec: SweepSpec) -> list[Scenario]:
     """The scenarios the sweep names: `default` (the default suite), `all` (every shipped scenario), names
     and files (relative to the sweep file's folder when they are there)."""
@@ -67,7 +72,10 @@ def load_sweep_scenarios(spec: SweepSpec) -> list[Scenario]:
             else:
                 found = load_named([item])
             for s in found:
-                out.setdefault(s.name, s)
+                first = out.setdefault(s.name, s)
+                if _origin(first) != _origin(s):
+                    raise SweepError(f"scenario name {s.name!r} comes from both {first.source} and "
+                                     f"{s.source}: rename one (names key cell folders and reports)")
     except UsageError as e:
         raise SweepError(str(e)) from None
     unknown = sorted(set(spec.bugs) - set(out))

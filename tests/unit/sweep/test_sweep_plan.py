@@ -124,3 +124,16 @@ def test_cluster_cells_the_backend_cannot_run_faithfully_are_left_out() -> None:
     assert "runs the nixl connector, not mooncake" in reasons[("decode_restart", "mooncake", "http")]
     assert "serves http, not grpc" in reasons[("decode_restart", "nixl", "grpc")]
     assert "runs the nixl connector, not mooncake" in reasons[("metadata_wedged", "mooncake", "grpc")]
+
+
+def test_two_scenarios_under_one_name_are_refused_in_either_order(tmp_path: Path) -> None:
+    """A file reusing a shipped name: one of the two would be dropped without a word (names key folders)."""
+    mine = tmp_path / "dup.py"
+    mine.write_text("from harness.scenario import Scenario\n"
+                    "SCENARIOS = [Scenario(name='prefill_restart_mooncake', description='mine')]\n")
+    for order in (f"['prefill_restart_mooncake', '{mine}']", f"['{mine}', 'default']"):
+        with pytest.raises(SweepError, match=r"'prefill_restart_mooncake' comes from both .*rename one"):
+            plan_sweep(parse_sweep(tomllib.loads(f"[axes]\nscenarios = {order}\n"), tmp_path / "t.toml"))
+    # The same scenario named twice (and the default suite's cut of it) is no clash.
+    plan_sweep(parse_sweep(tomllib.loads("[axes]\nscenarios = ['default', 'prefill_restart_mooncake']\n"),
+                           tmp_path / "t.toml"))
