@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 
 from harness.result import ScenarioResult, relative, summarize
@@ -35,6 +36,28 @@ def _files(r: ScenarioResult, run_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def case_names(results: list[ScenarioResult]) -> list[str]:
+    """Each result's test case name: `<cell>[<router>]`, with the world and settings added where that alone
+    names two results of one scenario (a sweep over worlds), then the folder group (a sweep over engines): a
+    CI system keys test cases by class and name, and would fold two into one."""
+
+    def plain(r: ScenarioResult) -> str:
+        return f"{r.cell}[{r.router}]" if r.router else r.cell
+
+    def qualified(r: ScenarioResult) -> str:
+        return f"{r.cell}[{', '.join(x for x in (r.router, r.world, r.settings) if x)}]"
+
+    def grouped(r: ScenarioResult) -> str:
+        folder = r.folder()
+        return f"{qualified(r)} @ {folder.parent.name}" if folder is not None else qualified(r)
+
+    names = [plain(r) for r in results]
+    for better in (qualified, grouped):
+        seen = Counter((r.scenario, n) for r, n in zip(results, names, strict=True))
+        names = [better(r) if seen[(r.scenario, n)] > 1 else n for r, n in zip(results, names, strict=True)]
+    return names
+
+
 def junit_tree(results: list[ScenarioResult], run_dir: Path) -> ET.ElementTree:
     s = summarize(results)
     total_time = sum(r.duration_s or 0.0 for r in results)
@@ -49,12 +72,12 @@ def junit_tree(results: list[ScenarioResult], run_dir: Path) -> ET.ElementTree:
         skipped="0",
         time=f"{total_time:.3f}",
     )
-    for r in results:
+    for r, name in zip(results, case_names(results), strict=True):
         case = ET.SubElement(
             suite,
             "testcase",
             classname=f"pdchaos.{r.scenario}",
-            name=f"{r.cell}[{r.router}]" if r.router else r.cell,
+            name=name,
             time=f"{r.duration_s or 0.0:.3f}",
         )
         props = ET.SubElement(case, "properties")

@@ -319,3 +319,23 @@ def test_recheck_writes_beside_the_original_report(run: tuple[Path, list[Scenari
     assert {n: (run_dir / n).read_bytes() for n in before} == before
     doc = json.loads((run_dir / "report.recheck.json").read_text())
     assert doc["summary"]["total"] == len(rechecked) == 3
+
+
+def test_junit_case_names_stay_unique_across_worlds_and_groups(tmp_path: Path) -> None:
+    """A sweep's junit.xml holds one cell in several worlds (and engine groups): each its own test case."""
+    from reports.junit import case_names
+
+    def cell(world: str, settings: str, group: str, scenario: str = "s") -> ScenarioResult:
+        return ScenarioResult(scenario=scenario, topology="1p1d", connector="mooncake", transport="http",
+                              router="reference", world=world, settings=settings,
+                              verdicts=[Verdict.ok("x")], cell_dir=tmp_path / group / "c")
+    results = [cell("sim", "production", "g1"), cell("real", "scaled", "g2"), cell("real", "scaled", "g3"),
+               cell("real", "scaled", "g1", scenario="other")]
+    names = case_names(results)
+    assert names == [
+        "1p1d-mooncake-http[reference, sim, production]",
+        "1p1d-mooncake-http[reference, real, scaled] @ g2",
+        "1p1d-mooncake-http[reference, real, scaled] @ g3",
+        "1p1d-mooncake-http[reference]",  # another scenario: its class tells it apart already
+    ]
+    assert case_names(results[:1]) == ["1p1d-mooncake-http[reference]"]  # a plain run keeps plain names
