@@ -26,7 +26,8 @@ runs each in the simulated world and judges it with invariants a correct router 
 A failure is shrunk by Hypothesis to the smallest case that fails the same checker for the same reason, and
 written as a scenario file OUT/found/<checker>-<hash>.py that `pdchaos run` replays (sim, or real time).
 
-Seeds are independent: seed N always draws the same cases; --jobs runs seeds in parallel processes, --ray
+Seeds are independent: seed N always draws the same cases (only seed 0 starts with the simplest case, the
+others with cases of their own); --jobs runs seeds in parallel processes, --ray
 spreads them over a Ray cluster (or a Ray instance started here).
 OUT/summary.json (and the terminal) say seeds tried, runs, runs/s, failures, distinct signatures, time to
 first failure and shrunk sizes.

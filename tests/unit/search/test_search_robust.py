@@ -68,3 +68,21 @@ def test_no_shifts_counts_every_failure(monkeypatch: pytest.MonkeyPatch, tmp_pat
     _world(monkeypatch, lambda c: _phase_tenths(c) == 0)
     res = search_seed(SeedJob(seed=0, bugs=(), work_dir=tmp_path, max_examples=30, shifts=()))
     assert res.found is not None and res.shift_runs == 0 and res.fragile == 0
+
+
+def test_only_seed_0_draws_the_simplest_case(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Hypothesis draws its simplest case first under any seed: the others skip it, so one short seed each
+    (`--examples 1`) runs as many different cases as there are seeds."""
+    ran = _world(monkeypatch, lambda c: False)
+    firsts = []
+    for seed in range(4):
+        ran.clear()
+        search_seed(SeedJob(seed=seed, bugs=(), work_dir=tmp_path / str(seed), max_examples=1, shifts=()))
+        assert len(ran) == 1
+        firsts.append(ran[0])
+    assert firsts[0] == seedrun.simplest_case(SeedJob(seed=0, bugs=(), work_dir=tmp_path).space)
+    assert len(set(map(repr, firsts))) == 4
+    # The simplest case is still where every seed's shrinking may end.
+    ran = _world(monkeypatch, lambda c: True)
+    res = search_seed(SeedJob(seed=3, bugs=(), work_dir=tmp_path / "s", max_examples=5, shifts=()))
+    assert res.found is not None
