@@ -183,9 +183,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ExecutorError as e:
         print(f"pdchaos: error: {e}", file=sys.stderr)
         return 3
-    except KeyboardInterrupt:
-        print(f"pdchaos: interrupted; what was found is in {opts.out}/found", file=sys.stderr)
+    except KeyboardInterrupt:  # a second Ctrl-C while the seeds were handing in what they had
+        print(f"pdchaos: interrupted; the seeds that had ended wrote what they found under {opts.out}/found",
+              file=sys.stderr)
         return 2
     print(summary.text())
     print(f"pdchaos search: {opts.out / 'summary.json'}", file=sys.stderr)
+    if summary.interrupted:
+        print("pdchaos: interrupted: partial summary, verdict UNKNOWN", file=sys.stderr)
+        return 2
     return 1 if summary.found else 0

@@ -18,7 +18,7 @@ from pathlib import Path
 from harness.search import DEFAULT_EXAMPLES, DEFAULT_SHIFTS_S
 from harness.search.executors import RayExecutor, open_executor
 from harness.search.found import failing_reason, write_found
-from harness.search.seedrun import SeedJob, SeedResult, search_seed
+from harness.search.seedrun import INTERRUPTED, SeedJob, SeedResult, search_seed
 from harness.search.strategies import Space
 from harness.search.summary import FoundEntry, Summary
 
@@ -50,6 +50,10 @@ class SearchOptions:
     def stop_file(self) -> Path | None:
         return self.out / "work" / "found-one" if self.stop_at_first else None
 
+    @property
+    def halt_file(self) -> Path:
+        return self.out / "work" / "interrupted"
+
     def stopped(self) -> bool:
         return self.stop_file is not None and self.stop_file.exists()
 
@@ -64,7 +68,8 @@ def _job(opts: SearchOptions, seed: int, search_until: float) -> SeedJob:
     return SeedJob(seed=seed, bugs=opts.bugs, work_dir=opts.out / "work" / f"seed-{seed}", space=opts.space,
                    max_examples=opts.examples, search_until=search_until,
                    shrink_until=search_until + opts.shrink_s, router=opts.router,
-                   stop_file=opts.stop_file, shrink_s=opts.shrink_s, shifts=opts.shifts)
+                   stop_file=opts.stop_file, halt_file=opts.halt_file, shrink_s=opts.shrink_s,
+                   shifts=opts.shifts)
 
 
 def _record(summary: Summary, opts: SearchOptions, res: SeedResult, started_after_s: float) -> None:
@@ -87,6 +92,22 @@ def _record(summary: Summary, opts: SearchOptions, res: SeedResult, started_afte
                                     f.original.size(), shrunk, f.shrink_runs))
 
 
+# How long an interrupted search waits for its running seeds to hand in what they have (a run in flight ends
+# first); a second Ctrl-C stops waiting.
+HALT_WAIT_S = 30.0
+
+
+def _collect_halted(summary: Summary, opts: SearchOptions, running: dict[Future[SeedResult], float]) -> None:
+    """Tell the running seeds to stop and keep what they found and shrank so far."""
+    opts.halt_file.touch()
+    for fut in running:
+        fut.cancel()  # not started yet: nothing to keep
+    done, _ = wait([f for f in running if not f.cancelled()], timeout=HALT_WAIT_S)
+    for fut in done:
+        if fut.exception() is None:
+            _record(summary, opts, fut.result(), running[fut])
+
+
 def run_search(opts: SearchOptions) -> Summary:
     opts.out.mkdir(parents=True, exist_ok=True)
     (opts.out / "work").mkdir(exist_ok=True)
@@ -96,11 +117,18 @@ def run_search(opts: SearchOptions) -> Summary:
     search_until = start + opts.budget_s
     seeds = _seeds(opts)
     if opts.jobs <= 1 and opts.ray is None:
-        for seed in seeds:
-            if time.time() >= search_until or opts.stopped():
-                break
-            began = time.time() - start
-            _record(summary, opts, search_seed(_job(opts, seed, search_until)), began)
+        try:
+            for seed in seeds:
+                if time.time() >= search_until or opts.stopped():
+                    break
+                began = time.time() - start
+                res = search_seed(_job(opts, seed, search_until))
+                _record(summary, opts, res, began)
+                if res.stopped == INTERRUPTED:
+                    summary.interrupted = True
+                    break
+        except KeyboardInterrupt:  # between two seeds
+            summary.interrupted = True
     else:
         with open_executor(opts.ray, opts.jobs) as pool:
             running: dict[Future[SeedResult], float] = {}
@@ -119,12 +147,16 @@ def run_search(opts: SearchOptions) -> Summary:
             for _ in range(width):
                 if not submit():
                     break
-            while running:
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    began = running.pop(fut)
-                    _record(summary, opts, fut.result(), began)
-                    submit()
+            try:
+                while running:
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        began = running.pop(fut)
+                        _record(summary, opts, fut.result(), began)
+                        submit()
+            except KeyboardInterrupt:
+                summary.interrupted = True
+                _collect_halted(summary, opts, running)
     summary.found.sort(key=lambda f: f.found_after_s)
     summary.wall_s = time.time() - start
     summary.write(opts.out)

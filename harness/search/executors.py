@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from typing import Any
@@ -92,11 +93,17 @@ def parse_ray_address(text: str) -> str:
     return text
 
 
+def _leave_ctrl_c_to_the_driver() -> None:
+    """A pool worker ignores SIGINT: the driver tells running seeds to stop (`SeedJob.halt_file`) and
+    collects what they found; a worker killed by Ctrl-C would break the pool and lose it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @contextlib.contextmanager
 def open_executor(ray_address: str | None, jobs: int) -> Iterator[Executor]:
     """This machine's process pool (`jobs` workers), or Ray at `ray_address`; shut down on leaving."""
-    pool: Executor = (ProcessPoolExecutor(max_workers=jobs) if ray_address is None
-                      else RayExecutor(ray_address, jobs))
+    pool: Executor = (ProcessPoolExecutor(max_workers=jobs, initializer=_leave_ctrl_c_to_the_driver)
+                      if ray_address is None else RayExecutor(ray_address, jobs))
     try:
         yield pool
     finally:

@@ -38,6 +38,14 @@ class _Stop(BaseException):
     """Out of time: a BaseException, so Hypothesis does not take it for a failure and stops at once."""
 
 
+class _Halt(BaseException):
+    """The search was interrupted."""
+
+
+# `SeedResult.stopped` of a seed the search's interruption stopped.
+INTERRUPTED = "interrupted"
+
+
 @dataclass(frozen=True)
 class SeedJob:
     seed: int
@@ -52,6 +60,9 @@ class SeedJob:
     # A file whose existence means some seed of the search found a failure (`--stop-at-first`): no seed
     # generates another case then, and the seed that found one makes it when it does.
     stop_file: Path | None = None
+    # A file whose existence means the search was interrupted: the seed stops at once, searching or shrinking,
+    # and returns what it has.
+    halt_file: Path | None = None
     # Shrinking also stops this long after the failure was found (with `stop_file`: the search ends with
     # that shrink, so the budget's end is no reason to go on).
     shrink_s: float = float("inf")
@@ -132,6 +143,8 @@ def search_seed(job: SeedJob) -> SeedResult:
             raise _Stop
         if target is None and job.stop_file is not None and job.stop_file.exists():
             raise _Stop
+        if job.halt_file is not None and job.halt_file.exists():
+            raise _Halt
         outcome = run_case(case, job.bugs, job.work_dir, job.router)
         res.runs += 1
         if not outcome.sound:
@@ -164,6 +177,8 @@ def search_seed(job: SeedJob) -> SeedResult:
         res.stopped = "shrunk"
     except _Stop:
         res.stopped = "budget"
+    except (_Halt, KeyboardInterrupt):  # Ctrl-C: here (one process), or the driver's halt file (a pool)
+        res.stopped = INTERRUPTED
     except Exception as e:  # Hypothesis' own end (e.g. Flaky when a replay differs): what we recorded stands
         res.stopped = f"hypothesis: {type(e).__name__}"
     if res.found is not None:

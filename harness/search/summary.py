@@ -39,6 +39,8 @@ class Summary:
     wall_s: float = 0.0
     time_to_first_failure_s: float | None = None
     found: list[FoundEntry] = field(default_factory=list)
+    # Ctrl-C: the seeds that were running stopped where they were (what they had found and shrunk is kept).
+    interrupted: bool = False
 
     @property
     def runs_per_s(self) -> float:
@@ -70,6 +72,7 @@ class Summary:
             "time_to_first_failure_s": (None if self.time_to_first_failure_s is None
                                         else round(self.time_to_first_failure_s, 3)),
             "found": [vars(f) for f in self.found],
+            "interrupted": self.interrupted,
         }
 
     def write(self, out: Path) -> Path:
@@ -89,6 +92,7 @@ class Summary:
             f"{', '.join(f'{x:g}' for x in self.shifts) or '-'} s)",
             f"  failures found {len(self.found)}, distinct signatures {len(self.signatures)}, time to first "
             f"failure {'-' if ttff is None else f'{ttff} s'}",
+            *(["  interrupted: the running seeds stopped where they were"] if self.interrupted else []),
         ]
         for f in self.found:
             s, o = f.shrunk, f.original

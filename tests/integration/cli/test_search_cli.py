@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+from helpers.paths import ROOT
 
 from harness import cli
 from harness.runner import run_scenario
@@ -82,3 +88,32 @@ def test_a_short_search_finds_shrinks_and_writes_a_replayable_file(
                                       world="sim", settings="scaled"))
     checker = found["signature"].split(":")[0]
     assert any(v.name == checker and v.status == "fail" for v in result.verdicts)
+
+
+def test_ctrl_c_keeps_what_the_seeds_found_and_says_unknown(tmp_path: Path) -> None:
+    """Ctrl-C on a search over worker processes: the running seeds stop where they are, their failures (as
+    shrunk so far) are written, summary.json says interrupted, exit 2, and no worker is left."""
+    out = tmp_path / "s"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "search", "--inject-bug", "stale_engine_id", "--budget", "120",
+         "--jobs", "2", "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any((out / "work").glob("seed-*/history.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 2, stdout + stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["seeds_tried"] >= 1
+    assert all(Path(f["file"]).is_file() for f in summary["found"])
+    assert "partial summary, verdict UNKNOWN" in stderr and "Traceback" not in stderr
+    left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert left == []

@@ -86,3 +86,28 @@ def test_only_seed_0_draws_the_simplest_case(monkeypatch: pytest.MonkeyPatch, tm
     ran = _world(monkeypatch, lambda c: True)
     res = search_seed(SeedJob(seed=3, bugs=(), work_dir=tmp_path / "s", max_examples=5, shifts=()))
     assert res.found is not None
+
+
+def test_an_interrupted_seed_keeps_what_it_found(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Ctrl-C (in this process) or the driver's halt file (a pool worker): the seed stops at once and hands
+    in its failure as shrunk so far."""
+    ran = _world(monkeypatch, lambda c: True)
+    inner = seedrun.run_case
+    failed: list[int] = []
+
+    def interrupted_once_one_failed(*a: object, **kw: object) -> RunOutcome:
+        if failed:
+            raise KeyboardInterrupt
+        out = inner(*a, **kw)  # type: ignore[arg-type]
+        if out.signatures:
+            failed.append(len(ran))
+        return out
+
+    monkeypatch.setattr(seedrun, "run_case", interrupted_once_one_failed)
+    res = search_seed(SeedJob(seed=0, bugs=(), work_dir=tmp_path / "a", max_examples=50, shifts=()))
+    assert res.stopped == seedrun.INTERRUPTED and res.found is not None and len(ran) == failed[0]
+    halt = tmp_path / "halt"
+    halt.touch()
+    res = search_seed(SeedJob(seed=1, bugs=(), work_dir=tmp_path / "b", max_examples=50, shifts=(),
+                              halt_file=halt))
+    assert res.stopped == seedrun.INTERRUPTED and res.runs == 0
