@@ -167,6 +167,7 @@ def _resume(out: Path, jobs: int, quiet: bool) -> int:
 
 
 def _rejudge(out: Path) -> int:
+    from harness.runner import saved_cell_result
     from harness.scenario.bugs import SWITCHES
     from harness.suite import UsageError, load_named
     from harness.zoo.matrix import build_matrix
@@ -180,13 +181,14 @@ def _rejudge(out: Path) -> int:
         print(f"pdchaos: error: {out}: {e}", file=sys.stderr)
         return 3
     kept, results = rejudge(out, runs, scenarios, meta["settings"])
-    names = {r.switch for r in kept if r.switch}
+    names = {r.switch for r in runs if r.switch}
     matrix = build_matrix(kept, results, {n: SWITCHES[n] for n in sorted(names) if n in SWITCHES},
                           meta["world"], meta["settings"])
+    matrix.unjudged = sum(saved_cell_result(out / "cells" / r.folder / "history.jsonl") is None for r in runs)
     js, md = write_zoo(out, matrix)
     print(markdown(matrix))
     print(f"pdchaos zoo: {len(kept)} of {len(runs)} runs had a history; {md} and {js}", file=sys.stderr)
-    return 0 if matrix.ok else 1
+    return 0 if matrix.ok else 2 if matrix.unjudged else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -228,8 +230,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         matrix = asyncio.run(run_zoo(scenarios, switches, out, args.world, settings, args.baseline_runs,
                                      args.jobs or default_jobs(), args.seed, args.no_progress))
     except KeyboardInterrupt:
-        print(f"pdchaos: interrupted; go on with: pdchaos zoo --resume {out} (or judge what ran: --rejudge)",
+        print(f"pdchaos: interrupted; partial matrix below; go on with: pdchaos zoo --resume {out}",
               file=sys.stderr)
+        from harness.zoo.rejudge import PLAN_FILE
+
+        if (out / PLAN_FILE).is_file():
+            _rejudge(out)
         return 2
     js, md = write_zoo(out, matrix)
     print(markdown(matrix))

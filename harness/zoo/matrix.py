@@ -47,6 +47,8 @@ class ZooMatrix:
     false_alarms: dict[str, list[str]]  # cell key -> "checker (run i): reason"
     baseline_status: dict[str, list[str]]  # cell key -> status per baseline run
     cell_transport: dict[str, str]
+    # An interrupted zoo's matrix: `unjudged` planned runs have no verdict (`pdchaos zoo --resume` runs them).
+    unjudged: int = 0
 
     def caught_by(self, switch: str) -> list[str]:
         return [k for k, o in self.outcomes.get(switch, {}).items() if o.caught]
@@ -64,7 +66,7 @@ class ZooMatrix:
 
     @property
     def ok(self) -> bool:
-        return not self.holes() and not self.false_alarms
+        return not self.holes() and not self.false_alarms and not self.unjudged
 
     def as_dict(self) -> dict[str, Any]:
         switches: dict[str, Any] = {}
@@ -77,7 +79,7 @@ class ZooMatrix:
             }
         return {
             "world": self.world, "settings": self.settings, "baseline_runs": self.baseline_runs,
-            "ok": self.ok, "cells": self.cells, "baseline": self.baseline_status,
+            "ok": self.ok, "unjudged": self.unjudged, "cells": self.cells, "baseline": self.baseline_status,
             "false_alarms": self.false_alarms, "holes": self.holes(), "switches": switches,
         }
 

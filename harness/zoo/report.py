@@ -23,8 +23,12 @@ def _short(text: str, n: int = _EVIDENCE_CHARS) -> str:
 
 def markdown(m: ZooMatrix) -> str:
     time_unit = "simulated" if m.world == "sim" else "real-time"
-    verdict = ("every switch caught on every transport it can occur on, no false alarm" if m.ok
-               else "HOLES OR FALSE ALARMS (below)")
+    verdict = "every switch caught on every transport it can occur on, no false alarm"
+    if m.unjudged:
+        verdict = (f"UNKNOWN: interrupted, {m.unjudged} planned run(s) not judged (pdchaos zoo --resume runs "
+                   "them)")
+    elif not m.ok:
+        verdict = "HOLES OR FALSE ALARMS (below)"
     lines = [
         f"# Bug zoo detection matrix ({m.world} world, {m.settings} settings, {time_unit} seconds)",
         "",

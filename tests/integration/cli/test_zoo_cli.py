@@ -75,7 +75,12 @@ def test_a_small_zoo_catches_its_switches_and_can_be_rejudged(
     history = cut / "history.jsonl"
     history.write_text("".join(ln for ln in history.read_text().splitlines(keepends=True)
                                if '"type":"run_ended"' not in ln))
+    # Judged as it stands: unknown (exit 2), the run not judged counted, never a pass.
+    code, text, _ = _main(capsys, "zoo", "--rejudge", str(out))
+    partial = json.loads((out / "zoo.json").read_text())
+    assert code == 2 and partial["unjudged"] == 1 and not partial["ok"] and "UNKNOWN: interrupted" in text
     code, _, err = _main(capsys, "zoo", "--resume", str(out), "--no-progress")
     assert code == 0, err
     assert "running 1" in err and (cut / "result.json").is_file()
+    assert json.loads((out / "zoo.json").read_text())["unjudged"] == 0
     assert '"type":"run_ended"' in history.read_text()
