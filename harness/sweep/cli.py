@@ -133,7 +133,7 @@ def _dry_run(plan: Any, jobs: int, as_json: bool) -> int:
 def _run(plan: Any, out: Path, jobs: int, baseline: Path | None, args: argparse.Namespace) -> int:
     from harness.progress import ProgressReporter
     from harness.runner import update_latest
-    from harness.sweep.run import run_sweep, write_sweep_json
+    from harness.sweep.run import partial_sweep, run_sweep, write_sweep_json
     from harness.worlds.real.processes import MARKER_ENV
 
     # Every process of the sweep carries the marker, as those of `pdchaos run` do.
@@ -155,8 +155,12 @@ def _run(plan: Any, out: Path, jobs: int, baseline: Path | None, args: argparse.
     try:
         run = asyncio.run(go())
     except KeyboardInterrupt:
-        print(f"pdchaos: interrupted; the cells that finished are under {out} (go on with the same command "
-              f"and --out {out} --resume)", file=sys.stderr)
+        run = partial_sweep(plan, out, jobs)
+        write_sweep_json(run)
+        _write_reports(run)
+        _report(out, baseline, plan.spec.thresholds, None, run.results)
+        print(f"pdchaos: interrupted: partial report of {len(run.ran)} of {len(plan.cells)} cells, verdict "
+              f"UNKNOWN (go on with the same command and --out {out} --resume)", file=sys.stderr)
         return EXIT_BY_STATUS["unknown"]
     write_sweep_json(run)
     _write_reports(run)

@@ -107,6 +107,20 @@ def _runnable(plan: SweepPlan, skipped: list[Skipped]) -> tuple[list[SweepCell],
 BACKENDS_DIR = "engines"
 
 
+def partial_sweep(plan: SweepPlan, out: Path, jobs: int) -> SweepRun:
+    """An interrupted sweep as its folder holds it: every cell that has a history, with the result the runner
+    saved once it judged the cell, else one judged from the history (cut short: unknown)."""
+    from reports.collect import cell_result
+
+    run = SweepRun(plan, out, jobs, skipped=list(plan.skipped))
+    for c in plan.cells:
+        history = cell_folder(out, c) / "history.jsonl"
+        if history.is_file():
+            run.ran.append((c, cell_result(history, recheck=False)))
+    run.ended_at = time.time()
+    return run
+
+
 def write_backend_files(plan: SweepPlan, out: Path) -> dict[str, Path]:
     used = {c.backend.name: c.backend for c in plan.cells if c.backend is not None}
     files: dict[str, Path] = {}

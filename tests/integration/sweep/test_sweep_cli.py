@@ -170,3 +170,29 @@ def test_usage_errors_exit_3(argv: list[str], capsys: pytest.CaptureFixture[str]
         code = int(e.code or 0)
     assert code == 3
     assert "error" in capsys.readouterr().err
+
+
+def test_an_interrupted_sweep_writes_its_partial_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C after the first cell: report.json, junit.xml, sweep.json and sweep.html of what ran, exit 2;
+    --resume then runs the rest."""
+    import harness.sweep.run as sweep_run
+
+    real_run_cells = sweep_run.run_cells
+
+    async def first_then_ctrl_c(work, jobs, progress=None, reuse=False):  # type: ignore[no-untyped-def]
+        await real_run_cells(work[:1], jobs, progress, reuse=reuse)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_run, "run_cells", first_then_ctrl_c)
+    out = tmp_path / "s"
+    mini = sweep_file(tmp_path, "mini", MINI)
+    assert sweep(str(mini), "--out", str(out)) == 2
+    doc = json.loads((out / "report.json").read_text())
+    assert [r["status"] for r in doc["results"]] == ["pass"]
+    assert len(json.loads((out / "sweep.json").read_text())["cells"]) == 1
+    assert (out / "sweep.html").is_file() and (out / "junit.xml").is_file()
+    monkeypatch.setattr(sweep_run, "run_cells", real_run_cells)
+    assert sweep(str(mini), "--out", str(out), "--resume") == 0
+    assert len(json.loads((out / "report.json").read_text())["results"]) == 2
