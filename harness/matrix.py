@@ -295,8 +295,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pdchaos: error: {e}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
-        print("pdchaos: interrupted; partial comparison: pdchaos matrix --compare-only "
-              f"{out}; go on with the same command and --out {out} --resume", file=sys.stderr)
+        if (out / MATRIX_JSON).is_file():
+            write_comparison(out)
+            print(markdown_table(load_comparison(out)))
+        print(f"pdchaos: interrupted: partial comparison, verdict UNKNOWN; go on with the same command and "
+              f"--out {out} --resume", file=sys.stderr)
         return 2
     comp = load_comparison(out)
     print(markdown_table(comp))

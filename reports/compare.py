@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pdchaos.jsonl import read_jsonl
+from reports.collect import collect_results
 
 COMPARE_JSON = "compare.json"
 COMPARE_HTML = "compare.html"
@@ -314,6 +315,8 @@ def load_comparison(root: str | os.PathLike[str]) -> Comparison:
         if rep.is_file():
             doc = json.loads(rep.read_text(encoding="utf-8"))
             results[r.label] = [x for x in doc.get("results") or [] if isinstance(x, dict)]
+        elif d.is_dir():  # an interrupted router's folder: its cells as they stand (cut short: unknown)
+            results[r.label] = [x.to_dict(base=d) for x in collect_results(d)]
     return build_comparison(routers, results, dirs)
 
 

@@ -4,6 +4,7 @@ the markdown table, HTML and JSON, and a matrix folder that is incomplete or emp
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -318,11 +319,32 @@ def test_without_matrix_json_each_run_folder_is_a_router(tmp_path: Path) -> None
 
 def test_router_without_report_yet_is_missing_not_pass(tmp_path: Path) -> None:
     root = _matrix(tmp_path)
-    (root / "smg-1.13.0" / "report.json").unlink()
+    shutil.rmtree(root / "smg-1.13.0")  # a router the matrix never reached
     comp = load_comparison(root)
     assert {r.outcomes["smg-1.13.0"].status for r in comp.rows} == {"missing"}
     assert comp.status == "pass"  # missing cells are not judged; the table shows them as '-'
     assert "| - |" in markdown_table(comp)
+
+
+async def test_an_interrupted_router_s_cells_are_judged_from_their_histories(tmp_path: Path) -> None:
+    """A matrix interrupted before a router's report.json: the cells it ran, as they stand, not missing."""
+    from harness.runner import run_scenario
+    from harness.scenario import load_scenarios
+
+    root = _matrix(tmp_path)
+    shutil.rmtree(root / "smg-1.13.0")
+    (s,) = load_scenarios(["sole_prefill_down"])
+    ran = root / "smg-1.13.0" / "sole_prefill_down__1p1d-mooncake-http"
+    await run_scenario(s, "1p1d", "mooncake", "http", "reference", ran, world="sim")
+    cut = root / "smg-1.13.0" / "cut__1p1d-mooncake-http"
+    cut.mkdir()
+    started = json.loads((ran / "history.jsonl").read_text().splitlines()[0])
+    (cut / "history.jsonl").write_text(json.dumps({**started, "scenario": "cut"}) + "\n")
+    rows = {r.key: r.outcomes["smg-1.13.0"].status for r in load_comparison(root).rows}
+    assert rows["sole_prefill_down 1p1d-mooncake-http"] == "pass"  # its saved result
+    assert rows["sole_prefill_down 1p1d-mooncake-http"] != "missing"
+    assert rows["restart 1p1d-mooncake-http"] == "missing"  # never reached
+    assert rows["cut 1p1d-mooncake-http"] == "unknown"  # cut short: its history alone, no run_ended
 
 
 def test_differs_on_a_checker_even_with_the_same_status() -> None:
