@@ -266,13 +266,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         comp = load_comparison(args.compare_only)
         print(markdown_table(comp))
         return EXIT_BY_STATUS.get(comp.status, 2)
+    from harness.routers import router_profile
     from harness.routers.gateways.spec import parse_router_spec
     from harness.suite import UsageError, select_suite
 
     routers = args.router or ["reference", "smg==latest"]
     try:
         for spec in routers:
-            parse_router_spec(spec)
+            if router_profile(spec) is None:  # a profile: the reference router with a release's switches
+                parse_router_spec(spec)
         topologies, scenarios = select_suite(args)
     except (UsageError, RouterAdapterError) as e:
         print(f"pdchaos: error: {e}", file=sys.stderr)

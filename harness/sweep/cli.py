@@ -98,6 +98,8 @@ def _main(args: argparse.Namespace) -> int:
     jobs = args.jobs or spec.jobs or default_jobs(real_time=real_local)
     if args.dry_run:
         return _dry_run(plan, jobs, args.json)
+    if args.json:
+        raise UsageError("--json goes with --dry-run (a run's documents are its report.json and sweep.json)")
     baseline = args.baseline or (spec.relative(spec.baseline) if spec.baseline else None)
     if args.fail_on and baseline is None:
         raise UsageError("--fail-on needs --baseline (or [sweep] baseline in the file)")
@@ -106,8 +108,10 @@ def _main(args: argparse.Namespace) -> int:
     if not plan.cells:
         raise UsageError(f"sweep {spec.name} has no cell to run ({len(plan.skipped)} left out)")
     out = args.out or Path("runs") / f"sweep-{spec.name}-{_stamp()}"
-    if args.resume and (args.out is None or not out.is_dir()):
+    if args.resume and args.out is None:
         raise UsageError("--resume needs --out: the folder of the sweep to go on with")
+    if args.resume and not out.is_dir():
+        raise UsageError(f"--resume: no sweep folder at {out}")
     problem = None if args.resume else out_folder_problem(out, "sweep folder", resume=True)
     if problem:
         raise UsageError(problem)

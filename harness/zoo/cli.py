@@ -52,10 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=seed_arg, default=0, metavar="N", help="workload seed, 0 to 2**32-1")
     p.add_argument("--out", type=Path, metavar="DIR", help="default: runs/zoo-<timestamp-id>")
     p.add_argument("--list", action="store_true", help="list the switches and exit")
-    p.add_argument("--rejudge", type=Path, metavar="ZOO_DIR",
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--rejudge", type=Path, metavar="ZOO_DIR",
                    help="rebuild zoo.json/zoo.md of a finished or interrupted zoo folder from its cell "
                    "histories (judged again with today's checkers)")
-    p.add_argument("--resume", type=Path, metavar="ZOO_DIR",
+    again.add_argument("--resume", type=Path, metavar="ZOO_DIR",
                    help="run what an interrupted zoo folder has not run yet (its plan.json), then write its "
                    "matrix")
     p.add_argument("--no-progress", action="store_true")

@@ -148,3 +148,14 @@ def test_cli_resume_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "was run with settings 'scaled', not 'production'" in capsys.readouterr().err
     assert main(["--router", "reference", "--resume", "--out", str(done), "--seed", "4"]) == 3
     assert "was run with seed 0, not 4" in capsys.readouterr().err
+
+
+def test_cli_takes_a_gateway_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--router profile:NAME` (the reference router with a release's switches) is a router the matrix runs,
+    as `run`, `search` and `sweep` take it: the command gets past the routers to the next check."""
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("x")
+    assert main(["--router", "profile:smg-1.13.0", "--out", str(full)]) == 3
+    err = capsys.readouterr().err
+    assert "not empty" in err and "unknown router" not in err
