@@ -81,10 +81,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pdchaos fidelity: unknown probe(s) {bad}; known: {sorted(known)}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        parse_engines(args.real)
+        real = parse_engines(args.real)
     except EngineChoiceError as e:
         print(f"pdchaos fidelity: --real: {e}", file=sys.stderr)
         return EXIT_USAGE
+    if real.kind == "vllm" and args.connector != "mooncake":  # the Mooncake side is read from source
+        from harness.vllm import VllmNotInstalled, find_install
+
+        try:
+            find_install()
+        except VllmNotInstalled as e:  # said now, not after the fakes were probed
+            print(f"pdchaos fidelity: --real vllm: {e}", file=sys.stderr)
+            return EXIT_USAGE
     if args.real == "fake":
         print("pdchaos fidelity: --real must name a real backend (vllm or command:FILE)", file=sys.stderr)
         return EXIT_USAGE

@@ -406,3 +406,12 @@ def test_an_out_path_that_is_a_file_is_a_usage_error(
     code, _, err = _main(capsys, *argv, "--out", str(taken))
     assert code == cli.EXIT_USAGE, err
     assert "is not a folder" in _one_line_error(err) and taken.read_text() == "mine\n"
+
+
+def test_fidelity_without_vllm_says_so_before_probing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PDCHAOS_VLLM_HOME", str(tmp_path / "no-vllm-here"))
+    code, _, err = _main(capsys, "fidelity", "--real", "vllm", "--out", str(tmp_path / "f"))
+    assert code == cli.EXIT_USAGE and "no vLLM installation" in _one_line_error(err)
+    assert not (tmp_path / "f").exists()  # nothing probed, nothing written
