@@ -107,6 +107,7 @@ def _main(args: argparse.Namespace) -> int:
         raise UsageError(f"baseline {baseline} has no report.json")
     if not plan.cells:
         raise UsageError(f"sweep {spec.name} has no cell to run ({len(plan.skipped)} left out)")
+    _check_clusters(plan)
     out = args.out or Path("runs") / f"sweep-{spec.name}-{_stamp()}"
     if args.resume and args.out is None:
         raise UsageError("--resume needs --out: the folder of the sweep to go on with")
@@ -121,6 +122,21 @@ def _main(args: argparse.Namespace) -> int:
 
 def _stamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+
+
+def _check_clusters(plan: Any) -> None:
+    """Each cluster the sweep's engine backends name can be reached (its kubeconfig read): one line before
+    anything starts, rather than every cell of that backend unknown."""
+    from harness.kube.options import parse_options
+    from harness.suite import UsageError
+    from harness.worlds.real.kube_engines import KubeFleetError, connect
+
+    used = {c.backend.name: c.backend for c in plan.cells if c.backend is not None}
+    for name, backend in sorted(used.items()):
+        try:
+            connect(parse_options(dict(backend.options)))
+        except KubeFleetError as e:
+            raise UsageError(f"[engines.{name}]: {e}") from None
 
 
 def _dry_run(plan: Any, jobs: int, as_json: bool) -> int:

@@ -76,6 +76,20 @@ def load_backend_file(path: Path) -> dict[str, Any]:
     return table
 
 
+def connect(options: Any) -> Any:
+    """A client of the cluster `options` name (its kubeconfig read; nothing sent yet); KubeFleetError saying
+    how to get one when there is none."""
+    from harness.kube.cluster import KubeCluster
+
+    try:
+        return KubeCluster(options, None, poll_s=POLL_S)
+    except Exception as e:  # no kubeconfig, a bad context, no client: say how to get one
+        raise KubeFleetError(
+            f"no cluster to reach ({type(e).__name__}: {_short(e)}): set kubeconfig (and context) in the "
+            "engines table or KUBECONFIG; no cluster at hand? python -m harness.kube.fake_cluster --root DIR "
+            "--kubeconfig DIR/kubeconfig") from e
+
+
 class _Respawned:
     """A respawned engine does not replay its first start's loading time (as on loopback)."""
 
@@ -128,15 +142,7 @@ class KubeFleet(EngineFleet):
                                  "pdchaos-fake preset (a vLLM pod has no control API and keeps no records "
                                  "yet)")
         if self.cluster is None:
-            from harness.kube.cluster import KubeCluster
-
-            try:
-                self.cluster = await asyncio.to_thread(KubeCluster, options, None, poll_s=POLL_S)
-            except Exception as e:  # no kubeconfig, a bad context, no client: say how to get one
-                raise KubeFleetError(
-                    f"no cluster to reach ({type(e).__name__}: {_short(e)}): set kubeconfig (and context) "
-                    "in the engines table or KUBECONFIG; no cluster at hand? python -m "
-                    "harness.kube.fake_cluster --root DIR --kubeconfig DIR/kubeconfig") from e
+            self.cluster = await asyncio.to_thread(connect, options)
         # Unique per cell run (the token is): concurrent cells and runs share a namespace.
         cell = "pdc-" + hashlib.sha256(f"{self.token}|{self.out_dir}".encode()).hexdigest()[:8]
         options = replace(options, control_token_secret=f"{cell}-control")

@@ -196,3 +196,14 @@ def test_an_interrupted_sweep_writes_its_partial_report(
     monkeypatch.setattr(sweep_run, "run_cells", real_run_cells)
     assert sweep(str(mini), "--out", str(out), "--resume") == 0
     assert len(json.loads((out / "report.json").read_text())["results"]) == 2
+
+
+def test_a_cluster_sweep_with_no_cluster_to_reach_stops_before_any_cell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    out = tmp_path / "fc"
+    assert sweep("fake-cluster", "--out", str(out)) == 3
+    err = capsys.readouterr().err
+    assert "[engines.fake-pods]: no cluster to reach" in err and "fake_cluster" in err
+    assert not any(out.rglob("history.jsonl"))
