@@ -142,6 +142,20 @@ async def _execute(
     return await run_cells(cell_jobs, jobs, _Progress(len(cell_jobs), quiet))
 
 
+def _check_named_switches_occur(switches: Any, scenarios: Any) -> None:
+    """A switch named with --bug that can occur in none of the selected cells would be listed as a hole,
+    though never run: say so instead."""
+    from harness.runner import Cell
+    from harness.suite import UsageError
+    from harness.zoo.plan import applicable
+
+    cells = [Cell(t, c, tr) for s in scenarios for t, c, tr in s.matrix()]
+    for sw in switches:
+        if not any(applicable(sw, cell) for cell in cells):
+            raise UsageError(f"--bug {sw.name} can occur in none of the selected cells (it needs connector "
+                             f"{'/'.join(sw.connectors)} and transport {'/'.join(sw.transports)})")
+
+
 def _resume(out: Path, jobs: int, quiet: bool) -> int:
     """Run the planned runs of a zoo folder that were not judged yet (no history, or one an interruption cut
     short: the runner saves a cell's result only once judged), then judge them all."""
@@ -216,6 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         scenarios = _restrict(scenarios, args)
         if not scenarios:
             raise UsageError("no scenario cells to run")
+        if args.bug:
+            _check_named_switches_occur(switches.values(), scenarios)
     except (UsageError, ValueError) as e:
         print(f"pdchaos: error: {e}", file=sys.stderr)
         return 3

@@ -56,6 +56,8 @@ def _one_line_error(err: str) -> str:
         (["sweep", "ci-regression", "--resume", "--out", "/nonexistent/sweep"], "no sweep folder at"),
         (["zoo", "--rejudge", "/tmp/z", "--resume", "/tmp/z"], "not allowed with argument --rejudge"),
         (["matrix", "--router", "profile:nope"], "unknown gateway profile 'nope'"),
+        (["zoo", "--bug", "nixl_not_relayed", "--connector", "mooncake"], "can occur in none of"),
+        (["search", "--inject-bug", "nixl_not_relayed", "--connector", "mooncake"], "cannot occur in"),
         (["run", str(PASS_FILE), "--topology", "2p2d"], "no selected scenario applies to topology"),
         (["run", str(PASS_FILE), "--transport", "grpc"], "no selected scenario applies to transport grpc"),
         (["report", "/nonexistent/run/dir"], "no run folder"),
