@@ -87,6 +87,11 @@ def load_sweep_scenarios(spec: SweepSpec) -> list[Scenario]:
 def plan_sweep(spec: SweepSpec, scenarios: Sequence[Scenario] | None = None) -> SweepPlan:
     """Expand the axes, drop the excluded and impossible cells (each with its reason)."""
     scen = list(scenarios) if scenarios is not None else load_sweep_scenarios(spec)
+    names = {s.name for s in scen}
+    for ex in spec.exclude:
+        stray = [n for n in ex.match.get("scenario", ()) if n not in names]
+        if stray:  # a typo would exclude nothing, silently
+            raise SweepError(f"[[exclude]] names scenarios the sweep does not run: {', '.join(stray)}")
     plan = SweepPlan(spec)
     for world in spec.worlds:
         for settings in spec.settings or (default_settings(world),):

@@ -137,3 +137,9 @@ def test_two_scenarios_under_one_name_are_refused_in_either_order(tmp_path: Path
     # The same scenario named twice (and the default suite's cut of it) is no clash.
     plan_sweep(parse_sweep(tomllib.loads("[axes]\nscenarios = ['default', 'prefill_restart_mooncake']\n"),
                            tmp_path / "t.toml"))
+
+
+def test_an_exclusion_naming_a_scenario_the_sweep_does_not_run_is_refused() -> None:
+    text = "[axes]\nscenarios = ['sole_prefill_down']\n[[exclude]]\nscenario = 'sole_prefil_down'\n"
+    with pytest.raises(SweepError, match=r"names scenarios the sweep does not run: sole_prefil_down"):
+        plan_sweep(parse_sweep(tomllib.loads(text), Path("/nowhere/t.toml")))
