@@ -295,8 +295,11 @@ def sim_topology(topology: str, connector: str, transport: str) -> Topology:
 
 def replay_command(s: Scenario, topology: str, connector: str, transport: str, router: str, seed: int,
                    world: str, settings: str, engines: str = "fake") -> str:
-    """The `pdchaos run` line that runs this cell again (a shipped scenario by name, else its file)."""
-    shipped = Path(s.source).parent.resolve() == SCENARIO_DIR if s.source else True
+    """The `pdchaos run` line that runs this cell again (a shipped scenario by name, else its file); "" for a
+    scenario built in code (no file names it: the command line cannot)."""
+    if not s.source:
+        return ""
+    shipped = Path(s.source).parent.resolve() == SCENARIO_DIR
     # A file by its absolute path: the line replays from any folder.
     what = s.name if shipped else shlex.quote(str(Path(s.source).resolve()))
     words = ["pdchaos", "run", what, "--topology", topology, "--connector", connector, "--transport",
