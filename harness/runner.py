@@ -196,7 +196,7 @@ async def run_scenario(
         settings=preset_name,
         replay=replay_command(scenario, topology, connector, transport,
                               adapter.cli_spec() if adapter is not None else router_name, seed, world,
-                              preset_name, engine_choice.label),
+                              preset_name, engine_choice.label, check_determinism),
         verdict=overall,
         verdicts=verdicts,
         reason=overall.reason if overall.status != "pass" else "",
@@ -294,7 +294,7 @@ def sim_topology(topology: str, connector: str, transport: str) -> Topology:
 
 
 def replay_command(s: Scenario, topology: str, connector: str, transport: str, router: str, seed: int,
-                   world: str, settings: str, engines: str = "fake") -> str:
+                   world: str, settings: str, engines: str = "fake", check_determinism: bool = False) -> str:
     """The `pdchaos run` line that runs this cell again (a shipped scenario by name, else its file); "" for a
     scenario built in code (no file names it: the command line cannot)."""
     if not s.source:
@@ -308,6 +308,8 @@ def replay_command(s: Scenario, topology: str, connector: str, transport: str, r
         words += ["--router", shlex.quote(router)]
     if engines != "fake":
         words += ["--engines", shlex.quote(engines)]
+    if check_determinism:  # its verdict is the run's too
+        words += ["--check-determinism"]
     given = None
     with contextlib.suppress(RouterAdapterError):  # an unknown profile: the run already says why
         given = router_profile(router)

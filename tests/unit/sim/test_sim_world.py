@@ -169,6 +169,9 @@ def test_the_replay_of_a_scenario_file_names_it_by_absolute_path(
     shipped = replay_command(SCENARIOS["prefill_restart_mooncake"], "1p1d", "mooncake", "http", "reference",
                              3, "sim", "production")
     assert shipped.startswith("pdchaos run prefill_restart_mooncake ")
+    checked = replay_command(SCENARIOS["prefill_restart_mooncake"], "1p1d", "mooncake", "http", "reference",
+                             3, "sim", "production", check_determinism=True)
+    assert checked.endswith(" --check-determinism")
     # Built in code (a search's case, a bench): no name or file the command line could take.
     in_code = dataclasses.replace(SCENARIOS["prefill_restart_mooncake"], name="search_case", source="")
     assert replay_command(in_code, "1p1d", "mooncake", "http", "reference", 3, "sim", "production") == ""
