@@ -56,7 +56,7 @@ def test_bad_arguments_exit_3_with_one_line(
 def test_out_folder_in_use_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "x").write_text("")
     code, _, err = _main(capsys, "search", "--out", str(tmp_path))
-    assert code == 3 and "not an empty folder" in err
+    assert code == 3 and "already exists and is not empty" in err
 
 
 def test_help_explains_the_command(capsys: pytest.CaptureFixture[str]) -> None:
