@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import time
 import uuid
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
-from harness.usage_parser import UsageParser, seed_arg
+from harness.usage_parser import UsageParser, seed_arg, seed_problem
 
 _USAGE = """\
 Run the scenario set (default: the default suite, as `pdchaos run` runs it) once with no bug switch (the
@@ -159,9 +160,8 @@ def _check_named_switches_occur(switches: Any, scenarios: Any) -> None:
 def _resume(out: Path, jobs: int, quiet: bool) -> int:
     """Run the planned runs of a zoo folder that were not judged yet (no history, or one an interruption cut
     short: the runner saves a cell's result only once judged), then judge them all."""
-    from harness.runner import saved_cell_result
     from harness.suite import UsageError, load_named
-    from harness.zoo.rejudge import read_plan
+    from harness.zoo.rejudge import finished, history_of, read_plan
 
     try:
         runs, meta = read_plan(out)
@@ -169,20 +169,33 @@ def _resume(out: Path, jobs: int, quiet: bool) -> int:
     except (OSError, KeyError, ValueError, UsageError) as e:
         print(f"pdchaos: error: {out}: {e}", file=sys.stderr)
         return 3
-    todo = [r for r in runs if saved_cell_result(out / "cells" / r.folder / "history.jsonl") is None]
+    seed = meta.get("seed", 0)
+    if (problem := seed_problem(seed)) is not None:
+        print(f"pdchaos: error: {out / 'plan.json'}: {problem}", file=sys.stderr)
+        return 3
+    todo = [r for r in runs if not finished(history_of(out, r))]
     done = len(runs) - len(todo)
     print(f"pdchaos zoo: {done} of {len(runs)} runs done; running {len(todo)}", file=sys.stderr)
-    seed = int(meta.get("seed", 0))
     try:
         asyncio.run(_execute(todo, by_name, out, meta["world"], meta["settings"], seed, jobs, quiet))
     except KeyboardInterrupt:
-        print(f"pdchaos: interrupted; resume again: pdchaos zoo --resume {out}", file=sys.stderr)
-        return 2
+        return _interrupted(out)
     return _rejudge(out)
 
 
+def _interrupted(out: Path) -> int:
+    """Ctrl-C: the partial matrix of what finished (unknown, exit 2)."""
+    from harness.zoo.rejudge import PLAN_FILE
+
+    print(f"pdchaos: interrupted; partial matrix below; go on with: pdchaos zoo --resume {out}",
+          file=sys.stderr)
+    if (out / PLAN_FILE).is_file():
+        with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: no matrix, at once
+            _rejudge(out)
+    return 2
+
+
 def _rejudge(out: Path) -> int:
-    from harness.runner import saved_cell_result
     from harness.scenario.bugs import SWITCHES
     from harness.suite import UsageError, load_named
     from harness.zoo.matrix import build_matrix
@@ -196,10 +209,10 @@ def _rejudge(out: Path) -> int:
         print(f"pdchaos: error: {out}: {e}", file=sys.stderr)
         return 3
     kept, results = rejudge(out, runs, scenarios, meta["settings"])
-    names = {r.switch for r in runs if r.switch}
+    names = {r.switch for r in kept if r.switch}
     matrix = build_matrix(kept, results, {n: SWITCHES[n] for n in sorted(names) if n in SWITCHES},
                           meta["world"], meta["settings"])
-    matrix.unjudged = sum(saved_cell_result(out / "cells" / r.folder / "history.jsonl") is None for r in runs)
+    matrix.unjudged = len(runs) - len(kept)
     js, md = write_zoo(out, matrix)
     print(markdown(matrix))
     print(f"pdchaos zoo: {len(kept)} of {len(runs)} runs had a history; {md} and {js}", file=sys.stderr)
@@ -247,13 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         matrix = asyncio.run(run_zoo(scenarios, switches, out, args.world, settings, args.baseline_runs,
                                      args.jobs or default_jobs(), args.seed, args.no_progress))
     except KeyboardInterrupt:
-        print(f"pdchaos: interrupted; partial matrix below; go on with: pdchaos zoo --resume {out}",
-              file=sys.stderr)
-        from harness.zoo.rejudge import PLAN_FILE
-
-        if (out / PLAN_FILE).is_file():
-            _rejudge(out)
-        return 2
+        return _interrupted(out)
     js, md = write_zoo(out, matrix)
     print(markdown(matrix))
     print(f"pdchaos zoo: {time.monotonic() - started:.0f} s wall; {md} and {js}", file=sys.stderr)

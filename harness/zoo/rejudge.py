@@ -6,6 +6,7 @@ checker changed."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -41,15 +42,37 @@ def read_plan(out: Path) -> tuple[list[ZooRun], dict[str, Any]]:
     return runs, body
 
 
+def history_of(out: Path, run: ZooRun) -> Path:
+    return out / "cells" / run.folder / "history.jsonl"
+
+
+def finished(history: Path) -> bool:
+    """Whether the run of this history ended and can be judged: the runner saved its result, or (a folder
+    from before it did) the history's last record ends the run other than by an interruption."""
+    if saved_cell_result(history) is not None:
+        return True
+    try:
+        with open(history, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 4096))
+            last = fh.read().splitlines()[-1:]
+        ended = json.loads(last[0]) if last else {}
+    except (OSError, ValueError):
+        return False
+    return (isinstance(ended, dict) and ended.get("type") == "run_ended"
+            and ended.get("reason") != "interrupted")
+
+
 def rejudge(
     out: Path, runs: Sequence[ZooRun], scenarios: dict[str, Scenario], settings: str
 ) -> tuple[list[ZooRun], list[ScenarioResult]]:
-    """The runs whose history exists, with their verdicts (runs with no history are left out)."""
+    """The finished runs with their verdicts (a run not run yet, or cut short by an interruption, is left out:
+    `pdchaos zoo --resume` runs it)."""
     kept: list[ZooRun] = []
     results: list[ScenarioResult] = []
     for r in runs:
-        path = out / "cells" / r.folder / "history.jsonl"
-        if not path.exists() or r.scenario not in scenarios:
+        path = history_of(out, r)
+        if r.scenario not in scenarios or not finished(path):
             continue
         s = scenarios[r.scenario]
         if r.switch:

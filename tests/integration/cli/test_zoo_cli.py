@@ -84,3 +84,16 @@ def test_a_small_zoo_catches_its_switches_and_can_be_rejudged(
     assert "running 1" in err and (cut / "result.json").is_file()
     assert json.loads((out / "zoo.json").read_text())["unjudged"] == 0
     assert '"type":"run_ended"' in history.read_text()
+    # A folder from before the runner saved results: finished histories alone count as judged.
+    for saved in (out / "cells").rglob("result.json"):
+        saved.unlink()
+    code, _, err = _main(capsys, "zoo", "--rejudge", str(out))
+    assert code == 0, err
+    assert json.loads((out / "zoo.json").read_text())["unjudged"] == 0
+    code, _, err = _main(capsys, "zoo", "--resume", str(out), "--no-progress")
+    assert code == 0 and "running 0" in err
+    # A plan whose seed is no seed: one line, nothing run.
+    plan = json.loads((out / "plan.json").read_text())
+    (out / "plan.json").write_text(json.dumps({**plan, "seed": -4}))
+    code, _, err = _main(capsys, "zoo", "--resume", str(out), "--no-progress")
+    assert code == 3 and "a seed is a whole number" in err
