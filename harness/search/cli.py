@@ -190,8 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ExecutorError as e:
         print(f"pdchaos: error: {e}", file=sys.stderr)
         return 3
-    except KeyboardInterrupt:  # a second Ctrl-C while the seeds were handing in what they had
-        print(f"pdchaos: interrupted; the seeds that had ended wrote what they found under {opts.out}/found",
+    except KeyboardInterrupt:  # before the seeds were under way, or while the summary was written
+        print(f"pdchaos: interrupted before the summary was written (failures kept so far: {opts.out}/found)",
               file=sys.stderr)
         return 2
     print(summary.text())

@@ -8,10 +8,11 @@ generating (then shrinking) cases; nothing a run sees depends on it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import FIRST_COMPLETED, Future, as_completed, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,18 +93,13 @@ def _record(summary: Summary, opts: SearchOptions, res: SeedResult, started_afte
                                     f.original.size(), shrunk, f.shrink_runs))
 
 
-# How long an interrupted search waits for its running seeds to hand in what they have (a run in flight ends
-# first); a second Ctrl-C stops waiting.
-HALT_WAIT_S = 30.0
-
-
 def _collect_halted(summary: Summary, opts: SearchOptions, running: dict[Future[SeedResult], float]) -> None:
-    """Tell the running seeds to stop and keep what they found and shrank so far."""
+    """Tell the running seeds to stop (each does before its next run) and keep what they found and shrank so
+    far; a second Ctrl-C stops the waiting."""
     opts.halt_file.touch()
     for fut in running:
         fut.cancel()  # not started yet: nothing to keep
-    done, _ = wait([f for f in running if not f.cancelled()], timeout=HALT_WAIT_S)
-    for fut in done:
+    for fut in as_completed([f for f in running if not f.cancelled()]):
         if fut.exception() is None:
             _record(summary, opts, fut.result(), running[fut])
 
@@ -144,10 +140,10 @@ def run_search(opts: SearchOptions) -> Summary:
                 running[pool.submit(search_seed, _job(opts, seed, search_until))] = time.time() - start
                 return True
 
-            for _ in range(width):
-                if not submit():
-                    break
             try:
+                for _ in range(width):
+                    if not submit():
+                        break
                 while running:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
                     for fut in done:
@@ -156,7 +152,8 @@ def run_search(opts: SearchOptions) -> Summary:
                         submit()
             except KeyboardInterrupt:
                 summary.interrupted = True
-                _collect_halted(summary, opts, running)
+                with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: keep what was collected
+                    _collect_halted(summary, opts, running)
     summary.found.sort(key=lambda f: f.found_after_s)
     summary.wall_s = time.time() - start
     summary.write(opts.out)
