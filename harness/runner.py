@@ -293,11 +293,12 @@ def sim_topology(topology: str, connector: str, transport: str) -> Topology:
     return build_topology(shape, connector, transport, list(range(SIM_PORT_BASE, SIM_PORT_BASE + need)))
 
 
-def replay_command(s: Scenario, topology: str, connector: str, transport: str, router: str, seed: int,
+def replay_command(s: Scenario, topology: str, connector: str, transport: str, router: str | None, seed: int,
                    world: str, settings: str, engines: str = "fake", check_determinism: bool = False) -> str:
     """The `pdchaos run` line that runs this cell again (a shipped scenario by name, else its file); "" for a
-    scenario built in code (no file names it: the command line cannot)."""
-    if not s.source:
+    scenario built in code (no file names it: the command line cannot) or a router no `--router` value names
+    (`router` None)."""
+    if not s.source or router is None:
         return ""
     shipped = Path(s.source).parent.resolve() == SCENARIO_DIR
     # A file by its absolute path: the line replays from any folder.

@@ -40,8 +40,9 @@ class RouterAdapter:
     has_events = False
     supports_inject_bug = False
 
-    def cli_spec(self) -> str:
-        """The `--router` value that selects this router again (a replay command names it)."""
+    def cli_spec(self) -> str | None:
+        """The `--router` value that selects this router again (a replay command names it); None when no
+        `--router` value can (a configuration `pdchaos run` has no flag for)."""
         return self.name
 
     def __init__(self, api_key: str | None = None) -> None:

@@ -49,7 +49,7 @@ class CommandRouter(RouterAdapter):
         self.words = words
         self.name = name
 
-    def cli_spec(self) -> str:
+    def cli_spec(self) -> str | None:
         return "cmd:" + self.template
 
     def values(

@@ -20,7 +20,7 @@ def replay_command(path: Path, case: SearchCase, world: str = "sim", router: str
     """The router is named unless it is the reference: a gateway profile brings its own switches and timings,
     which the scenario file does not hold."""
     settings = case.settings if world == "sim" else "scaled"
-    words = ["pdchaos", "run", str(path), "--world", world, "--settings", settings,
+    words = ["pdchaos", "run", str(path.resolve()), "--world", world, "--settings", settings,
              "--seed", str(case.run_seed)]
     if router not in ("reference", ""):
         words += ["--router", router]

@@ -126,7 +126,8 @@ def _topologies(spec: SweepSpec, s: Scenario, plan: SweepPlan, world: str, setti
         return [(t, s) for t in s.topologies if spec.topologies is None or t in spec.topologies]
     out = []
     for t in spec.topologies or ():
-        widened = s if t in s.topologies else replace(s, topologies=(*s.topologies, t))
+        # Widened, it is no longer the scenario its file names (no replay command names it: `source` "").
+        widened = s if t in s.topologies else replace(s, topologies=(*s.topologies, t), source="")
         try:
             validate(widened)
         except ScenarioError as e:

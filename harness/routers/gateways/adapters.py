@@ -116,8 +116,9 @@ class GatewayAdapter(RouterAdapter):
         self._spec = self.package + variant + (f"=={version}" if version else "")
         self.dropped: list[str] = []
 
-    def cli_spec(self) -> str:
-        return self._spec
+    def cli_spec(self) -> str | None:
+        # Arguments passed verbatim (`pdchaos bisect --gateway-arg`) have no `pdchaos run` flag.
+        return None if self.extra_args else self._spec
 
     # -- what it can run
 

@@ -123,7 +123,8 @@ def parse_engines(text: str | EngineChoice | None) -> EngineChoice:
     if spec in ("fake", "vllm"):
         return EngineChoice(spec)
     if spec.startswith("command:"):
-        path = Path(spec.removeprefix("command:")).expanduser()
+        # Absolute: a replay command names it, from any folder.
+        path = Path(spec.removeprefix("command:")).expanduser().resolve()
         if not path.is_file():
             raise EngineChoiceError(f"--engines command:FILE: no file {path}")
         from harness.worlds.real.command_engines import load_templates
@@ -134,7 +135,7 @@ def parse_engines(text: str | EngineChoice | None) -> EngineChoice:
             raise EngineChoiceError(str(e)) from e
         return EngineChoice("command", path)
     if spec.startswith("k8s:"):
-        path = Path(spec.removeprefix("k8s:")).expanduser()
+        path = Path(spec.removeprefix("k8s:")).expanduser().resolve()
         if not path.is_file():
             raise EngineChoiceError(f"--engines k8s:FILE: no file {path}")
         from harness.worlds.real.kube_engines import load_backend_file

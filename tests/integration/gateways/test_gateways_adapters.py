@@ -325,6 +325,14 @@ def test_each_router_names_the_flag_value_that_selects_it_again() -> None:
         parsed = parse_router_spec(spec)
         assert parsed.gateway is not None and parsed.version == adapter.version
         assert (parsed.gateway.name or parsed.gateway.package) == spec.split("==")[0]
+    # Arguments passed verbatim (bisect --gateway-arg): no --router value says them, so no replay command.
+    tuned = SmgRouter("smg", version="1.13.0", extra_args=["--disable-circuit-breaker"])
+    assert tuned.cli_spec() is None
+    from harness.runner import replay_command
+    from harness.scenario import load_scenarios
+
+    (s,) = load_scenarios(["sole_prefill_down"])
+    assert replay_command(s, "1p1d", "mooncake", "grpc", tuned.cli_spec(), 0, "real", "scaled") == ""
     assert CommandRouter("my-router --port {port}").cli_spec() == "cmd:my-router --port {port}"
     assert ReferenceRouter().cli_spec() == "reference"
     assert ProfileRouter(profile_named("smg-1.12.0")).cli_spec() == "profile:smg-1.12.0"

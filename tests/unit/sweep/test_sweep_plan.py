@@ -73,6 +73,11 @@ def test_extended_topologies_keep_only_shapes_that_have_the_scenarios_targets() 
     """)
     assert [c.key.topology for c in plan.cells] == ["2p2d"]
     assert "2p2d" in plan.cells[0].scenario.topologies
+    # Widened, it is not what its name runs: no replay command (`pdchaos run NAME --topology 2p2d` refuses).
+    from harness.runner import replay_command
+
+    widened = plan.cells[0].scenario
+    assert replay_command(widened, "2p2d", "nixl", "http", "reference", 0, "real", "scaled") == ""
     (left,) = plan.skipped
     assert left.key.topology == "1p2d" and "does not fit 1p2d" in left.reason and "prefill-1" in left.reason
 

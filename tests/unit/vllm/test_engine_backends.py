@@ -56,6 +56,15 @@ def test_parse_engines(tmp_path: Path) -> None:
     assert choice.kind == "command" and choice.label == f"command:{f}" and choice.text_known
 
 
+def test_an_engines_file_given_relative_is_named_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The label goes into the replay command, which must work from any folder."""
+    (tmp_path / "t.toml").write_text('start = "run {name} {http_port}"\nserves = "fake"\n')
+    monkeypatch.chdir(tmp_path)
+    assert parse_engines("command:t.toml").label == f"command:{(tmp_path / 't.toml').resolve()}"
+
+
 @pytest.mark.parametrize(("text", "match"), [
     ("kill = 'x'", "`start`"),
     ("start = 'x'\nbogus = 1", "unknown keys"),
