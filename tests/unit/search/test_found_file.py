@@ -6,6 +6,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+import pytest
+
 from harness.search.case import SearchCase
 from harness.search.faults import FaultSpec
 from harness.search.found import write_found
@@ -33,3 +35,10 @@ def test_a_profile_search_replays_with_that_profile(tmp_path: Path) -> None:
 def test_a_reference_search_replays_without_a_router_flag(tmp_path: Path) -> None:
     path = write_found(tmp_path, SIG, 3, ("stale_engine_id",), CASE, CASE, "3 lost")
     assert all("--router" not in words for words in _replays(path))
+
+
+def test_the_replay_names_the_file_by_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = write_found(Path("runs/search-x"), SIG, 3, ("stale_engine_id",), CASE, CASE, "3 lost")
+    for words in _replays(tmp_path / path):
+        assert words[2] == str(tmp_path / path)
