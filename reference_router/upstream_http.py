@@ -43,7 +43,7 @@ async def post_json(
             raw = await resp.read()
             try:
                 payload = json.loads(raw) if raw else {}
-            except json.JSONDecodeError:
+            except ValueError:  # not JSON, or bytes that are no text at all
                 payload = {"raw": raw[:200].decode("utf-8", "replace")}
             if resp.status >= 400:
                 raise UpstreamError(

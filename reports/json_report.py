@@ -39,7 +39,7 @@ def read_json(path: Path) -> list[ScenarioResult]:
     """Results from a report.json; raises ValueError for another schema or a damaged file."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
+    except ValueError as e:  # not JSON, or not UTF-8 text
         raise ValueError(f"{path}: not JSON ({e})") from e
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise ValueError(f"{path}: not a {SCHEMA} document")

@@ -61,7 +61,7 @@ def load_cells(folder: str | Path) -> dict[CellKey, CellRecord]:
                             "have one)")
     try:
         doc = json.loads(report.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8 text
         raise BaselineError(f"{report}: unreadable ({e})") from None
     if not isinstance(doc, Mapping) or doc.get("schema") != REPORT_SCHEMA:
         raise BaselineError(f"{report}: not a {REPORT_SCHEMA} document")
@@ -83,7 +83,7 @@ def _sweep_keys(root: Path) -> dict[str, CellKey]:
         return {}
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8 text
         raise BaselineError(f"{path}: unreadable ({e})") from None
     out = {}
     for c in doc.get("cells") or []:

@@ -66,7 +66,7 @@ def load_backend_file(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
         table = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+    except (OSError, ValueError) as e:  # ValueError: not TOML/JSON, or not UTF-8 text
         raise ValueError(f"{path}: {e}") from e
     if not isinstance(table, dict):
         raise ValueError(f"{path}: not a table of engine settings")

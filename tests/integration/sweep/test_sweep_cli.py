@@ -172,6 +172,14 @@ def test_usage_errors_exit_3(argv: list[str], capsys: pytest.CaptureFixture[str]
     assert "error" in capsys.readouterr().err
 
 
+def test_a_baseline_that_is_not_text_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "report.json").write_bytes(b"\x80\x81{")
+    assert sweep("--compare-only", str(tmp_path), "--baseline", str(tmp_path)) == 3
+    assert "unreadable" in capsys.readouterr().err
+
+
 def test_an_interrupted_sweep_writes_its_partial_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
