@@ -156,7 +156,7 @@ def main(argv: Sequence[str] | None = None, cache: ReleaseCache | None = None) -
     args = build_parser().parse_args(argv)
     from harness.bisect.release_run import ReleaseRunner
     from harness.bisect.report import render_text, write
-    from harness.bisect.search import bisect_releases, max_runs, release_chain
+    from harness.bisect.search import BisectResult, bisect_releases, max_runs, release_chain
 
     def say(line: str) -> None:
         if not args.no_progress:
@@ -190,10 +190,14 @@ def main(argv: Sequence[str] | None = None, cache: ReleaseCache | None = None) -
         print(f"at most {max_runs(len(chain))} release(s) to run, {target.repeat} run(s) each")
         return EXIT_FOUND
     say(f"{len(chain)} releases from {good} to {bad}; at most {max_runs(len(chain))} to run; out {out}")
+    res = BisectResult(list(chain), [])
     try:
-        res = asyncio.run(bisect_releases(chain, ReleaseRunner(target, out, c, say)))
+        asyncio.run(bisect_releases(chain, ReleaseRunner(target, out, c, say), res))
     except KeyboardInterrupt:
-        print("pdchaos: interrupted", file=sys.stderr)
+        res.pair, res.reason = None, "interrupted: the releases judged so far are below"
+        j, md = write(out, res, meta)
+        print(render_text(res, meta), end="")
+        print(f"pdchaos: interrupted; partial bisect: {j} ({md})", file=sys.stderr)
         return EXIT_NO_PAIR
     j, md = write(out, res, meta)
     print(render_text(res, meta), end="")

@@ -61,12 +61,14 @@ def release_chain(available: Sequence[str], good: str, bad: str) -> list[str]:
     return between if version_key(good) == lo else between[::-1]
 
 
-async def bisect_releases(chain: Sequence[str], judge: Judge) -> BisectResult:
+async def bisect_releases(chain: Sequence[str], judge: Judge,
+                          res: BisectResult | None = None) -> BisectResult:
     """Judge both ends, then halve the releases between them until the two that differ are adjacent.
     Each release is judged at most once. An unknown outcome ends the search (its reason says why): a guess in
-    its place could point at the wrong pair."""
+    its place could point at the wrong pair. `res`, when given, is filled as the search goes (what an
+    interrupted search had judged)."""
     chain = list(chain)
-    res = BisectResult(chain, [])
+    res = res if res is not None else BisectResult(chain, [])
     if len(chain) < 2:
         res.reason = "fewer than two releases to compare"
         return res

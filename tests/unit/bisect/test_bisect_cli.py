@@ -3,6 +3,7 @@ that is a table (no network, nothing installed, nothing run)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -91,3 +92,27 @@ def test_pdchaos_bisect_is_a_subcommand(capsys: pytest.CaptureFixture[str]) -> N
         pdchaos_main(["bisect", "--help"])
     assert e.value.code == 0
     assert "first release of a gateway" in capsys.readouterr().out
+
+
+def test_ctrl_c_writes_the_releases_judged_so_far(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.bisect import release_run
+    from harness.bisect.search import Outcome
+
+    class TwoThenCtrlC:
+        def __init__(self, *_a: object) -> None:
+            self.asked = 0
+
+        async def __call__(self, version: str) -> Outcome:
+            self.asked += 1
+            if self.asked > 2:
+                raise KeyboardInterrupt
+            return Outcome(version, "pass" if version == "1.13.0" else "fail", "")
+
+    monkeypatch.setattr(release_run, "ReleaseRunner", TwoThenCtrlC)
+    out = tmp_path / "b"
+    assert main([*BASE, "--out", str(out)], cache=_cache(tmp_path)) == 2
+    doc = json.loads((out / "bisect.json").read_text())
+    assert "interrupted" in doc["reason"] and [t["version"] for t in doc["tested"]] == ["1.13.0", "1.10.1"]
+    assert "partial bisect" in capsys.readouterr().err

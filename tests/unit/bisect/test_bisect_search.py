@@ -10,7 +10,7 @@ import pytest
 
 from harness.bisect.release_run import combine_runs, run_summary
 from harness.bisect.report import render_text, to_json
-from harness.bisect.search import Outcome, bisect_releases, max_runs, release_chain
+from harness.bisect.search import BisectResult, Outcome, bisect_releases, max_runs, release_chain
 from harness.result import ScenarioResult
 from harness.verdict import Verdict
 
@@ -180,3 +180,19 @@ async def test_same_verdict_at_the_ends_names_the_checkers_that_differ() -> None
     assert to_json(res, meta)["differing_checkers"] == ["handoff", "recovery"]
     text = render_text(res, meta)
     assert "differ between the ends: handoff, recovery (bisect one with --checker NAME)" in text
+
+
+async def test_an_interrupted_search_leaves_what_it_judged_in_the_result_it_was_given() -> None:
+    """Ctrl-C mid-search: the caller's result holds every release judged before it (`pdchaos bisect` writes
+    them as the partial bisect.json)."""
+    table = Table({v: ("pass" if i < 5 else "fail") for i, v in enumerate(CHAIN)})
+
+    async def then_ctrl_c(version: str) -> Outcome:
+        if len(table.asked) == 3:
+            raise KeyboardInterrupt
+        return await table(version)
+
+    res = BisectResult(CHAIN, [])
+    with pytest.raises(KeyboardInterrupt):
+        await bisect_releases(CHAIN, then_ctrl_c, res)
+    assert [o.version for o in res.tested] == table.asked and len(res.tested) == 3
