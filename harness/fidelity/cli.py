@@ -113,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ProcessStartError, OSError, RuntimeError) as e:
         print(f"pdchaos fidelity: engines did not start: {e}", file=sys.stderr)
         return EXIT_NO_ENGINES
+    except KeyboardInterrupt:  # the engines were stopped as the probes unwound
+        print("pdchaos fidelity: interrupted: no table (it needs both sides probed)", file=sys.stderr)
+        return EXIT_NO_ENGINES
     rows = compare(fake, real)
     left = unexplained(rows)
     (out / "fidelity.json").write_text(json.dumps(

@@ -417,3 +417,18 @@ def test_fidelity_without_vllm_says_so_before_probing(
     code, _, err = _main(capsys, "fidelity", "--real", "vllm", "--out", str(tmp_path / "f"))
     assert code == cli.EXIT_USAGE and "no vLLM installation" in _one_line_error(err)
     assert not (tmp_path / "f").exists()  # nothing probed, nothing written
+
+
+def test_fidelity_ctrl_c_is_an_unknown_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.fidelity import cli as fidelity_cli
+
+    async def interrupted(*_a: object, **_k: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fidelity_cli, "_probe_backend", interrupted)
+    monkeypatch.chdir(ROOT)
+    code, _, err = _main(capsys, "fidelity", "--real", "command:examples/engines/local-fake.toml",
+                         "--out", str(tmp_path / "f"))
+    assert code == 2 and "interrupted" in err and "Traceback" not in err
