@@ -123,6 +123,7 @@ async def run_scenario(
     session: ScenarioSession | None = None
     reason = ""
     extra: list[Verdict] = []
+    replay: str | None = None
     router_name = str(router_adapter)
     preset_name = settings or DEFAULT_SETTINGS.get(world, "scaled")
     engine_choice = parse_engines(engines)
@@ -143,20 +144,22 @@ async def run_scenario(
         if profile is not None:
             scenario = profile.apply(scenario)
         validate(scenario)
+        replay = _replay(scenario, topology, connector, transport, adapter, router_name, seed, world,
+                         preset_name, engine_choice.label, check_determinism)
         if world == "sim":
             topo = sim_topology(topology, connector, transport)
             session = ScenarioSession(scenario, topo, router=router_name, seed=seed, run_id=rid,
-                                      history_path=out / "history.jsonl", world="sim")
+                                      history_path=out / "history.jsonl", world="sim", replay=replay)
             await SimWorld(session.plan, out).run(session)
             if check_determinism:
-                extra.append(await _replay_verdict(scenario, topo, router_name, seed, rid, out))
+                extra.append(await _replay_verdict(scenario, topo, router_name, seed, rid, out, replay))
         else:
             assert adapter is not None
             session = ScenarioSession(scenario, allocate(topology, connector, transport), router=router_name,
                                       seed=seed, run_id=rid, history_path=out / "history.jsonl",
                                       engines=engine_choice.label,
                                       engine_start_s=engine_choice.start_budget_s(),
-                                      text_known=engine_choice.text_known)
+                                      text_known=engine_choice.text_known, replay=replay)
             session.notes.extend(engine_notes)
             async with RealWorld(session.plan, adapter, out, engines=engine_choice) as real:
                 await real.run(session)
@@ -194,9 +197,9 @@ async def run_scenario(
         seed=seed,
         world=world,
         settings=preset_name,
-        replay=replay_command(scenario, topology, connector, transport,
-                              adapter.cli_spec() if adapter is not None else router_name, seed, world,
-                              preset_name, engine_choice.label, check_determinism),
+        replay=replay if replay is not None else _replay(
+            scenario, topology, connector, transport, adapter, router_name, seed, world, preset_name,
+            engine_choice.label, check_determinism),
         verdict=overall,
         verdicts=verdicts,
         reason=overall.reason if overall.status != "pass" else "",
@@ -249,13 +252,22 @@ def saved_cell_result(history: Path) -> ScenarioResult | None:
     return saved if same else None
 
 
+def _replay(s: Scenario, topology: str, connector: str, transport: str, adapter: RouterAdapter | None,
+            router_name: str, seed: int, world: str, settings: str, engines: str,
+            check_determinism: bool) -> str:
+    """This cell's replay command (the router as `--router` takes it: a gateway's spec, not its name)."""
+    router = adapter.cli_spec() if adapter is not None else router_name
+    return replay_command(s, topology, connector, transport, router, seed, world, settings, engines,
+                          check_determinism)
+
+
 async def _replay_verdict(scenario: Scenario, topo: Topology, router: str, seed: int, run_id: str,
-                          out: Path) -> Verdict:
+                          out: Path, replay: str) -> Verdict:
     """Run the simulated cell again and compare the two histories byte for byte (madsim's determinism
     check): a difference is a harness bug, so the verdicts cannot be trusted (unknown)."""
     again = out / "replay.history.jsonl"
     session = ScenarioSession(scenario, topo, router=router, seed=seed, run_id=run_id, history_path=again,
-                              world="sim")
+                              world="sim", replay=replay)
     await SimWorld(session.plan, out).run(session)
     first, second = (out / "history.jsonl").read_bytes(), again.read_bytes()
     digest = hashlib.sha256(first).hexdigest()

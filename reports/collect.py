@@ -55,6 +55,8 @@ def result_from_history(path: str | os.PathLike[str]) -> ScenarioResult:
         router=str(run.get("router") or ""),
         verdicts=verdicts,
         bugs=[str(b) for b in run.get("bugs") or h.settings.get("bugs") or []],
+        description=str(run.get("description") or ""),
+        replay=str(run.get("replay") or ""),
         seed=run.get("seed"),
         world=world,
         settings=str(h.settings.get("preset") or "scaled"),
@@ -66,17 +68,24 @@ def result_from_history(path: str | os.PathLike[str]) -> ScenarioResult:
     )
 
 
-def cell_result(history: Path, recheck: bool) -> ScenarioResult:
-    """One cell's result from its folder: the saved one (judged again from the history when `recheck`,
-    keeping what only the run knew: its replay command, description, wall times), else one judged afresh."""
-    saved = saved_cell_result(history)
+def cell_result(history: Path, recheck: bool, saved: ScenarioResult | None = None) -> ScenarioResult:
+    """One cell's result from its folder: the one the runner saved beside the history (else `saved`, e.g.
+    from the run's report.json), judged again from the history when `recheck`, else one judged afresh.
+    Judged again (the history says what ran), it keeps what only the run knew: its wall times and notes, and
+    the verdicts no checker gives from a history (the session's `timeline` and `faults`, the replay's
+    `determinism`): without them a run that missed a step or could not apply a fault would pass."""
+    saved = saved_cell_result(history) or saved
     if saved is None:
         return result_from_history(history)
     if not recheck:
         return saved
     fresh = result_from_history(history)
-    return replace(saved, verdicts=fresh.verdicts, verdict=None, status=None, reason="",
-                   run_reason=fresh.run_reason)
+    judged = {v.name for v in fresh.verdicts}
+    kept = [v for v in saved.verdicts if v.name not in judged]
+    return replace(fresh, verdicts=fresh.verdicts + kept, verdict=None, status=None,
+                   description=fresh.description or saved.description, replay=fresh.replay or saved.replay,
+                   duration_s=saved.duration_s, started_at=saved.started_at, ended_at=saved.ended_at,
+                   notes=saved.notes)
 
 
 RUN_MARKERS = (REPORT_JSON, "run.json")
@@ -100,16 +109,18 @@ def find_histories(run_dir: Path) -> list[Path]:
 
 
 def collect_results(run_dir: Path, recheck: bool = False) -> list[ScenarioResult]:
-    """Saved results from report.json (unless `recheck`), plus one for every history file that report.json
-    does not name (a suite interrupted or crashed before writing it): the cell's own saved result where the
-    runner wrote one, else judged from the history."""
+    """Saved results from report.json, plus one for every history file that report.json does not name (a
+    suite interrupted or crashed before writing it): the cell's own saved result where the runner wrote one,
+    else judged from the history. `recheck`: every history judged again (`cell_result`)."""
     saved: list[ScenarioResult] = []
     report = run_dir / REPORT_JSON
-    if not recheck and report.is_file():
+    if report.is_file():
         try:
             saved = read_json(report)
         except (ValueError, OSError):
             saved = []
-    known = {os.path.abspath(r.history_path) for r in saved if r.history_path is not None}
-    derived = [cell_result(p, recheck) for p in find_histories(run_dir) if os.path.abspath(p) not in known]
+    by_history = {os.path.abspath(r.history_path): r for r in saved if r.history_path is not None}
+    if recheck:
+        return [cell_result(p, True, by_history.get(os.path.abspath(p))) for p in find_histories(run_dir)]
+    derived = [cell_result(p, False) for p in find_histories(run_dir) if os.path.abspath(p) not in by_history]
     return saved + derived

@@ -159,8 +159,11 @@ class ScenarioSession:
         engines: str = "fake",
         engine_start_s: float = ENGINES_UP_S,
         text_known: bool = True,
+        replay: str = "",
     ) -> None:
         self.scenario = scenario
+        # The command that runs this cell again, kept in the history (a report rebuilt from it names it).
+        self.replay = replay
         # Which engines serve (harness.worlds.real.backends); only the fakes' output text is known in advance.
         self.engines = engines
         self.text_known = text_known
@@ -247,7 +250,7 @@ class ScenarioSession:
         self.history.run_started(
             s.name, topo.name, topo.connector, topo.transport, self.router_name, self.seed,
             self._settings_record(), run_id=self.run_id, bugs=list(s.bugs), world=self.world,
-            time_unit=time_unit(self.world),
+            time_unit=time_unit(self.world), description=s.description, replay=self.replay,
         )
         self.phase = Phase.ENGINES
         self._phase_deadline = now + self.engine_start_s + max(

@@ -14,7 +14,7 @@ import pytest
 
 from harness.runner import CELL_RESULT, run_scenario
 from harness.scenario import load_scenarios
-from reports import read_json, report_from_run_dir
+from reports import ScenarioResult, read_json, report_from_run_dir, write_reports
 
 SCENARIO = next(s for s in load_scenarios() if s.name == "prefill_restart_mooncake")
 
@@ -75,6 +75,9 @@ async def test_a_simulated_history_alone_gives_no_wall_times(sim_run: tuple[Path
     [r] = report_from_run_dir(run_dir, plots=False)
     assert r.status == "fail" and r.world == "sim"
     assert (r.duration_s, r.started_at, r.ended_at) == (None, None, None)
+    # What the run knew at its start is in the history: a killed run's report still names its replay.
+    assert r.replay.startswith("pdchaos run prefill_restart_mooncake")
+    assert r.description == SCENARIO.description
     page = (run_dir / "report.html").read_text()
     virtual_start = time.strftime("%Y-%m-%d", time.gmtime(1767225600.0))
     assert virtual_start not in page
@@ -87,4 +90,23 @@ async def test_a_result_saved_for_another_history_is_not_taken(sim_run: tuple[Pa
     saved = _saved(cell)
     (cell / CELL_RESULT).write_text(json.dumps(dict(saved, history="elsewhere/history.jsonl")))
     [r] = report_from_run_dir(run_dir, plots=False)
-    assert r.replay == "" and r.duration_s is None  # judged from the history, nothing borrowed
+    assert r.duration_s is None  # judged from the history, nothing borrowed
+    assert r.replay == saved["replay"]  # the history's own record of it
+
+
+async def test_recheck_keeps_the_verdicts_no_checker_gives(tmp_path: Path) -> None:
+    """A step that never happened is the session's `timeline` verdict, not a checker's: judged again from
+    the history, the run must stay unknown, never turn into a pass."""
+    cell = tmp_path / "run" / "cell"
+    res = await run_scenario(SCENARIO, "1p1d", "mooncake", "http", "reference", cell, world="sim")
+    assert res.status == "pass"
+    saved = _saved(cell)
+    missed = {"name": "timeline", "status": "unknown", "reason": "steps missed (condition never held): ['x']"}
+    saved["verdicts"] = [v for v in saved["verdicts"] if v["name"] != "timeline"] + [missed]
+    (cell / CELL_RESULT).write_text(json.dumps(saved))
+    for saved_where in ("result.json", "report.json"):
+        if saved_where == "report.json":  # a run from before result.json: its report.json says it
+            write_reports(tmp_path / "run", [ScenarioResult.from_dict(saved, base=cell)], plots=False)
+            (cell / CELL_RESULT).unlink()
+        [r] = report_from_run_dir(tmp_path / "run", recheck=True, plots=False)
+        assert r.status == "unknown" and "steps missed" in r.overall.reason, saved_where
