@@ -272,6 +272,14 @@ def _check_engines(spec: str, world: str, cells: list[tuple[Any, Any]]) -> tuple
         return choice.label, cells
     if world != "real":
         raise UsageError("--engines: the simulated world simulates its own engines (real time only)")
+    if choice.kind == "k8s":
+        from harness.kube.options import parse_options
+        from harness.worlds.real.kube_engines import KubeFleetError, connect
+
+        try:
+            connect(parse_options(dict(choice.table)))
+        except KubeFleetError as e:
+            raise UsageError(f"--engines {choice.label}: {e}") from None
     if choice.kind == "vllm":
         from harness.vllm import VllmNotInstalled, find_install
 
@@ -295,7 +303,12 @@ def _check_engines(spec: str, world: str, cells: list[tuple[Any, Any]]) -> tuple
 def plan_run(args: argparse.Namespace) -> RunPlan:
     """Everything that can be wrong with a run, found before any process starts (UsageError)."""
     from harness.runner import default_settings, expand_matrix
+    from pdchaos.ports import POOL_ENV, pool_from_env
 
+    try:
+        pool_from_env(os.environ.get(POOL_ENV))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     topologies, scenarios = select_suite(args)
     if args.inject_bug:
         scenarios = _with_bugs(args.inject_bug, scenarios)

@@ -432,3 +432,23 @@ def test_fidelity_ctrl_c_is_an_unknown_without_a_traceback(
     code, _, err = _main(capsys, "fidelity", "--real", "command:examples/engines/local-fake.toml",
                          "--out", str(tmp_path / "f"))
     assert code == 2 and "interrupted" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("pool", ["abc", "20000-20002", "80-90"])
+def test_a_bad_port_pool_is_a_usage_error_before_anything_starts(
+    pool: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PDCHAOS_PORT_POOL", pool)
+    code, _, err = _main(capsys, "run", str(PASS_FILE), "--out", str(tmp_path / "r"))
+    assert code == cli.EXIT_USAGE and "PDCHAOS_PORT_POOL" in _one_line_error(err)
+    assert not (tmp_path / "r").exists()
+
+
+def test_cluster_engines_with_no_cluster_to_reach_are_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    code, _, err = _main(capsys, "run", "sole_prefill_down", "--topology", "1p1d", "--connector", "mooncake",
+                         "--transport", "http", "--engines", f"k8s:{ROOT / 'examples/engines/k8s-fake.toml'}",
+                         "--out", str(tmp_path / "r"))
+    assert code == cli.EXIT_USAGE and "no cluster to reach" in _one_line_error(err)
