@@ -134,10 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
         "must fail",
     )
     run.add_argument("--engines", default="fake", metavar="BACKEND",
-                     help="engine backend: fake (the default), vllm (real vLLM on this machine, NIXL over "
-                     "HTTP; `pdchaos engines install vllm` first; one cell at a time unless --jobs says "
-                     "otherwise) or command:FILE (command templates start, kill, pause and resume engines "
-                     "elsewhere; see README). Cells a backend cannot run are skipped with the reason")
+                     help="engine backend: fake (the default), vllm (real vLLM on this machine; `pdchaos "
+                     "engines install vllm` first; one cell at a time unless --jobs says otherwise), "
+                     "command:FILE (command templates start, kill, pause and resume engines elsewhere; see "
+                     "README) or k8s:FILE (engines as pods on a Kubernetes cluster; the file is a sweep's "
+                     "[engines.NAME] table). Cells a backend cannot run are skipped with the reason")
     run.add_argument("--check-determinism", action="store_true",
                      help="sim: run each cell twice and require byte-identical histories")
     run.add_argument("--out", type=Path, metavar="DIR",
@@ -336,6 +337,13 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
                                     ("transport", args.transport)) if v
         )
         raise UsageError(f"no selected scenario applies to {wanted or 'any cell'}")
+    if args.scenarios:  # a scenario asked for by name that has no cell here is said, not dropped in silence
+        running = {s.name for s, _ in cells}
+        for s in scenarios:
+            if s.name not in running:
+                print(f"pdchaos: {s.name}: no cell with the --topology/--connector/--transport given "
+                      f"(it runs on {'/'.join(s.topologies)}, {'/'.join(s.connectors)}, "
+                      f"{'/'.join(s.transports)}): left out", file=sys.stderr)
     engines, cells = _check_engines(args.engines, args.world, cells)
     settings = args.settings or default_settings(args.world)
     _check_at_preset(scenarios, settings)
@@ -451,7 +459,8 @@ def _summary_lines(results: Sequence[Any], run_dir: Path, html: Path | None = No
     lines = []
     for r in results:
         cell = "/".join(x for x in (r.topology, r.connector, r.transport) if x)
-        reason = f"  {r.reason}" if r.status != "pass" and getattr(r, "reason", "") else ""
+        why = (getattr(r, "reason", "") or r.overall.reason) if r.status != "pass" else ""
+        reason = f"  {why}" if why else ""
         if len(reason) > 160:
             reason = reason[:157] + "..."
         lines.append(f"  {r.status.upper():8} {r.scenario} {cell}{reason}")
@@ -502,7 +511,8 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     except BrokenPipeError:
         _drop_stdout()  # the exit status still tells the verdict
     if interrupted:
-        print("pdchaos: interrupted: partial report, verdict UNKNOWN", file=sys.stderr)
+        print(f"pdchaos: interrupted: partial report of the {len(results)} of {len(plan.cells)} cells that "
+              "started, verdict UNKNOWN", file=sys.stderr)
     _write_run_info(plan, marker, argv, started_at=started, ended_at=time.time(), interrupted=interrupted,
                     exit_code=code)
     return code
@@ -510,7 +520,8 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     scenarios = load_named(args.scenarios)
-    defaults = {s.name for s in default_suite(scenarios)}
+    # What `pdchaos run` runs with no scenario named: the shipped default suite, whatever is listed here.
+    defaults = {s.name for s in default_suite(load_named([]))}
     if args.json:
         out = [
             {
@@ -547,10 +558,13 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from reports import rerender, summarize
+    from reports.collect import find_histories
 
     if not args.run_dir.is_dir():
         raise UsageError(f"no run folder {args.run_dir}")
     _refuse_a_folder_of_runs(args.run_dir)
+    if not (args.run_dir / "report.json").is_file() and not find_histories(args.run_dir):
+        raise UsageError(f"{args.run_dir} holds no scenario results or histories")  # nothing written there
     results, written = rerender(args.run_dir, recheck=args.recheck)
     if not results:
         raise UsageError(f"{args.run_dir} holds no scenario results or histories")

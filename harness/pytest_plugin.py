@@ -228,7 +228,10 @@ class ScenarioItem(pytest.Item):
         for v in result.verdicts:
             if v.status != "pass":
                 lines.append(f"  {v.status:8} {v.name}: {v.reason}")
-        lines.append(f"  history: {out / 'history.jsonl'}  logs: {out / 'logs'}")
+        logs = f"  logs: {result.log_dir}" if result.log_dir is not None else ""  # a simulated cell has none
+        lines.append(f"  history: {out / 'history.jsonl'}{logs}")
+        if result.replay:
+            lines.append(f"  replay: {result.replay}")
         text = "\n".join(lines)
         self.user_properties.append(("pdchaos_reason", result.reason))
         if result.status == "unknown" and cfg.getoption("--pdchaos-unknown") == "skip":
@@ -271,8 +274,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if results:
         counts = {s: sum(1 for r in results if r.status == s) for s in ("pass", "fail", "unknown")}
         terminalreporter.write_line(
-            f"pdchaos: {len(results)} cells: {counts['pass']} pass, {counts['fail']} fail, "
-            f"{counts['unknown']} unknown; reports in {_run_dir(config)}"
+            f"pdchaos: {len(results)} cell{'' if len(results) == 1 else 's'}: {counts['pass']} pass, "
+            f"{counts['fail']} fail, {counts['unknown']} unknown; reports in {_run_dir(config)}"
         )
 
 

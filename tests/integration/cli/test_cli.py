@@ -452,3 +452,29 @@ def test_cluster_engines_with_no_cluster_to_reach_are_a_usage_error(
                          "--transport", "http", "--engines", f"k8s:{ROOT / 'examples/engines/k8s-fake.toml'}",
                          "--out", str(tmp_path / "r"))
     assert code == cli.EXIT_USAGE and "no cluster to reach" in _one_line_error(err)
+
+
+def test_list_marks_only_the_default_suite_whatever_is_listed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["list", "--json", "prefill_replaced_same_address", "prefill_restart_mooncake"]) == 0
+    listed = {s["name"]: s["default"] for s in json.loads(capsys.readouterr().out)}
+    assert listed == {"prefill_replaced_same_address": False, "prefill_restart_mooncake": True}
+    assert cli.main(["list", str(PASS_FILE)]) == 0
+    assert not capsys.readouterr().out.startswith("*")  # a file's scenario is in no default suite
+
+
+def test_report_of_a_folder_with_nothing_in_it_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _main(capsys, "report", str(tmp_path))
+    assert code == cli.EXIT_USAGE and "holds no scenario results" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_named_scenario_with_no_cell_here_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "taken").write_text("x")  # stops the run after planning: nothing runs
+    code, _, err = _main(capsys, "run", "metadata_wedged", "sole_prefill_down", "--transport", "http",
+                         "--out", str(tmp_path))
+    assert code == cli.EXIT_USAGE
+    assert "metadata_wedged: no cell with the --topology/--connector/--transport given" in err
