@@ -305,18 +305,24 @@ def sim_topology(topology: str, connector: str, transport: str) -> Topology:
     return build_topology(shape, connector, transport, list(range(SIM_PORT_BASE, SIM_PORT_BASE + need)))
 
 
+def scenario_reference(s: Scenario) -> str | None:
+    """How a command line names the scenario: a shipped one by name, another by its file's absolute path (it
+    works from any folder); None for one built in code."""
+    if not s.source:
+        return None
+    return s.name if Path(s.source).parent.resolve() == SCENARIO_DIR else str(Path(s.source).resolve())
+
+
 def replay_command(s: Scenario, topology: str, connector: str, transport: str, router: str | None, seed: int,
                    world: str, settings: str, engines: str = "fake", check_determinism: bool = False) -> str:
     """The `pdchaos run` line that runs this cell again (a shipped scenario by name, else its file); "" for a
     scenario built in code (no file names it: the command line cannot) or a router no `--router` value names
     (`router` None)."""
-    if not s.source or router is None:
+    what = scenario_reference(s)
+    if what is None or router is None:
         return ""
-    shipped = Path(s.source).parent.resolve() == SCENARIO_DIR
-    # A file by its absolute path: the line replays from any folder.
-    what = s.name if shipped else shlex.quote(str(Path(s.source).resolve()))
-    words = ["pdchaos", "run", what, "--topology", topology, "--connector", connector, "--transport",
-             transport, "--world", world, "--settings", settings, "--seed", str(seed)]
+    words = ["pdchaos", "run", shlex.quote(what), "--topology", topology, "--connector", connector,
+             "--transport", transport, "--world", world, "--settings", settings, "--seed", str(seed)]
     if router not in ("reference", ""):
         words += ["--router", shlex.quote(router)]
     if engines != "fake":

@@ -28,6 +28,10 @@ class BugSwitch:
     transports: tuple[str, ...] = TRANSPORTS
     connectors: tuple[str, ...] = CONNECTORS
 
+    def occurs_in(self, connector: str, transport: str) -> bool:
+        """Whether the bug can occur at all in a cell of this connector and transport."""
+        return transport in self.transports and connector in self.connectors
+
     def line(self) -> str:
         where = f"{'/'.join(self.transports)}; {'/'.join(self.connectors)}"
         head = f"{self.name}  [{self.side}, {self.zoo}; {where}]"

@@ -161,8 +161,7 @@ def _options(args: argparse.Namespace) -> object:
                       connector=args.connector, transport=args.transport)
     for bug in args.inject_bug:
         sw = SWITCHES.get(bug)
-        if sw is not None and not (set(sw.connectors) & set(space.connectors)
-                                   and set(sw.transports) & set(space.transports)):
+        if sw is not None and not any(sw.occurs_in(c, t) for c in space.connectors for t in space.transports):
             raise UsageError(f"{bug} cannot occur in the cells searched ({'/'.join(space.connectors)} over "
                              f"{'/'.join(space.transports)}): it needs connector {'/'.join(sw.connectors)} "
                              f"and transport {'/'.join(sw.transports)}")

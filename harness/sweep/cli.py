@@ -129,10 +129,10 @@ def _check_clusters(plan: Any) -> None:
     anything starts, rather than every cell of that backend unknown."""
     from harness.kube.options import parse_options
     from harness.suite import UsageError
+    from harness.sweep.run import backends_used
     from harness.worlds.real.kube_engines import KubeFleetError, connect
 
-    used = {c.backend.name: c.backend for c in plan.cells if c.backend is not None}
-    for name, backend in sorted(used.items()):
+    for name, backend in backends_used(plan).items():
         try:
             connect(parse_options(dict(backend.options)))
         except KubeFleetError as e:

@@ -23,6 +23,7 @@ from harness.routers import RouterAdapter, RouterAdapterError, make_router_adapt
 from harness.runner import cell_dir_name
 from harness.sweep.cells import SWEEP_JSON, SWEEP_SCHEMA
 from harness.sweep.plan import Skipped, SweepCell, SweepPlan
+from harness.sweep.spec import EngineBackend
 from harness.worlds.real.backends import EngineChoice
 from harness.worlds.real.kube_engines import not_runnable
 
@@ -121,10 +122,14 @@ def partial_sweep(plan: SweepPlan, out: Path, jobs: int) -> SweepRun:
     return run
 
 
+def backends_used(plan: SweepPlan) -> dict[str, EngineBackend]:
+    """The engine backends the sweep's cells run on, by name (sorted)."""
+    return dict(sorted({c.backend.name: c.backend for c in plan.cells if c.backend is not None}.items()))
+
+
 def write_backend_files(plan: SweepPlan, out: Path) -> dict[str, Path]:
-    used = {c.backend.name: c.backend for c in plan.cells if c.backend is not None}
     files: dict[str, Path] = {}
-    for name, backend in sorted(used.items()):
+    for name, backend in backends_used(plan).items():
         path = (out / BACKENDS_DIR / f"{name}.json").resolve()
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"backend": backend.backend, **backend.options}, indent=1) + "\n",

@@ -110,16 +110,14 @@ async def run_zoo(
     scenarios: Sequence[Any], switches: dict[str, Any], out: Path, world: str, settings: str,
     baseline_runs: int, jobs: int, seed: int, quiet: bool,
 ) -> Any:
-    from harness.runner import SCENARIO_DIR
+    from harness.runner import scenario_reference
     from harness.zoo.matrix import build_matrix
     from harness.zoo.plan import zoo_plan
     from harness.zoo.rejudge import write_plan
 
     by_name = {s.name: s for s in scenarios}
     runs = zoo_plan(scenarios, list(switches.values()), baseline_runs)
-    shipped = SCENARIO_DIR.resolve()
-    named = [s.name if not s.source or Path(s.source).parent.resolve() == shipped else s.source
-             for s in scenarios]
+    named = [scenario_reference(s) or s.name for s in scenarios]
     write_plan(out, runs, {"world": world, "settings": settings, "seed": seed,
                            "scenarios": list(dict.fromkeys(named))})
     results = await _execute(runs, by_name, out, world, settings, seed, jobs, quiet)

@@ -32,7 +32,7 @@ class ZooRun:
 
 def applicable(switch: BugSwitch, cell: Cell) -> bool:
     """Whether the bug can occur in this cell at all."""
-    return cell.transport in switch.transports and cell.connector in switch.connectors
+    return switch.occurs_in(cell.connector, cell.transport)
 
 
 def zoo_plan(
