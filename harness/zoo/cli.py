@@ -189,11 +189,12 @@ def _interrupted(out: Path) -> int:
           file=sys.stderr)
     if (out / PLAN_FILE).is_file():
         with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: no matrix, at once
-            _rejudge(out)
+            _rejudge(out, fresh=False)
     return 2
 
 
-def _rejudge(out: Path) -> int:
+def _rejudge(out: Path, fresh: bool = True) -> int:
+    """The matrix of a zoo folder: its runs judged again (`fresh`), else as the runner saved them."""
     from harness.scenario.bugs import SWITCHES
     from harness.suite import UsageError, load_named
     from harness.zoo.matrix import build_matrix
@@ -206,7 +207,7 @@ def _rejudge(out: Path) -> int:
     except (OSError, KeyError, ValueError, UsageError) as e:
         print(f"pdchaos: error: {out}: {e}", file=sys.stderr)
         return 3
-    kept, results = rejudge(out, runs, scenarios, meta["settings"])
+    kept, results = rejudge(out, runs, scenarios, fresh)
     names = {r.switch for r in kept if r.switch}
     matrix = build_matrix(kept, results, {n: SWITCHES[n] for n in sorted(names) if n in SWITCHES},
                           meta["world"], meta["settings"])

@@ -12,13 +12,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from harness.checkers import run_checks
-from harness.history import load_history
 from harness.result import ScenarioResult
 from harness.runner import Cell, saved_cell_result
-from harness.scenario import Scenario, apply_preset, preset
-from harness.scenario.bugs import with_bugs
-from harness.verdict import combine
+from harness.scenario import Scenario
 from harness.zoo.plan import ZooRun
 
 PLAN_FILE = "plan.json"
@@ -64,26 +60,19 @@ def finished(history: Path) -> bool:
 
 
 def rejudge(
-    out: Path, runs: Sequence[ZooRun], scenarios: dict[str, Scenario], settings: str
+    out: Path, runs: Sequence[ZooRun], scenarios: dict[str, Scenario], fresh: bool = True
 ) -> tuple[list[ZooRun], list[ScenarioResult]]:
-    """The finished runs with their verdicts (a run not run yet, or cut short by an interruption, is left out:
-    `pdchaos zoo --resume` runs it)."""
+    """The finished runs with their results (a run not run yet, or cut short by an interruption, is left out:
+    `pdchaos zoo --resume` runs it): judged again from the histories with today's checkers (`fresh`), else
+    as the runner saved them. Judged again, a run keeps the verdicts no checker gives (`cell_result`)."""
+    from reports.collect import cell_result
+
     kept: list[ZooRun] = []
     results: list[ScenarioResult] = []
     for r in runs:
         path = history_of(out, r)
         if r.scenario not in scenarios or not finished(path):
             continue
-        s = scenarios[r.scenario]
-        if r.switch:
-            s = with_bugs(s, [r.switch])
-        s = apply_preset(s, preset(settings))
-        verdicts = run_checks(load_history(path), s.expect)
-        overall = combine(verdicts, name=s.name)
         kept.append(r)
-        saved = saved_cell_result(path)
-        results.append(ScenarioResult(scenario=s.name, topology=r.cell.topology, connector=r.cell.connector,
-                                      transport=r.cell.transport, verdict=overall, verdicts=verdicts,
-                                      status=overall.status, settings=settings,
-                                      replay=saved.replay if saved is not None else ""))
+        results.append(cell_result(path, recheck=fresh))
     return kept, results
