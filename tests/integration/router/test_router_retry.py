@@ -332,21 +332,14 @@ async def test_an_answer_that_is_not_text_is_an_answered_error() -> None:
     """An engine answering bytes that are no UTF-8 text: the same answered error as bad JSON, never an
     exception out of the leg."""
     from aiohttp import web
+    from helpers.aiohttp_server import serving
 
     async def garbage(_request: web.Request) -> web.Response:
         return web.Response(status=500, body=b"\x80\x81garbage")
 
     app = web.Application()
     app.router.add_post("/v1/completions", garbage)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    try:
-        async with aiohttp.ClientSession() as session:
-            with pytest.raises(UpstreamError) as answered:
-                await post_json(session, f"http://127.0.0.1:{port}/v1/completions", {"prompt": "x"}, 2.0)
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url, aiohttp.ClientSession() as session:
+        with pytest.raises(UpstreamError) as answered:
+            await post_json(session, f"{url}/v1/completions", {"prompt": "x"}, 2.0)
     assert answered.value.delivery is Delivery.ANSWERED and answered.value.worker_status == 500

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from helpers.aiohttp_server import serving
 
 from harness.history import HistoryRecorder
 from harness.routers import ReferenceRouter
@@ -85,16 +86,11 @@ async def stub() -> Any:
     app = web.Application()
     app.router.add_post("/v1/completions", router.handle)
     app.router.add_post("/v1/chat/completions", router.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    try:
-        yield router, f"http://127.0.0.1:{port}"
-    finally:
-        router.release.set()
-        await runner.cleanup()
+    async with serving(app) as url:
+        try:
+            yield router, url
+        finally:
+            router.release.set()
 
 
 def _plan(seq: int, mode: str, stream: bool, chat: bool, deadline: float = 2.0) -> RequestPlan:
