@@ -518,6 +518,13 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return code
 
 
+def _checks(s: Any) -> list[str]:
+    """The checkers a scenario's run applies (none named: the default checks)."""
+    from harness.checkers import DEFAULT_CHECKS
+
+    return [x.checker for x in s.expect] or list(DEFAULT_CHECKS)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     scenarios = load_named(args.scenarios)
     # What `pdchaos run` runs with no scenario named: the shipped default suite, whatever is listed here.
@@ -535,7 +542,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "tags": list(s.tags),
                 "worlds": list(s.worlds),
                 "world_notes": dict(s.world_notes),
-                "checks": [x.checker for x in s.expect],
+                "checks": _checks(s),
                 "catches": list(s.catches),
             }
             for s in scenarios
@@ -548,7 +555,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"{flag} {s.name}  [{' '.join(s.topologies)}; {'/'.join(s.connectors)}; "
               f"{'/'.join(s.transports)}; worlds: {'/'.join(s.worlds)}]  bugs: {bugs}")
         print(f"    {s.description}")
-        print(f"    checks: {', '.join(x.checker for x in s.expect) or '-'}; "
+        print(f"    checks: {', '.join(_checks(s))}; "
               f"fails under --inject-bug: {', '.join(s.catches) or '-'}")
         for world, note in sorted(s.world_notes.items()):
             print(f"    ({world}: {note})")

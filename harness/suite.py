@@ -4,6 +4,7 @@ before anything starts. Problems are `UsageError`s: one line, exit code 3."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ def out_folder_problem(out: Path, label: str = "", resume: bool = False) -> str 
     """Why `out` cannot take a new command's results (None: it can): a file there, or a folder that holds
     something already (a new run never writes among an old one's files)."""
     name = f"{label} {out}" if label else str(out)
+    if out.is_symlink() and not out.exists():
+        return f"{name} is a link to nothing ({os.readlink(out)})"
     if not out.exists():
         return None
     if not out.is_dir():

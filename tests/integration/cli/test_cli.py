@@ -390,6 +390,14 @@ def test_list_names_each_scenario_s_checks_and_the_switches_it_catches(
     assert "checks: " in text and "fails under --inject-bug: " in text and "stale_engine_id" in text
 
 
+def test_an_out_path_that_is_a_dangling_link_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    code, _, err = _main(capsys, "run", "--out", str(tmp_path / "gone"))
+    assert code == cli.EXIT_USAGE and "is a link to nothing" in _one_line_error(err)
+
+
 @pytest.mark.parametrize("argv", [
     ["run"],
     ["zoo", "--bug", "stale_engine_id", "prefill_restart_mooncake"],
@@ -478,3 +486,16 @@ def test_a_named_scenario_with_no_cell_here_is_said(
                          "--out", str(tmp_path))
     assert code == cli.EXIT_USAGE
     assert "metadata_wedged: no cell with the --topology/--connector/--transport given" in err
+
+
+def test_list_names_the_default_checks_of_a_scenario_that_names_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.checkers import DEFAULT_CHECKS
+
+    mine = tmp_path / "plain.py"
+    mine.write_text("from harness.scenario import Scenario\n"
+                    "SCENARIOS = [Scenario(name='plain', description='d')]\n")
+    assert cli.main(["list", "--json", str(mine)]) == 0
+    [listed] = json.loads(capsys.readouterr().out)
+    assert listed["checks"] == list(DEFAULT_CHECKS)
