@@ -183,8 +183,11 @@ class CommandFleet(EngineFleet):
                 break
             await asyncio.sleep(HEALTH_POLL_S)
         tail = " | ".join(log_tail(proc.log_path).strip().splitlines()[-5:])
-        raise ProcessStartError(f"engine {name} (command template) did not serve within "
-                                f"{self.ready_timeout_s:g} s (start command exit {proc.returncode}): {tail}",
+        waited = self.ready_timeout_s - max(0.0, deadline - loop.time())
+        why = (f"its start command failed (exit {proc.returncode}) after {waited:.1f} s"
+               if not proc.alive and proc.returncode != 0
+               else f"did not serve within {self.ready_timeout_s:g} s")
+        raise ProcessStartError(f"engine {name} (command template): {why}: {tail}",
                                 name, proc.log_path, proc.returncode)
 
     async def state(self, name: str) -> dict[str, Any] | None:

@@ -28,3 +28,16 @@ async def test_command_backend_passes_every_checker(name: str, topology: str, tm
     assert result.status == "pass", result.to_dict()
     assert verdicts["faults"] == "pass" and verdicts["recovery"] == "pass"  # applied, verified, healed
     assert "output" in verdicts  # the command file says the engines are fakes: their text is judged
+
+
+async def test_a_start_command_that_fails_says_so_at_once(tmp_path: Path) -> None:
+    """A start template that exits non-zero: the run is unknown within seconds, and says the command failed
+    (not that the engine 'did not serve within' the whole ready timeout)."""
+    failing = tmp_path / "failing.toml"
+    failing.write_text('start = "echo no such host >&2; exit 255"\nserves = "fake"\n')
+    (scenario,) = load_scenarios(["prefill_restart_nixl"])
+    result = await run_scenario(scenario, "1p1d", "nixl", "http", "reference", tmp_path / "run",
+                                engines=f"command:{failing}")
+    assert result.status == "unknown"
+    assert "start command failed (exit 255)" in result.run_reason and "no such host" in result.run_reason
+    assert (result.duration_s or 0) < 30
