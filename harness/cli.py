@@ -587,6 +587,12 @@ def _refuse_a_folder_of_runs(folder: Path) -> None:
 
     if is_run_folder(folder):
         return
+    # Folders of the other commands: each has its own report.
+    if (folder / "plan.json").is_file() and (folder / "cells").is_dir():
+        raise UsageError(f"{folder} is a zoo folder: its matrix is `pdchaos zoo --rejudge {folder}`")
+    if (folder / "summary.json").is_file() and (folder / "work").is_dir():
+        raise UsageError(f"{folder} is a search folder: summary.json is its report, and each file under "
+                         f"{folder / 'found'} replays with `pdchaos run`")
     inside = run_folders_in(folder)
     if inside:
         more = f" and {len(inside) - 3} more" if len(inside) > 3 else ""

@@ -499,3 +499,17 @@ def test_list_names_the_default_checks_of_a_scenario_that_names_none(
     assert cli.main(["list", "--json", str(mine)]) == 0
     [listed] = json.loads(capsys.readouterr().out)
     assert listed["checks"] == list(DEFAULT_CHECKS)
+
+
+def test_report_of_a_zoo_or_search_folder_points_at_its_own_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    zoo, search = tmp_path / "zoo", tmp_path / "search"
+    (zoo / "cells").mkdir(parents=True)
+    (zoo / "plan.json").write_text("{}")
+    (search / "work").mkdir(parents=True)
+    (search / "summary.json").write_text("{}")
+    for folder, says in ((zoo, "pdchaos zoo --rejudge"), (search, "is a search folder")):
+        code, _, err = _main(capsys, "report", str(folder))
+        assert code == cli.EXIT_USAGE and says in _one_line_error(err)
+        assert not (folder / "report.json").exists()
