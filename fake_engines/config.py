@@ -15,6 +15,7 @@ from typing import Any
 
 from fake_engines.core.bugs import ENGINE_BUGS, engine_bug_names, validate_engine_bugs
 from fake_engines.core.engine_config import Connector, EngineConfig, Role
+from pdchaos.argtypes import non_negative, port, positive_int
 from pdchaos.bugs import list_text
 
 __all__ = [
@@ -107,9 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--in-pod", action="store_true",
                    help="the engine runs in a pod (a network of its own, e.g. the pdchaos-fake preset on "
                    "Kubernetes): --host may then be the pod's address, reachable from other pods")
-    p.add_argument("--http-port", type=int, default=0, help="OpenAI HTTP port (0 = off)")
-    p.add_argument("--grpc-port", type=int, default=0, help="gRPC VllmEngine port (0 = off)")
-    p.add_argument("--control-port", type=int, default=0, help="control API port (0 = off)")
+    p.add_argument("--http-port", type=port, default=0,
+                   help="OpenAI HTTP port (default 0 = off; at least one of --http-port/--grpc-port)")
+    p.add_argument("--grpc-port", type=port, default=0, help="gRPC VllmEngine port (0 = off)")
+    p.add_argument("--control-port", type=port, default=0, help="control API port (0 = off)")
     p.add_argument(
         "--control-token",
         default=None,
@@ -124,40 +126,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--bootstrap-port",
-        type=int,
+        type=port,
         default=8998,
         help="Mooncake prefill bootstrap HTTP port serving GET /query (default: 8998)",
     )
     p.add_argument(
         "--nixl-port",
-        type=int,
+        type=port,
         default=0,
         help="NIXL handshake port, fixed across restarts (default: a free port)",
     )
     p.add_argument(
         "--advertise-side-channel-port",
-        type=int,
+        type=port,
         default=0,
         help="prefill: port decodes are told for the KV side channel (bootstrap /query worker_addr, NIXL "
         "remote_port) instead of the bound one, e.g. a proxy in front of it (default: 0 = the bound one)",
     )
     p.add_argument("--engine-id", default=None, help="pin the engine id (default: uuid4 per start)")
-    p.add_argument("--dp-size", type=int, default=1, help="data parallel size (default: 1)")
+    p.add_argument("--dp-size", type=positive_int, default=1, help="data parallel size (default: 1)")
     p.add_argument("--model", default="pdchaos-fake", help="served model name (default: pdchaos-fake)")
     p.add_argument(
         "--transfer-timeout-s",
-        type=float,
+        type=non_negative,
         default=540.0,
         help="decode waits this long on a dead KV source before timed_out (vLLM: 540)",
     )
     p.add_argument(
         "--kv-abort-timeout-s",
-        type=float,
+        type=non_negative,
         default=480.0,
         help="prefill holds un-pulled KV this long (default: 480)",
     )
     p.add_argument(
-        "--handshake-timeout-s", type=float, default=5.0, help="NIXL handshake timeout (default: 5)"
+        "--handshake-timeout-s", type=non_negative, default=5.0, help="NIXL handshake timeout (default: 5)"
     )
     p.add_argument(
         "--load-failure-policy",
@@ -167,17 +169,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--load-time-s",
-        type=float,
+        type=non_negative,
         default=0.0,
         help="refuse connections (ports unbound) for S seconds at start: 'loading'",
     )
     p.add_argument(
         "--ttft-ms",
-        type=float,
+        type=non_negative,
         default=20.0,
         help="time to first token, base ms; +0.05 ms per prompt token (default: 20; 0 = none)",
     )
-    p.add_argument("--itl-ms", type=float, default=5.0, help="inter-token latency ms (default: 5)")
+    p.add_argument("--itl-ms", type=non_negative, default=5.0, help="inter-token latency ms (default: 5)")
     p.add_argument("--seed", type=int, default=None, help="default sampling seed")
     p.add_argument("--records", default=None, help="handoff provenance JSONL file")
     p.add_argument(

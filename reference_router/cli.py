@@ -13,6 +13,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from pdchaos.argtypes import port
 from pdchaos.bugs import list_text
 
 from .config import RouterConfig, WorkerArg, initial_specs
@@ -44,16 +45,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g = p.add_argument_group("serving")
     g.add_argument("--host", default="127.0.0.1", help="address to bind; only 127.0.0.1 is allowed")
-    g.add_argument("--port", type=int, default=0, help="port (0 = a free one; see READY)")
+    g.add_argument("--port", type=port, default=0, help="port (default 0 = a free one; READY prints it)")
     g.add_argument("--model", default=None, help="served model name; requests naming another model get 404")
     g.add_argument("--api-key", default=None, help="bearer token required by the worker API (/workers)")
     g.add_argument("--events-file", default=None, help="append router events here as JSON lines")
     g.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024,
                    help="largest request body accepted (default 4 MiB; bigger -> 413)")
-    g.add_argument("--log-level", default="WARNING", help="Python logging level (default WARNING)")
+    g.add_argument("--log-level", default="WARNING", type=str.upper,
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                   help="Python logging level (default WARNING)")
 
     w = p.add_argument_group("workers")
-    w.add_argument("--pd-disaggregation", action="store_true", help="prefill/decode mode (needs both roles)")
+    w.add_argument("--pd-disaggregation", action="store_true",
+                   help="prefill/decode mode: it serves once it has workers of both roles, from --prefill/"
+                   "--decode or added later through the worker API")
     w.add_argument("--prefill", nargs="+", action="append", default=[], metavar=("URL", "BOOTSTRAP_PORT"),
                    help="prefill worker URL and optional Mooncake bootstrap port (default 8998); repeatable")
     w.add_argument("--decode", action="append", default=[], metavar="URL",

@@ -89,6 +89,9 @@ async def test_cli_serves_pd_and_exits_cleanly_on_signal(
     (["--host", "0.0.0.0"], "127.0.0.1 only"),
     (["--inject-bug", "nonsense"], "invalid choice"),
     (["--prefill-policy", "nonsense"], "invalid choice"),
+    (["--port", "70000"], "a port is 0..65535, not 70000"),  # was a traceback from bind()
+    (["--port", "-1"], "a port is 0..65535, not -1"),
+    (["--log-level", "BOGUS"], "invalid choice: 'BOGUS'"),  # was a traceback from logging
 ])
 def test_cli_rejects_bad_flags(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
