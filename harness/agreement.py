@@ -101,6 +101,11 @@ def _overall(v: dict[str, str]) -> str:
 
 async def _main(args: argparse.Namespace) -> int:
     scen = {s.name: s for s in load_scenarios()}
+    unknown = sorted(set(args.only or ()) - set(scen))
+    if unknown:
+        print(f"python -m harness.agreement: error: unknown scenario(s) {', '.join(unknown)}",
+              file=sys.stderr)
+        return 2
     table = load_table()
     out = Path(tempfile.mkdtemp(prefix="pdchaos-agreement-"))
     bad = 0

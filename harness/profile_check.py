@@ -265,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--repeat must be at least 1")
     chosen = [PROFILES[n] for n in (args.profile or sorted(PROFILES))]
     scenarios = {s.name: s.suite_cut() for s in load_scenarios()}
+    if unknown := sorted(set(args.only) - set(scenarios)):
+        p.error(f"--only: unknown scenario(s) {', '.join(unknown)}")
     if args.dry_run:
         for prof in chosen:
             for cell in cells_for(prof, scenarios):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import signal
 import sys
@@ -42,9 +43,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="where to write the kubeconfig for this cluster")
     parser.add_argument("--namespace", default="default", help="the kubeconfig context's namespace")
     parser.add_argument("--node-host", default="127.0.0.1",
-                        help="the node's address: node ports listen on it (default 127.0.0.1)")
+                        help="the node's address, a loopback one: node ports listen on it "
+                        "(default 127.0.0.1)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level to stderr")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        loopback = ipaddress.ip_address(args.node_host).is_loopback
+    except ValueError:
+        parser.error(f"--node-host must be an IP address, not {args.node_host!r}")
+    if not loopback:
+        parser.error(f"--node-host must be a loopback address (127.0.0.0/8), not {args.node_host}")
+    return args
 
 
 async def serve(args: argparse.Namespace) -> None:

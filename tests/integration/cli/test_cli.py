@@ -513,3 +513,19 @@ def test_report_of_a_zoo_or_search_folder_points_at_its_own_report(
         code, _, err = _main(capsys, "report", str(folder))
         assert code == cli.EXIT_USAGE and says in _one_line_error(err)
         assert not (folder / "report.json").exists()
+
+
+def test_the_module_tools_refuse_what_they_cannot_do(capsys: pytest.CaptureFixture[str]) -> None:
+    """A mistyped --only ran nothing and printed the stored table as if all agreed; a fake cluster node on a
+    non-loopback address was accepted."""
+    from harness import agreement, profile_check
+    from harness.kube.fake_cluster.__main__ import parse_args
+
+    assert agreement.main(["--dry-run", "--world", "sim", "--only", "nosuch"]) == 2
+    assert "unknown scenario(s) nosuch" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        profile_check.main(["--dry-run", "--only", "nosuch"])
+    assert info.value.code == 2 and "unknown scenario(s) nosuch" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        parse_args(["--root", "/tmp/x", "--kubeconfig", "/tmp/x/k", "--node-host", "0.0.0.0"])
+    assert info.value.code == 2 and "loopback" in capsys.readouterr().err
