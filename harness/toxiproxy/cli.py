@@ -32,7 +32,11 @@ async def _serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     async with server:
         if args.config is not None:
-            await server.service.populate(json.loads(args.config.read_text()))
+            try:
+                proxies = json.loads(args.config.read_text(encoding="utf-8"))
+            except ValueError as e:  # not JSON, or not UTF-8 text
+                raise ValueError(f"--config {args.config}: not a JSON list of proxies ({e})") from None
+            await server.service.populate(proxies)
         # One machine-readable line, like the other pdchaos servers, so a parent knows the port.
         print("PDCHAOS_TOXIPROXY_READY " + json.dumps({"url": server.url, "port": server.port}), flush=True)
         await stop.wait()

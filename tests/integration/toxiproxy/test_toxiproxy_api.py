@@ -441,6 +441,15 @@ def test_cli_refuses_any_host_but_a_loopback_ipv4_address(capsys: pytest.Capture
     assert "binds a loopback IPv4 address only" in capsys.readouterr().err
 
 
+def test_cli_names_a_config_file_that_is_not_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from harness.toxiproxy.cli import main
+
+    bad = tmp_path / "proxies.json"
+    bad.write_bytes(b"\x80 not json")
+    assert main(["--port", "0", "--config", str(bad)]) == 2
+    assert f"--config {bad}: not a JSON list of proxies" in capsys.readouterr().err
+
+
 def test_http_upstream_change_and_delete_drop_open_connections(
     embedded: EmbeddedToxiproxy, echo_port: int
 ) -> None:
