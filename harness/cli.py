@@ -274,13 +274,10 @@ def _check_engines(spec: str, world: str, cells: list[tuple[Any, Any]]) -> tuple
     if world != "real":
         raise UsageError("--engines: the simulated world simulates its own engines (real time only)")
     if choice.kind == "k8s":
-        from harness.kube.options import parse_options
-        from harness.worlds.real.kube_engines import KubeFleetError, connect
+        from harness.worlds.real.kube_engines import cluster_problem
 
-        try:
-            connect(parse_options(dict(choice.table)))
-        except KubeFleetError as e:
-            raise UsageError(f"--engines {choice.label}: {e}") from None
+        if (problem := cluster_problem(choice.table)) is not None:
+            raise UsageError(f"--engines {choice.label}: {problem}")
     if choice.kind == "vllm":
         from harness.vllm import VllmNotInstalled, find_install
 

@@ -127,16 +127,13 @@ def _stamp() -> str:
 def _check_clusters(plan: Any) -> None:
     """Each cluster the sweep's engine backends name can be reached (its kubeconfig read): one line before
     anything starts, rather than every cell of that backend unknown."""
-    from harness.kube.options import parse_options
     from harness.suite import UsageError
     from harness.sweep.run import backends_used
-    from harness.worlds.real.kube_engines import KubeFleetError, connect
+    from harness.worlds.real.kube_engines import cluster_problem
 
     for name, backend in backends_used(plan).items():
-        try:
-            connect(parse_options(dict(backend.options)))
-        except KubeFleetError as e:
-            raise UsageError(f"[engines.{name}]: {e}") from None
+        if (problem := cluster_problem(backend.options)) is not None:
+            raise UsageError(f"[engines.{name}]: {problem}")
 
 
 def _dry_run(plan: Any, jobs: int, as_json: bool) -> int:

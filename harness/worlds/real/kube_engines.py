@@ -90,6 +90,16 @@ def connect(options: Any) -> Any:
             "--kubeconfig DIR/kubeconfig") from e
 
 
+def cluster_problem(table: Mapping[str, Any]) -> str | None:
+    """Why the cluster an engines table names cannot be reached (its kubeconfig unread), None when it can:
+    what `run --engines k8s:FILE` and a cluster sweep say before any cell starts."""
+    try:
+        connect(parse_options(dict(table)))
+    except KubeFleetError as e:
+        return str(e)
+    return None
+
+
 class _Respawned:
     """A respawned engine does not replay its first start's loading time (as on loopback)."""
 
