@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import math
 import random
 import uuid
 from collections import deque
@@ -76,15 +75,20 @@ class SimStalled(RuntimeError):
 
 def run_until(env: simpy.Environment, until: simpy.Event, stall_steps: int = STALL_STEPS) -> None:
     """`env.run(until=...)`, except that more than `stall_steps` events at one instant raise SimStalled."""
+    step = env.step  # the hottest loop of a simulation: bound once
     last, same = env.now, 0
-    while not until.triggered and env.peek() != math.inf:
-        env.step()
-        if env.now != last:
-            last, same = env.now, 0
+    while not until.triggered:
+        try:
+            step()
+        except simpy.core.EmptySchedule:
+            return
+        now = env.now
+        if now != last:
+            last, same = now, 0
             continue
         same += 1
         if same > stall_steps:
-            raise SimStalled(f"the simulation stopped moving its clock at t={env.now:.6f} s "
+            raise SimStalled(f"the simulation stopped moving its clock at t={now:.6f} s "
                              f"({stall_steps} events at that instant)")
 PROBE_WINDOW_S = 0.3
 
