@@ -95,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "scenarios", nargs="*", metavar="SCENARIO",
-        help="scenario names (see `pdchaos list`) or paths to scenario files (*.py defining SCENARIOS); "
-        "none: every scenario tagged 'default'",
+        help="scenario names (see `pdchaos list`) or paths to scenario files (*.py defining SCENARIOS; "
+        "FILE.py::NAME runs one of them); none: every scenario tagged 'default'",
     )
     run.add_argument(
         "--topology", action="append", metavar="T",

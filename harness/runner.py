@@ -306,11 +306,14 @@ def sim_topology(topology: str, connector: str, transport: str) -> Topology:
 
 
 def scenario_reference(s: Scenario) -> str | None:
-    """How a command line names the scenario: a shipped one by name, another by its file's absolute path (it
-    works from any folder); None for one built in code."""
+    """How a command line names the scenario: a shipped one by name, another as `FILE::NAME` with the file's
+    absolute path (it works from any folder, and runs this scenario alone of those the file defines); None
+    for one built in code."""
     if not s.source:
         return None
-    return s.name if Path(s.source).parent.resolve() == SCENARIO_DIR else str(Path(s.source).resolve())
+    if Path(s.source).parent.resolve() == SCENARIO_DIR:
+        return s.name
+    return f"{Path(s.source).resolve()}::{s.name}"
 
 
 def replay_command(s: Scenario, topology: str, connector: str, transport: str, router: str | None, seed: int,

@@ -70,6 +70,30 @@ def scenarios_in_file(path: str | Path) -> list[Scenario]:
     return out
 
 
+def split_file_item(item: str) -> tuple[str, str | None]:
+    """`FILE.py::NAME` as (FILE.py, NAME); any other item as (item, None)."""
+    path, sep, name = item.rpartition("::")
+    if sep and path.endswith(".py"):
+        return path, name
+    return item, None
+
+
+def is_file_item(item: str) -> bool:
+    """Whether a command-line item names a scenario file (or one scenario of it), not a shipped scenario."""
+    path, _ = split_file_item(item)
+    return path.endswith(".py") or "/" in path
+
+
+def scenario_in_file(path: str | Path, name: str) -> Scenario:
+    """The scenario called `name` in a scenario file; ScenarioError naming the ones it has otherwise."""
+    found = scenarios_in_file(path)
+    for s in found:
+        if s.name == name:
+            return s
+    have = ", ".join(s.name for s in found) or "none"
+    raise ScenarioError(f"{path}: no scenario named {name!r} (it defines: {have})")
+
+
 def all_scenario_files(directory: Path | None = None) -> list[Path]:
     d = directory or _scenario_dir()
     return sorted(p for p in d.glob("*.py") if not p.name.startswith("_"))
@@ -78,7 +102,8 @@ def all_scenario_files(directory: Path | None = None) -> list[Path]:
 def load_scenarios(
     items: Iterable[str | Path] | None = None, directory: Path | None = None
 ) -> list[Scenario]:
-    """Scenarios from files (paths ending .py) or names (of scenarios in the scenario directory).
+    """Scenarios from files (paths ending .py; `FILE.py::NAME` picks one scenario of a file) or names (of
+    scenarios in the scenario directory).
 
     No items: every scenario in the directory. An unknown name or a bad file is a ScenarioError saying which.
     Duplicate names across files are an error (names key reports and test ids).
@@ -100,7 +125,7 @@ def load_scenarios(
                 add(s, f)
         return list(pool.values())
     out: list[Scenario] = []
-    names_needed = [w for w in wanted if not (w.endswith(".py") or "/" in w)]
+    names_needed = [w for w in wanted if not is_file_item(w)]
     if names_needed:
         for f in files:
             for s in scenarios_in_file(f):
@@ -118,9 +143,10 @@ def load_scenarios(
         out.append(s)
 
     for w in wanted:
-        if w.endswith(".py") or "/" in w:
-            for s in scenarios_in_file(w):
-                take(s, str(Path(w).resolve()))
+        if is_file_item(w):
+            path, name = split_file_item(w)
+            for s in scenarios_in_file(path) if name is None else [scenario_in_file(path, name)]:
+                take(s, str(Path(path).resolve()))
         elif w in pool:
             take(pool[w], str(origin[w].resolve()))
         else:

@@ -13,6 +13,7 @@ from typing import Any
 
 from harness.runner import Cell, default_settings, sim_router_name
 from harness.scenario import Scenario, ScenarioError, validate
+from harness.scenario.files import is_file_item, split_file_item
 from harness.suite import UsageError, default_suite, load_named
 from harness.sweep.keys import CellKey
 from harness.sweep.spec import LOCAL_ENGINES, EngineBackend, RouterChoice, SweepError, SweepSpec
@@ -67,8 +68,9 @@ def load_sweep_scenarios(spec: SweepSpec) -> list[Scenario]:
                 found = default_suite(load_named([]))
             elif item == "all":
                 found = load_named([])
-            elif item.endswith(".py") or "/" in item:
-                found = load_named([str(spec.relative(item))])
+            elif is_file_item(item):
+                path, name = split_file_item(item)
+                found = load_named([str(spec.relative(path)) + ("" if name is None else f"::{name}")])
             else:
                 found = load_named([item])
             for s in found:

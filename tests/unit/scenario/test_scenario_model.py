@@ -232,6 +232,25 @@ def test_load_scenarios_from_files_and_names(tmp_path: Path) -> None:
         load_scenarios(["gamma"], directory=tmp_path)
 
 
+def test_file_colons_name_takes_one_scenario_of_a_file(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    two = tmp_path / "sub" / "two.py"
+    two.write_text(
+        "from harness.scenario import Scenario\n"
+        "SCENARIOS = [Scenario(name='alpha', description='a'), Scenario(name='beta', description='b')]\n"
+    )
+    assert [s.name for s in load_scenarios([f"{two}::beta"], directory=tmp_path)] == ["beta"]
+    # The file and one of its scenarios together: each scenario once.
+    both = load_scenarios([str(two), f"{two}::alpha"], directory=tmp_path)
+    assert [s.name for s in both] == ["alpha", "beta"]
+    with pytest.raises(ScenarioError, match=r"two.py: no scenario named 'gamma' \(it defines: alpha, beta\)"):
+        load_scenarios([f"{two}::gamma"], directory=tmp_path)
+    with pytest.raises(ScenarioError, match=r"no scenario named ''"):
+        load_scenarios([f"{two}::"], directory=tmp_path)
+    with pytest.raises(ScenarioError, match="no such scenario file"):
+        load_scenarios([f"{tmp_path / 'gone.py'}::alpha"], directory=tmp_path)
+
+
 @pytest.mark.parametrize(
     ("source", "message"),
     [

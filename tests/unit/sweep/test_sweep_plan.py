@@ -144,6 +144,15 @@ def test_two_scenarios_under_one_name_are_refused_in_either_order(tmp_path: Path
                            tmp_path / "t.toml"))
 
 
+def test_a_sweep_takes_one_scenario_of_a_file_relative_to_the_sweep(tmp_path: Path) -> None:
+    (tmp_path / "two.py").write_text(
+        "from harness.scenario import Scenario\n"
+        "SCENARIOS = [Scenario(name='alpha', description='a'), Scenario(name='beta', description='b')]\n")
+    spec = parse_sweep(tomllib.loads("[axes]\nscenarios = ['two.py::beta']\n"), tmp_path / "t.toml")
+    plan = plan_sweep(spec)
+    assert {c.scenario.name for c in plan.cells} == {"beta"}
+
+
 def test_an_exclusion_naming_a_scenario_the_sweep_does_not_run_is_refused() -> None:
     text = "[axes]\nscenarios = ['sole_prefill_down']\n[[exclude]]\nscenario = 'sole_prefil_down'\n"
     with pytest.raises(SweepError, match=r"names scenarios the sweep does not run: sole_prefil_down"):
