@@ -476,7 +476,7 @@ def _count(n: int, noun: str) -> str:
 
 
 def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from harness.worlds.real.processes import MARKER_ENV
+    from harness.worlds.real.processes import mark_processes
     from reports import report_from_run_dir, summarize, write_reports
 
     plan = plan_run(args)
@@ -486,9 +486,7 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         plan.out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"cannot create run folder {plan.out}: {e.strerror or e}") from None
-    # Every process of this run (through every supervisor) carries the marker: find_marked_processes(marker)
-    # proves afterwards that nothing is left.
-    marker = os.environ.setdefault(MARKER_ENV, f"pdchaos-{plan.out.name}-{uuid.uuid4().hex[:8]}")
+    marker = mark_processes(plan.out)
     _write_run_info(plan, marker, argv)
     started = time.time()
     print(f"pdchaos: {_count(len(plan.cells), 'cell')} from {_count(len(plan.scenarios), 'scenario')} -> "

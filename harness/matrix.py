@@ -29,6 +29,7 @@ from harness.routers.gateways.adapters import GatewayAdapter
 from harness.runner import Cell, expand_matrix
 from harness.scenario import Scenario, apply_preset, preset
 from harness.usage_parser import UsageParser, seed_arg
+from harness.worlds.real.processes import mark_processes
 
 _USAGE = """Run scenarios against several routers and write the comparison report.
 
@@ -285,6 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         print(f"pdchaos: error: {problem}", file=sys.stderr)
         return 3
+    mark_processes(out)
     try:
         asyncio.run(run_matrix(
             scenarios, routers, out, topologies,

@@ -14,6 +14,7 @@ from typing import Any
 from harness.routers.gateways.cache import ReleaseCache
 from harness.suite import out_folder_problem
 from harness.usage_parser import UsageParser, seed_arg
+from harness.worlds.real.processes import mark_processes
 
 EXIT_FOUND, EXIT_NO_PAIR, EXIT_USAGE = 0, 2, 3
 
@@ -191,6 +192,7 @@ def main(argv: Sequence[str] | None = None, cache: ReleaseCache | None = None) -
         return EXIT_FOUND
     say(f"{len(chain)} releases from {good} to {bad}; at most {max_runs(len(chain))} to run; out {out}")
     res = BisectResult(list(chain), [])
+    mark_processes(out)
     try:
         asyncio.run(bisect_releases(chain, ReleaseRunner(target, out, c, say), res))
     except KeyboardInterrupt:

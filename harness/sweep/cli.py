@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import sys
 import time
 import uuid
@@ -151,10 +150,9 @@ def _run(plan: Any, out: Path, jobs: int, baseline: Path | None, args: argparse.
     from harness.progress import ProgressReporter
     from harness.runner import update_latest
     from harness.sweep.run import partial_sweep, run_sweep, write_sweep_json
-    from harness.worlds.real.processes import MARKER_ENV
+    from harness.worlds.real.processes import mark_processes
 
-    # Every process of the sweep carries the marker, as those of `pdchaos run` do.
-    os.environ.setdefault(MARKER_ENV, f"pdchaos-{out.name}-{uuid.uuid4().hex[:8]}")
+    mark_processes(out)
     update_latest(out)
     print(f"pdchaos: sweep {plan.spec.name}: {len(plan.cells)} cells ({len(plan.skipped)} left out), "
           f"{jobs} at once -> {out}", file=sys.stderr, flush=True)

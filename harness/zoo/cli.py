@@ -130,6 +130,9 @@ async def _execute(
 ) -> list[Any]:
     from harness.parallel import CellJob, run_cells
     from harness.scenario.bugs import with_bugs
+    from harness.worlds.real.processes import mark_processes
+
+    mark_processes(out)
 
     cell_jobs = [
         CellJob(

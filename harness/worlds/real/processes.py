@@ -43,6 +43,13 @@ from pdchaos.forkserver import die_with_parent
 from pdchaos.jsonl import JsonlWriter
 
 MARKER_ENV = "PDCHAOS_RUN_MARKER"
+
+
+def mark_processes(out: Path) -> str:
+    """The marker every process of this command carries (set once per harness process, named after its
+    output folder): the cells share one fork server through it (`shared_fork_server`), and
+    `find_marked_processes` proves afterwards that nothing is left."""
+    return os.environ.setdefault(MARKER_ENV, f"pdchaos-{out.name}-{uuid.uuid4().hex[:8]}")
 PID_FILE_NAME = "pids.jsonl"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _LOG_TAIL_BYTES = 4000
