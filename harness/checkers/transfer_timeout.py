@@ -46,6 +46,8 @@ def check_transfer_timeout(history: History, exp: TransferTimeoutExpect | None =
     evidence += [f"handoff {h.tag} on {h.engine} timed_out after {rounded(h.duration_s, 3)}s: {b.text()}"
                  for h, b in zip(timed_out, blames, strict=True)]
     slow: list[str] = []
+    # One request may show twice (its decode's timed_out handoff and its own latency): counted once.
+    waiting: set[object] = {h.tag for h in timed_out}
     if timeout is not None:
         limit = timeout * exp.margin
         for r in history.request_list():
@@ -57,6 +59,9 @@ def check_transfer_timeout(history: History, exp: TransferTimeoutExpect | None =
                 slow.append(f"request {r.req} took {r.latency_s:.2f}s")
             elif not r.completed and start is not None and history.end_t - start >= limit:
                 slow.append(f"request {r.req} still open {history.end_t - start:.2f}s at the end")
+            else:
+                continue
+            waiting.add(r.tag if r.tag is not None else ("req", r.req))
     evidence += slow
     numbers = {
         "transfer_timeout_s": timeout,
@@ -69,7 +74,7 @@ def check_transfer_timeout(history: History, exp: TransferTimeoutExpect | None =
     if evidence:
         sides = f" (handoffs: {sides_summary(blames)}; first: {blames[0].text()})" if blames else ""
         return Verdict.fail(
-            NAME, f"{len(evidence)} request(s) waited out the transfer timeout{sides}", numbers, cap(evidence)
+            NAME, f"{len(waiting)} request(s) waited out the transfer timeout{sides}", numbers, cap(evidence)
         )
     if not history.requests:
         return Verdict.unknown_(NAME, "no requests in the history", numbers)

@@ -216,6 +216,17 @@ def test_transfer_timeout_by_latency_and_open_requests() -> None:
     assert v.status == "fail" and "still open" in v.evidence[0]
 
 
+def test_transfer_timeout_counts_a_request_once_whichever_ways_it_shows() -> None:
+    """A decode that waited the timeout out leaves a timed_out handoff and a slow request: one request."""
+    hb = HB(settings={"transfer_timeout_s": 1.0})
+    hb.pd_request(0.0, "A", outcome="timed_out", status=500, latency=1.1, text_ok=None)
+    hb.pd_request(0.5, "A", outcome="timed_out", status=500, latency=1.2, text_ok=None)
+    hb.request(1.0, 1.5)  # slow, no handoff
+    v = check_transfer_timeout(hb.history())
+    assert v.status == "fail" and v.reason.startswith("3 request(s) waited out the transfer timeout")
+    assert v.numbers["timed_out_handoffs"] == 2 and v.numbers["slow_requests"] == 3
+
+
 def test_transfer_timeout_unknown() -> None:
     assert check_transfer_timeout(HB().history()).status == "unknown"
     hb = HB()
