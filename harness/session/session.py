@@ -746,7 +746,8 @@ class ScenarioSession:
         assert self.ledger is not None and self.workers is not None
         if self.timeline.missed:
             self.extra_verdicts.append(Verdict.unknown_(
-                "timeline", f"steps missed (condition never held): {self.timeline.missed}",
+                "timeline", f"steps missed (condition not met by the step's deadline or the run's end): "
+                f"{self.timeline.missed}",
                 evidence=list(self.timeline.missed)))
         else:
             self.extra_verdicts.append(Verdict.ok("timeline", numbers={"applied": len(self._applied)}))
