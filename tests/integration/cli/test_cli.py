@@ -58,6 +58,11 @@ def _one_line_error(err: str) -> str:
         (["matrix", "--router", "profile:nope"], "unknown gateway profile 'nope'"),
         (["zoo", "--bug", "nixl_not_relayed", "--connector", "mooncake"], "can occur in none of"),
         (["search", "--inject-bug", "nixl_not_relayed", "--connector", "mooncake"], "cannot occur in"),
+        # The run would pass, as if its scenarios had caught nothing to catch.
+        (["run", "prefill_restart_mooncake", "--world", "sim", "--inject-bug", "nixl_not_relayed"],
+         "nixl_not_relayed cannot occur in any selected cell (mooncake/grpc, mooncake/http)"),
+        (["run", "prefill_restart_mooncake", "--transport", "http", "--inject-bug", "metadata_no_deadline"],
+         "needs connector mooncake and transport grpc"),
         (["run", str(PASS_FILE), "--topology", "2p2d"], "no selected scenario applies to topology"),
         (["run", str(PASS_FILE), "--transport", "grpc"], "no selected scenario applies to transport grpc"),
         (["report", "/nonexistent/run/dir"], "no run folder"),
