@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.checkers._common import find_setting, kind_matches
-from harness.history import Handoff, History, base_engine_id
+from harness.history import FaultView, Handoff, History, base_engine_id
 
 SIDES = ("router", "engine", "fault", "unknown")
 # Faults a prefill survives by design: a graceful stop promises to serve the KV it handed out.
@@ -138,9 +138,32 @@ def _lost_pull(history: History, d: Handoff, p: Handoff) -> Blame:
                                    "graceful stop must let in-flight KV pulls finish")
         return Blame("fault", f"{p.engine} had fault {f.fault} ({f.kind}) at t={f.applied_t:.2f}, while "
                               f"{d.engine} was to pull {d.tag}")
+    link = _pull_link_fault(history, d, p)
+    if link is not None:
+        start, end = link.window(history.end_t)
+        return Blame("fault", f"{p.engine}'s {link.params.get('link')} link had fault {link.fault} "
+                              f"({link.kind}) from t={start:.2f} to t={end:.2f}, while {d.engine} pulled "
+                              f"{d.tag} (t={decode_started(d):.2f} to t={d.at:.2f})")
     return Blame("unknown", f"{d.outcome} pull of {d.tag} from {p.engine} with the router's parameters "
                             f"right (engine id {short(told)}, transfer {_transfer(d)}) and no fault on it: "
                             f"{d.error}")
+
+
+# The links a decode's pull crosses to its prefill (a fault on `serve` does not touch a pull).
+PULL_LINKS = ("side_channel", "bootstrap")
+
+
+def _pull_link_fault(history: History, d: Handoff, p: Handoff) -> FaultView | None:
+    """A fault on a link the pull of `d` crosses to prefill `p`, in force at some time during the pull
+    (applied before the prefill computed, it is not caught by the applied-during-handoff rule)."""
+    began = decode_started(d)
+    for f in history.fault_list():
+        if f.target != p.engine or f.applied_t is None or f.params.get("link") not in PULL_LINKS:
+            continue
+        start, end = f.window(history.end_t)
+        if start <= d.at and end >= began:
+            return f
+    return None
 
 
 def _stop_end(history: History, fault: str) -> dict[str, Any] | None:

@@ -109,3 +109,21 @@ def test_without_a_prefill_record_the_side_is_unknown() -> None:
     h = _history(hb)
     (d,) = [x for x in h.handoffs if x.kind == "decode"]
     assert blame(h, d, "failed").side == "unknown"
+
+
+def test_a_pull_across_a_faulted_side_channel_is_the_faults_even_when_it_began_before() -> None:
+    """A partition applied before the prefill computed is still in force while the decode pulls."""
+    for link, side in (("side_channel", "fault"), ("bootstrap", "fault"), ("serve", "unknown")):
+        hb = HB()
+        hb.at(0.5).fault_applied("cut", "partition", "prefill-0", {"link": link}, {}, link=link)
+        hb.at(0.5).fault_verified("cut", True, {"probe": "silent"})
+        _pd(hb, 1.0, late_s=2.0, outcome="timed_out", kv_digest=None)
+        hb.at(3.5).fault_healed("cut", "partition", "prefill-0")
+        h = _history(hb)
+        (d,) = [x for x in h.handoffs if x.kind == "decode"]
+        b = blame(h, d, "timed_out")
+        assert b.side == side, (link, b)
+        if side == "fault":
+            assert f"prefill-0's {link} link had fault cut (partition) from t=0.50 to t=3.50" in b.why
+        else:
+            assert "no fault on it" in b.why
