@@ -22,7 +22,8 @@ class Restart:
     """Restart an engine on the same serving ports with a new engine id.
 
     mode `control`: in-process via the control API (`down_s` listeners closed); `process`: SIGKILL the
-    process and spawn it again on the same ports after `down_s`.
+    process and spawn it again on the same ports after `down_s`. A `down_s` shorter than the probe interval
+    is a restart only the router's identity check can notice (see README, Scenario format).
     """
 
     target: str

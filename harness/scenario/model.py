@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from fake_engines.core.bugs import ENGINE_BUGS
-from harness.scenario.actions import Action, action_problems
+from harness.scenario.actions import Action, Respawn, Restart, SlowStart, action_problems
 from harness.scenario.bugs import INJECTABLE_BUGS
 from harness.scenario.conditions import (
     WORKER_STATUSES,
@@ -19,6 +19,7 @@ from harness.scenario.conditions import (
     RequestsCompleted,
     WorkerStatus,
 )
+from harness.scenario.links import is_network_action
 from harness.scenario.presets import PRESETS
 from harness.scenario.reach import reach_problems
 from harness.scenario.settings import EngineSettings, RouterSettings, Workload
@@ -278,6 +279,27 @@ def validate(scenario: Scenario) -> None:
         own = getattr(step.action, "problems", None)
         if callable(own):
             problems += [f"step {step.name!r}: {p}" for p in own(scenario)]
+    problems += side_channel_restart_problems(scenario)
     if problems:
         uniq = list(dict.fromkeys(problems))
         raise ScenarioError(f"scenario {label}: " + "; ".join(uniq))
+
+
+def side_channel_restart_problems(scenario: Scenario) -> list[str]:
+    """A Mooncake prefill binds a new side-channel port at every start. In real time the proxy a link fault on
+    its side channel goes through is set up for the port of its first start and cannot follow: every pull
+    after a restart would fail because of the harness, not of the system under test."""
+    if "real" not in scenario.worlds or "mooncake" not in scenario.connectors:
+        return []
+    faulted = {st.action.target: st.name for st in scenario.timeline
+               if is_network_action(st.action) and st.action.link == "side_channel"}
+    out = []
+    for st in scenario.timeline:
+        a = st.action
+        if isinstance(a, Restart | SlowStart | Respawn) and a.target in faulted:
+            out.append(f"step {st.name!r} restarts {a.target}, whose side_channel link step "
+                       f"{faulted[a.target]!r} faults: in real time that link's proxy keeps the side-channel "
+                       "port of the first start (Mooncake binds a new one at each start); run it in "
+                       "simulation only (worlds=('sim',), world_notes={'real': why}) or with "
+                       "connectors=('nixl',)")
+    return out

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from harness.scenario import EngineSettings, Expect, RouterSettings, Scenario, Workload
 from harness.scenario.bugs import with_bugs
+from harness.scenario.model import side_channel_restart_problems
 from harness.scenario.presets import PRESETS, SCALED_ENGINES, SCALED_ROUTER
 from harness.search.faults import FaultSpec, effective_windows, to_steps
 from harness.topology import parse_topology
@@ -250,4 +251,10 @@ def to_scenario(case: SearchCase, name: str, expect: tuple[Expect, ...], bugs: t
         catches=tuple(bugs),
         tags=("search",),
     )
+    if side_channel_restart_problems(s):
+        s = replace(s, worlds=("sim",), world_notes={"real": SIDE_CHANNEL_RESTART_NOTE})
     return with_bugs(s, bugs) if bugs else s
+
+
+SIDE_CHANNEL_RESTART_NOTE = ("a side_channel link fault and a restart of the same Mooncake prefill: the real "
+                             "world's link proxy cannot follow the prefill's new side-channel port")

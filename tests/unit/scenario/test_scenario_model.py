@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -214,6 +215,22 @@ def test_conditions() -> None:
 def test_last_fixed_time() -> None:
     tl = Timeline((Step("a", Restart("prefill-0"), At(2)), Step("b", Heal("prefill-0"), After("a"), 7.5)))
     assert tl.last_fixed_time() == 7.5
+
+
+def test_a_side_channel_fault_on_a_mooncake_prefill_that_restarts_is_sim_only() -> None:
+    """The real world's proxy on that link cannot follow the new side-channel port: every later pull would
+    fail because of the harness."""
+    from harness.scenario.links import LinkLatency
+
+    timeline = (Step("slow", LinkLatency("prefill-0", "side_channel", latency_ms=100), At(1.0)),
+                Step("b", Restart("prefill-0", down_s=0.6), At(1.5)))
+    s = Scenario(name="x", description="", connectors=("mooncake",), timeline=timeline)
+    with pytest.raises(ScenarioError, match=r"'b' restarts prefill-0, whose side_channel link step 'slow'"):
+        validate(s)
+    validate(replace(s, worlds=("sim",), world_notes={"real": "the proxy cannot follow the port"}))
+    validate(replace(s, connectors=("nixl",)))  # a NIXL side channel keeps its port
+    serve = (Step("slow", LinkLatency("prefill-0", "serve", latency_ms=100), At(1.0)), timeline[1])
+    validate(replace(s, timeline=serve))
 
 
 # ---------------------------------------------------------------- loading files

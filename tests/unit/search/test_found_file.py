@@ -42,3 +42,16 @@ def test_the_replay_names_the_file_by_absolute_path(tmp_path: Path, monkeypatch:
     path = write_found(Path("runs/search-x"), SIG, 3, ("stale_engine_id",), CASE, CASE, "3 lost")
     for words in _replays(tmp_path / path):
         assert words[2] == str(tmp_path / path)
+
+
+def test_a_case_the_real_worlds_proxy_cannot_follow_is_written_for_simulation_only(tmp_path: Path) -> None:
+    """A side_channel link fault and a restart of the same Mooncake prefill: its found file still loads."""
+    from harness.scenario.files import scenarios_in_file
+
+    cut = FaultSpec("partition_down", "prefill-0", 1.0, 1.0, "side_channel")
+    case = SearchCase(topology="1p1d", faults=(cut, FaultSpec("restart", "prefill-0", 1.5, 0.5)), run_seed=4)
+    path = write_found(tmp_path, SIG, 3, (), case, case, "lost")
+    (s,) = scenarios_in_file(path)
+    assert s.worlds == ("sim",) and "side-channel port" in s.world_notes["real"]
+    plain = write_found(tmp_path, SIG, 3, (), CASE, CASE, "lost")
+    assert scenarios_in_file(plain)[0].worlds == ("real", "sim")
