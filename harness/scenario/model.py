@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from fake_engines.core.bugs import ENGINE_BUGS
-from harness.scenario.actions import Action, Respawn, Restart, SlowStart, action_problems
+from harness.scenario.actions import Action, Respawn, Restart, SlowStart, StartEngine, action_problems
 from harness.scenario.bugs import INJECTABLE_BUGS
 from harness.scenario.conditions import (
     WORKER_STATUSES,
@@ -280,6 +280,10 @@ def validate(scenario: Scenario) -> None:
         if callable(own):
             problems += [f"step {step.name!r}: {p}" for p in own(scenario)]
     problems += side_channel_restart_problems(scenario)
+    problems += [f"step {st.name!r}: StartEngine({st.action.target!r}) starts an engine that is not in "
+                 "deferred_engines (it already starts with the cell)"
+                 for st in scenario.timeline
+                 if isinstance(st.action, StartEngine) and st.action.target not in scenario.deferred_engines]
     if problems:
         uniq = list(dict.fromkeys(problems))
         raise ScenarioError(f"scenario {label}: " + "; ".join(uniq))

@@ -233,6 +233,16 @@ def test_a_side_channel_fault_on_a_mooncake_prefill_that_restarts_is_sim_only() 
     validate(replace(s, timeline=serve))
 
 
+def test_start_engine_names_a_deferred_engine() -> None:
+    from harness.scenario import StartEngine
+
+    timeline = (Step("start", StartEngine("decode-1"), At(1.0)),)
+    s = Scenario(name="x", description="", topologies=("1p2d",), timeline=timeline)
+    with pytest.raises(ScenarioError, match=r"StartEngine\('decode-1'\) starts an engine that is not in"):
+        validate(s)
+    validate(replace(s, deferred_engines=("decode-1",)))
+
+
 # ---------------------------------------------------------------- loading files
 
 
