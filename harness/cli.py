@@ -330,10 +330,14 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         cells = drop_skipped(args.router, cells)
     if not cells:
         wanted = ", ".join(
-            f"{k} {v}" for k, v in (("topology", topologies), ("connector", args.connector),
+            f"{k} {'/'.join(v) if isinstance(v, list | tuple) else v}"
+            for k, v in (("topology", topologies), ("connector", args.connector),
                                     ("transport", args.transport)) if v
         )
-        raise UsageError(f"no selected scenario applies to {wanted or 'any cell'}")
+        own = "; ".join(f"{s.name} runs on {'/'.join(s.topologies)}, {'/'.join(s.connectors)}, "
+                        f"{'/'.join(s.transports)}" for s in scenarios[:3])
+        more = f" (and {len(scenarios) - 3} more)" if len(scenarios) > 3 else ""
+        raise UsageError(f"no selected scenario applies to {wanted or 'any cell'}: {own}{more}")
     if args.scenarios:  # a scenario asked for by name that has no cell here is said, not dropped in silence
         running = {s.name for s, _ in cells}
         for s in scenarios:

@@ -145,7 +145,10 @@ def load_scenarios(
     for w in wanted:
         if is_file_item(w):
             path, name = split_file_item(w)
-            for s in scenarios_in_file(path) if name is None else [scenario_in_file(path, name)]:
+            found = scenarios_in_file(path) if name is None else [scenario_in_file(path, name)]
+            if not found:
+                raise ScenarioError(f"{path}: SCENARIOS is empty: no scenario to run")
+            for s in found:
                 take(s, str(Path(path).resolve()))
         elif w in pool:
             take(pool[w], str(origin[w].resolve()))

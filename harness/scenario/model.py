@@ -209,8 +209,10 @@ def validate(scenario: Scenario) -> None:
     problems: list[str] = []
     if not scenario.name or not scenario.name.replace("_", "").replace("-", "").isalnum():
         problems.append(f"bad scenario name {scenario.name!r} (letters, digits, - and _)")
-    if not scenario.topologies:
-        problems.append("no topologies")
+    for what, values in (("topologies", scenario.topologies), ("connectors", scenario.connectors),
+                         ("transports", scenario.transports)):
+        if not values:
+            problems.append(f"no {what} (the scenario would have no cell to run in)")
     shapes = []
     for t in scenario.topologies:
         try:

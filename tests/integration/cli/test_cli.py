@@ -63,7 +63,7 @@ def _one_line_error(err: str) -> str:
          "nixl_not_relayed cannot occur in any selected cell (mooncake/grpc, mooncake/http)"),
         (["run", "prefill_restart_mooncake", "--transport", "http", "--inject-bug", "metadata_no_deadline"],
          "needs connector mooncake and transport grpc"),
-        (["run", str(PASS_FILE), "--topology", "2p2d"], "no selected scenario applies to topology"),
+        (["run", str(PASS_FILE), "--topology", "2p2d"], "no selected scenario applies to topology 2p2d: "),
         (["run", str(PASS_FILE), "--transport", "grpc"], "no selected scenario applies to transport grpc"),
         (["report", "/nonexistent/run/dir"], "no run folder"),
         (["run", "--check-determinism"], "--check-determinism needs --world sim"),

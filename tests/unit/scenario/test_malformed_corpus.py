@@ -152,7 +152,7 @@ FILE_CASES: list[tuple[str, str, str]] = [
     ("import", "import nonexistent_module_xyz\n", "failed to import: ModuleNotFoundError"),
     ("raises", "raise RuntimeError('boom\\nsecond line')\n",
      "failed to import: RuntimeError: boom second line"),
-    ("empty", "SCENARIOS = []\n", "no scenarios to run"),
+    ("empty", "SCENARIOS = []\n", "case.py: SCENARIOS is empty: no scenario to run"),
     ("same-name-one-file",
      HEADER + "SCENARIOS = [Scenario(name='twin', description=''), Scenario(name='twin', description='')]\n",
      "scenario name 'twin' defined twice"),

@@ -233,6 +233,12 @@ def test_a_side_channel_fault_on_a_mooncake_prefill_that_restarts_is_sim_only() 
     validate(replace(s, timeline=serve))
 
 
+@pytest.mark.parametrize("axis", ["topologies", "connectors", "transports"])
+def test_a_scenario_with_an_empty_axis_has_no_cell_and_is_refused(axis: str) -> None:
+    with pytest.raises(ScenarioError, match=f"no {axis} \\(the scenario would have no cell to run in\\)"):
+        validate(replace(Scenario(name="x", description=""), **{axis: ()}))
+
+
 def test_start_engine_names_a_deferred_engine() -> None:
     from harness.scenario import StartEngine
 
@@ -272,6 +278,10 @@ def test_file_colons_name_takes_one_scenario_of_a_file(tmp_path: Path) -> None:
     assert [s.name for s in both] == ["alpha", "beta"]
     with pytest.raises(ScenarioError, match=r"two.py: no scenario named 'gamma' \(it defines: alpha, beta\)"):
         load_scenarios([f"{two}::gamma"], directory=tmp_path)
+    empty = tmp_path / "empty.py"
+    empty.write_text("SCENARIOS = []\n")
+    with pytest.raises(ScenarioError, match=r"empty.py: SCENARIOS is empty: no scenario to run"):
+        load_scenarios([str(empty)], directory=tmp_path)
     with pytest.raises(ScenarioError, match=r"no scenario named ''"):
         load_scenarios([f"{two}::"], directory=tmp_path)
     with pytest.raises(ScenarioError, match="no such scenario file"):
