@@ -100,12 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--topology", action="append", metavar="T",
-        help="NpMd shape (1p1d, 1p2d, 2p1d...); repeatable or comma separated (default: each scenario's own)",
+        help="run only these of each scenario's own NpMd shapes (1p1d, 1p2d, 2p1d...); repeatable or comma "
+        "separated (default: all of them)",
     )
     run.add_argument("--connector", choices=("mooncake", "nixl"),
-                     help="KV connector (default: each scenario's own set)")
+                     help="run only this of each scenario's own connectors (default: all of them)")
     run.add_argument("--transport", choices=("http", "grpc"),
-                     help="how the router talks to the engines (default: each scenario's own set)")
+                     help="how the router talks to the engines: run only this of each scenario's own "
+                     "transports (default: all of them)")
     run.add_argument(
         "--router", default="reference", metavar="ROUTER",
         help="'reference' (pdchaos-router, the default); 'profile:NAME', the reference router with a gateway "
