@@ -89,7 +89,11 @@ def _judge_fault(history: History, fault: FaultView, exp: RecoveryExpect) -> tup
         if not found:
             if ran_long_enough:
                 return "fail", f"{fault.target} not seen Ready within {exp.max_recovery_s}s of heal", nums
-            return "unknown", f"run ended before {fault.target} was seen Ready again", nums
+            left = horizon - healed
+            why = (f"run ended before {fault.target} was seen Ready again: it had {left:.2f} s after the "
+                   f"heal (to the end or the next fault), the bound is {exp.max_recovery_s}s "
+                   "(run longer: min_duration_s)")
+            return "unknown", why, nums
         ready_t = min(found)
         nums["heal_to_ready_s"] = rounded(ready_t - healed)
 

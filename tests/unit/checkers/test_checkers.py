@@ -66,6 +66,10 @@ def test_recovery_too_slow_fails() -> None:
 def test_recovery_unknown_when_run_ends_too_early() -> None:
     v = check_recovery(restart_run(end_t=3.05).history(), RecoveryExpect(max_recovery_s=2.0))
     assert v.status == "unknown" and "run ended before" in v.reason
+    # Ended before the worker was Ready again: the reason says how long the run gave it.
+    v = check_recovery(restart_run(end_t=2.8, never_ready=True).history(), RecoveryExpect(max_recovery_s=2.0))
+    assert v.status == "unknown" and "it had 0.36 s after the heal" in v.reason
+    assert "bound is 2.0s" in v.reason
 
 
 def test_recovery_unknown_without_heal_or_faults_or_router_view() -> None:
