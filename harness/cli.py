@@ -236,16 +236,22 @@ def _check_sim(spec: str, scenarios: Sequence[Any], named: bool) -> list[Any]:
         sim_router_name(spec)
     except ScenarioError as e:
         raise UsageError(str(e)) from None
+    return _in_world("sim", scenarios, named)
+
+
+def _in_world(world: str, scenarios: Sequence[Any], named: bool) -> list[Any]:
+    """The scenarios that run in `world` (`Scenario.worlds`): one named that does not is an error, another is
+    left out with its reason."""
+    what = {"sim": "the simulated world", "real": "real time"}[world]
     kept = []
     for s in scenarios:
-        if "sim" in s.worlds:
+        if world in s.worlds:
             kept.append(s)
             continue
-        why = s.world_notes.get("sim", "")
+        why = s.world_notes.get(world, "")
         if named:
-            raise UsageError(f"scenario {s.name!r} does not run in the simulated world"
-                             + (f": {why}" if why else ""))
-        print(f"pdchaos: skipping {s.name}: real time only" + (f" ({why})" if why else ""), file=sys.stderr)
+            raise UsageError(f"scenario {s.name!r} does not run in {what}" + (f": {why}" if why else ""))
+        print(f"pdchaos: skipping {s.name}: not in {what}" + (f" ({why})" if why else ""), file=sys.stderr)
     return kept
 
 
@@ -317,7 +323,8 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     if args.world == "sim":
         scenarios = _check_sim(args.router, scenarios, named=bool(args.scenarios))
     else:
-        scenarios = _check_router(args.router, scenarios, named=bool(args.scenarios))
+        scenarios = _in_world(args.world, _check_router(args.router, scenarios, named=bool(args.scenarios)),
+                              named=bool(args.scenarios))
     if not scenarios:
         raise UsageError(f"no scenario of the default suite can run against router {args.router!r}")
     cells = expand_matrix(

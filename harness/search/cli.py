@@ -24,7 +24,8 @@ transport, settings preset, workload, circuit breaker, and a fault schedule: res
 engine faults, link cuts, latency, resets, flapping, swizzle-clogs; overlapping, repeated and clustered),
 runs each in the simulated world and judges it with invariants a correct router keeps under any schedule.
 A failure is shrunk by Hypothesis to the smallest case that fails the same checker for the same reason, and
-written as a scenario file OUT/found/<checker>-<hash>.py that `pdchaos run` replays (sim, or real time).
+written as a scenario file OUT/found/<checker>-<hash>.py that `pdchaos run` replays (sim, or real time
+unless the file says it is simulation only).
 
 Seeds are independent: seed N always draws the same cases (only seed 0 starts with the simplest case, the
 others with cases of their own); --jobs runs seeds in parallel processes, --ray

@@ -45,7 +45,8 @@ def render(sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCas
     file_name = _file_name(sig, to_source(scenario_of(shrunk, bugs, "x"), set(), 0))
     # Named after the file, so that found files can be loaded together (scenario names are unique).
     name = f"search_{file_name.removesuffix('.py').replace('-', '_')}"
-    shrunk_src = to_source(scenario_of(shrunk, bugs, name), names, 0)
+    shrunk_scenario = scenario_of(shrunk, bugs, name)
+    shrunk_src = to_source(shrunk_scenario, names, 0)
     original_src = to_source(scenario_of(original, bugs, name + "_original"), names, 0)
     unknown = sorted(n for n in names if n not in scenario_module.__all__)
     if unknown:
@@ -64,8 +65,9 @@ def render(sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCas
         "",
         "Replay (simulated time, the same verdict):",
         f"    {replay_command(path, shrunk, 'sim', router)}",
-        "Real time (scaled settings):",
-        f"    {replay_command(path, shrunk, 'real', router)}",
+        *(["Real time (scaled settings):", f"    {replay_command(path, shrunk, 'real', router)}"]
+          if "real" in shrunk_scenario.worlds else
+          [f"Not in real time: {shrunk_scenario.world_notes.get('real', 'simulation only')}."]),
         '"""',
         "",
         "from __future__ import annotations",

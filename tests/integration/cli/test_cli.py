@@ -36,6 +36,21 @@ def _one_line_error(err: str) -> str:
     return lines[0]
 
 
+def test_a_scenario_of_one_world_named_for_the_other_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "only.py"
+    f.write_text("from harness.scenario import Scenario\n"
+                 "SCENARIOS = [Scenario(name='sim_only', description='', worlds=('sim',),\n"
+                 "                      world_notes={'real': 'needs exact replay'}),\n"
+                 "             Scenario(name='real_only', description='', worlds=('real',))]\n")
+    for name, world, needle in (("sim_only", "real", "does not run in real time: needs exact replay"),
+                                ("real_only", "sim", "does not run in the simulated world")):
+        code, _out, err = _main(capsys, "run", f"{f}::{name}", "--world", world, "--out", str(tmp_path / "o"))
+        assert code == cli.EXIT_USAGE and needle in _one_line_error(err)
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [

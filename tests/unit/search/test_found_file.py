@@ -53,5 +53,6 @@ def test_a_case_the_real_worlds_proxy_cannot_follow_is_written_for_simulation_on
     path = write_found(tmp_path, SIG, 3, (), case, case, "lost")
     (s,) = scenarios_in_file(path)
     assert s.worlds == ("sim",) and "side-channel port" in s.world_notes["real"]
+    assert len(_replays(path)) == 1 and "Not in real time: a side_channel link fault" in path.read_text()
     plain = write_found(tmp_path, SIG, 3, (), CASE, CASE, "lost")
     assert scenarios_in_file(plain)[0].worlds == ("real", "sim")

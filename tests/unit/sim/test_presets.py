@@ -29,6 +29,8 @@ BASE = Scenario(
     name="p",
     description="",
     topologies=("1p1d",),
+    # NIXL: a Mooncake prefill's side channel moves at its restart, which real time cannot proxy.
+    connectors=("nixl",),
     router=SCALED_ROUTER,
     engines=SCALED_ENGINES,
     workload=Workload(mode="open", rate_rps=40.0, duration_s=6.0, deadline_s=6.0, think_time_s=0.02),
