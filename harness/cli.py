@@ -152,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     lst = sub.add_parser("list", help="list scenarios with their descriptions and bug ids",
                          description="List the scenarios pdchaos knows.")
-    lst.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="only these names or files")
+    lst.add_argument("scenarios", nargs="*", metavar="SCENARIO",
+                     help="only these names or files (FILE.py::NAME: one scenario of a file)")
     lst.add_argument("--json", action="store_true", help="machine-readable output")
 
     rep = sub.add_parser("report", help="re-render the reports of a run folder",

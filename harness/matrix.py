@@ -214,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = UsageParser(prog="pdchaos matrix", description=_USAGE,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
-                   help="scenario names or files (none: the default suite)")
+                   help="scenario names or files (FILE.py::NAME: one of a file; none: the default suite)")
     p.add_argument("--router", action="append", metavar="SPEC",
                    help="repeatable: reference, smg, smg==X.Y.Z, smg==latest, vllm-router[==X.Y.Z], "
                    "cmd:<template> (default: reference and smg==latest)")

@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = UsageParser(prog="pdchaos zoo", description=_USAGE,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
-                   help="scenario names or files (none: the default suite, cut to its suite cells)")
+                   help="scenario names or files (FILE.py::NAME: one of a file; none: the default suite, "
+                   "cut to its suite cells)")
     p.add_argument("--bug", action="append", metavar="NAME",
                    help="a switch to include (repeatable; default: all of them)")
     p.add_argument("--world", choices=("sim", "real"), default="sim", help="default: sim")
