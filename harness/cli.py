@@ -310,6 +310,7 @@ def _check_engines(spec: str, world: str, cells: list[tuple[Any, Any]]) -> tuple
 def plan_run(args: argparse.Namespace) -> RunPlan:
     """Everything that can be wrong with a run, found before any process starts (UsageError)."""
     from harness.runner import default_settings, expand_matrix
+    from harness.scenario.bugs import absent_bug
     from pdchaos.ports import POOL_ENV, pool_from_env
 
     try:
@@ -356,7 +357,10 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
                       f"(it runs on {'/'.join(s.topologies)}, {'/'.join(s.connectors)}, "
                       f"{'/'.join(s.transports)}): left out", file=sys.stderr)
     engines, cells = _check_engines(args.engines, args.world, cells)
-    _check_bugs_occur(args.inject_bug or [], cells)
+    absent = absent_bug(args.inject_bug or [], [(cell.connector, cell.transport) for _, cell in cells],
+                        "selected cells")
+    if absent is not None:
+        raise UsageError(absent)
     settings = args.settings or default_settings(args.world)
     _check_at_preset(scenarios, settings)
     out = args.out if args.out is not None else Path("runs") / _run_id()
@@ -365,20 +369,6 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         raise UsageError(problem)
     return RunPlan(scenarios, cells, args.router, out, args.seed, args.world, settings,
                    args.check_determinism, engines=engines)
-
-
-def _check_bugs_occur(bugs: Sequence[str], cells: Sequence[Any]) -> None:
-    """A switch needs its connector and transport: put into cells that have neither, it cannot show, and the
-    run would pass as if the scenarios had caught nothing to catch."""
-    from harness.scenario.bugs import SWITCHES
-
-    for bug in dict.fromkeys(bugs):
-        sw = SWITCHES.get(bug)
-        if sw is None or any(sw.occurs_in(cell.connector, cell.transport) for _, cell in cells):
-            continue
-        have = sorted({f"{cell.connector}/{cell.transport}" for _, cell in cells})
-        raise UsageError(f"{bug} cannot occur in any selected cell ({', '.join(have)}): it needs connector "
-                         f"{'/'.join(sw.connectors)} and transport {'/'.join(sw.transports)}")
 
 
 def _check_at_preset(scenarios: Sequence[Any], settings: str) -> None:

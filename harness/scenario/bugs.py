@@ -32,6 +32,20 @@ def unknown_bugs(names: Iterable[str]) -> list[str]:
     return sorted(set(names) - set(SWITCHES))
 
 
+def absent_bug(names: Iterable[str], places: Iterable[tuple[str, str]], what: str) -> str | None:
+    """Why a switch of `names` cannot occur in any of `places` ((connector, transport) pairs: `what` they
+    are, for the message), or None when each can somewhere. A switch put where it cannot occur leaves the run
+    as it would be without it: a pass that proves nothing, or a hole the matrix never ran."""
+    where = sorted(set(places))
+    for name in dict.fromkeys(names):
+        sw = SWITCHES.get(name)
+        if sw is not None and not any(sw.occurs_in(c, t) for c, t in where):
+            have = ", ".join(f"{c}/{t}" for c, t in where)
+            return (f"{name} cannot occur in any of the {what} ({have}): it needs connector "
+                    f"{'/'.join(sw.connectors)} and transport {'/'.join(sw.transports)}")
+    return None
+
+
 def split_bugs(names: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(router switches, engine switches) among `names`, each in the given order, deduplicated; ValueError
     naming unknown ones."""

@@ -122,7 +122,7 @@ def _shifts(text: str) -> tuple[float, ...]:
 def _options(args: argparse.Namespace) -> object:
     from harness.runner import sim_router_name
     from harness.scenario import ScenarioError
-    from harness.scenario.bugs import INJECTABLE_BUGS, SWITCHES, unknown_bugs
+    from harness.scenario.bugs import INJECTABLE_BUGS, absent_bug, unknown_bugs
     from harness.search.bias import space_for
     from harness.search.driver import SearchOptions
 
@@ -160,12 +160,10 @@ def _options(args: argparse.Namespace) -> object:
     presets = ("scaled", "production") if args.settings == "any" else (args.settings,)
     space = space_for(tuple(dict.fromkeys(args.inject_bug)), max_side=args.max_side, presets=presets,
                       connector=args.connector, transport=args.transport)
-    for bug in args.inject_bug:
-        sw = SWITCHES.get(bug)
-        if sw is not None and not any(sw.occurs_in(c, t) for c in space.connectors for t in space.transports):
-            raise UsageError(f"{bug} cannot occur in the cells searched ({'/'.join(space.connectors)} over "
-                             f"{'/'.join(space.transports)}): it needs connector {'/'.join(sw.connectors)} "
-                             f"and transport {'/'.join(sw.transports)}")
+    absent = absent_bug(args.inject_bug, [(c, t) for c in space.connectors for t in space.transports],
+                        "cells searched")
+    if absent is not None:
+        raise UsageError(absent)
     return SearchOptions(out=out, bugs=tuple(dict.fromkeys(args.inject_bug)), router=router, budget_s=budget,
                          shrink_s=shrink, seeds=args.seeds, first_seed=args.first_seed,
                          jobs=args.jobs or default_jobs(), examples=args.examples, space=space,

@@ -148,15 +148,13 @@ async def _execute(
 def _check_named_switches_occur(switches: Any, scenarios: Any) -> None:
     """A switch named with --bug that can occur in none of the selected cells would be listed as a hole,
     though never run: say so instead."""
-    from harness.runner import Cell
+    from harness.scenario.bugs import absent_bug
     from harness.suite import UsageError
-    from harness.zoo.plan import applicable
 
-    cells = [Cell(t, c, tr) for s in scenarios for t, c, tr in s.matrix()]
-    for sw in switches:
-        if not any(applicable(sw, cell) for cell in cells):
-            raise UsageError(f"--bug {sw.name} can occur in none of the selected cells (it needs connector "
-                             f"{'/'.join(sw.connectors)} and transport {'/'.join(sw.transports)})")
+    absent = absent_bug([sw.name for sw in switches], [(c, tr) for s in scenarios for _, c, tr in s.matrix()],
+                        "selected cells")
+    if absent is not None:
+        raise UsageError(f"--bug {absent}")
 
 
 def _resume(out: Path, jobs: int, quiet: bool) -> int:
