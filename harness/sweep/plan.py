@@ -13,6 +13,7 @@ from typing import Any
 
 from harness.runner import Cell, default_settings, sim_router_name
 from harness.scenario import Scenario, ScenarioError, validate
+from harness.scenario.bugs import absent_bug
 from harness.scenario.files import is_file_item, split_file_item
 from harness.suite import UsageError, default_suite, load_named
 from harness.sweep.keys import CellKey
@@ -102,6 +103,11 @@ def plan_sweep(spec: SweepSpec, scenarios: Sequence[Scenario] | None = None) -> 
                     backend = spec.backends.get(engines) if engines != LOCAL_ENGINES else None
                     for s in scen:
                         _expand(plan, s, world, settings, router, engines, backend)
+    for name, bugs in spec.bugs.items():
+        places = [(c.key.connector, c.key.transport) for c in plan.cells if c.key.scenario == name]
+        absent = absent_bug(bugs, places, f"cells of {name}") if places else None  # none: skipped, said why
+        if absent is not None:
+            raise SweepError(f"[bugs] {absent}")
     return plan
 
 

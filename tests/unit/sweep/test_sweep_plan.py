@@ -97,6 +97,11 @@ def test_bugs_go_into_their_scenario_only() -> None:
     assert bugs["sole_prefill_down"] == ()
     with pytest.raises(SweepError, match="the sweep does not run: nope"):
         plan_of("[axes]\nscenarios = ['sole_prefill_down']\n[bugs]\nnope = 'stale_engine_id'")
+    # A switch where it cannot occur: its cells would pass as if the scenario had caught nothing.
+    with pytest.raises(SweepError, match=r"\[bugs\] metadata_no_deadline cannot occur in any of the cells of "
+                                         r"prefill_restart_mooncake \(mooncake/http\)"):
+        plan_of("[axes]\nscenarios = ['prefill_restart_mooncake']\ntransports = ['http']\n"
+                "[bugs]\nprefill_restart_mooncake = ['metadata_no_deadline']")
 
 
 def test_a_router_bug_cannot_go_to_a_gateway() -> None:
