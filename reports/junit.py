@@ -8,6 +8,7 @@ never read as a pass.
 from __future__ import annotations
 
 import os
+import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
@@ -97,8 +98,27 @@ def junit_tree(results: list[ScenarioResult], run_dir: Path) -> ET.ElementTree:
         # Failing cases carry the checker lines in <failure>/<error>; passing ones here.
         head = _details(r) + "\n" if r.status == "pass" else ""
         out.text = head + _files(r, run_dir)
+    _xml_safe(suites)
     ET.indent(suites)
     return ET.ElementTree(suites)
+
+
+# Characters XML 1.0 cannot hold, even escaped (a router's stderr in a reason can carry them: BEL, NUL, a lone
+# ESC); ElementTree writes them as they are and the file no longer parses.
+_NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _clean(text: str) -> str:
+    return _NOT_XML.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def _xml_safe(root: ET.Element) -> None:
+    """Every text and attribute value with the characters XML cannot hold written as Python escapes."""
+    for el in root.iter():
+        if el.text:
+            el.text = _clean(el.text)
+        for key, value in el.attrib.items():
+            el.attrib[key] = _clean(value)
 
 
 def write_junit(results: list[ScenarioResult], run_dir: Path, name: str = JUNIT_XML) -> Path:

@@ -339,3 +339,15 @@ def test_junit_case_names_stay_unique_across_worlds_and_groups(tmp_path: Path) -
         "1p1d-mooncake-http[reference]",  # another scenario: its class tells it apart already
     ]
     assert case_names(results[:1]) == ["1p1d-mooncake-http[reference]"]  # a plain run keeps plain names
+
+
+def test_junit_stays_xml_when_a_reason_holds_characters_xml_cannot(tmp_path: Path) -> None:
+    """A router's stderr in a reason (BEL, NUL, a lone ESC, a lone surrogate): the CI must still parse it."""
+    from reports.junit import write_junit
+
+    reason = "router exited with code 2 before serving: bad flag \x07 here\x00 \x1b end \ud800."
+    r = ScenarioResult(scenario="s", topology="1p1d", connector="mooncake", transport="http",
+                       router="cmd", verdicts=[Verdict.unknown_("run", reason)], cell_dir=tmp_path / "c")
+    root = ET.parse(write_junit([r], tmp_path)).getroot()
+    (error,) = root.iter("error")
+    assert "bad flag \\x07 here\\x00 \\x1b end \\ud800." in error.get("message", "")
