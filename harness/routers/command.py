@@ -9,6 +9,7 @@ otherwise the harness judges from the engines' side and the status-based checks 
 from __future__ import annotations
 
 import shlex
+import string
 
 from harness.routers.base import RouterAdapter, RouterAdapterError, RouterLaunch, fmt_seconds
 from harness.scenario import RouterSettings
@@ -39,12 +40,9 @@ class CommandRouter(RouterAdapter):
         if not words:
             raise RouterAdapterError("empty router command template")
         for w in words:
-            try:
-                w.format(**{k: "" for k in PLACEHOLDERS})
-            except (KeyError, IndexError, ValueError) as e:
-                raise RouterAdapterError(
-                    f"router template word {w!r}: unknown placeholder {e} (known: {', '.join(PLACEHOLDERS)})"
-                ) from None
+            problem = _placeholder_problem(w)
+            if problem is not None:
+                raise RouterAdapterError(f"router template word {w!r}: {problem}")
         self.template = template
         self.words = words
         self.name = name
@@ -104,3 +102,20 @@ class CommandRouter(RouterAdapter):
             else:
                 argv.append(w.format(**scalars))
         return RouterLaunch(argv=argv, ready_prefix=None)
+
+
+def _placeholder_problem(word: str) -> str | None:
+    """What is wrong with a template word's placeholders: each is one of PLACEHOLDERS, bare (no attribute,
+    index, conversion or format: `{port.real}` would reach into the value)."""
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(word)
+                  if name is not None]
+    except ValueError as e:
+        return f"{e} (a literal brace is written {{{{ or }}}})"
+    for name, spec, conv in fields:
+        shown = name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "")
+        if name not in PLACEHOLDERS:
+            return f"unknown placeholder {{{shown}}} (known: {', '.join(PLACEHOLDERS)})"
+        if spec or conv:
+            return f"placeholder {{{shown}}}: write it bare, {{{name}}}"
+    return None

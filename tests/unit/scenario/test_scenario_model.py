@@ -365,6 +365,14 @@ def test_command_router_template() -> None:
     ]
     with pytest.raises(RouterAdapterError, match="unknown placeholder"):
         CommandRouter("x --port {prot}")
+    # Reaching into a value (an attribute, an index) or formatting it: refused before anything starts.
+    for word, needle in (("{port.real}", r"unknown placeholder \{port.real\}"),
+                         ("{port[0]}", "unknown placeholder"),
+                         ("{port!r}", r"write it bare, \{port\}"), ("{port:>5}", "write it bare"),
+                         ("{port", "expected '}' before end of string")):
+        with pytest.raises(RouterAdapterError, match=needle):
+            CommandRouter(f"x --port {word}")
+    assert CommandRouter("x --port {port} --json {{}}").words[-1] == "{{}}"
     with pytest.raises(RouterAdapterError, match="unknown router"):
         make_router_adapter("no-such-router")
     assert isinstance(make_router_adapter("cmd:echo {port}"), CommandRouter)
