@@ -49,6 +49,13 @@ TEARDOWN_TIMEOUT_S = 20.0
 # SIGHUP too: a closed terminal deserves the same clean teardown as Ctrl-C.
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
+
+def handled_signals() -> list[signal.Signals]:
+    """The signals a run tears down on: a signal ignored when pdchaos started (nohup's SIGHUP, a background
+    job's SIGINT) stays ignored."""
+    return [sig for sig in HANDLED_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
+
+
 _DESCRIPTION = """\
 pdchaos: chaos scenarios for prefill/decode disaggregated LLM serving.
 
@@ -440,7 +447,8 @@ async def _run_async(plan: RunPlan, show_progress: bool) -> tuple[list[Any], boo
         suite.cancel()
         signalled.set()
 
-    for sig in HANDLED_SIGNALS:
+    handled = handled_signals()
+    for sig in handled:
         loop.add_signal_handler(sig, on_signal, sig)
     if progress is not None:
         progress.start()
@@ -464,7 +472,7 @@ async def _run_async(plan: RunPlan, show_progress: bool) -> tuple[list[Any], boo
             suite.cancel()
         if progress is not None:
             await progress.stop()
-        for sig in HANDLED_SIGNALS:
+        for sig in handled:
             loop.remove_signal_handler(sig)
     return results, bool(caught)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -549,3 +550,14 @@ def test_the_module_tools_refuse_what_they_cannot_do(capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit) as info:
         parse_args(["--root", "/tmp/x", "--kubeconfig", "/tmp/x/k", "--node-host", "0.0.0.0"])
     assert info.value.code == 2 and "loopback" in capsys.readouterr().err
+
+
+def test_a_signal_ignored_at_start_stays_ignored() -> None:
+    """`nohup pdchaos run ...`: a SIGHUP must not tear the run down."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert signal.SIGHUP not in cli.handled_signals()
+        assert signal.SIGTERM in cli.handled_signals()
+    finally:
+        signal.signal(signal.SIGHUP, before)
+    assert signal.SIGHUP in cli.handled_signals()
