@@ -18,7 +18,6 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 import signal
 import sys
 import time
@@ -203,10 +202,8 @@ def _check_router(spec: str, scenarios: Sequence[Any], named: bool) -> list[Any]
         adapter = make_router_adapter(spec)
     except RouterAdapterError as e:
         raise UsageError(str(e)) from None
-    if isinstance(adapter, CommandRouter):
-        exe = adapter.words[0] if adapter.words else ""
-        if not (shutil.which(exe) or (os.sep in exe and os.access(exe, os.X_OK))):
-            raise UsageError(f"router command {exe!r} not found or not executable")
+    if isinstance(adapter, CommandRouter) and (problem := adapter.executable_problem()) is not None:
+        raise UsageError(problem)
     kept = []
     for s in scenarios:
         bug = ", ".join(s.router.inject_bugs)

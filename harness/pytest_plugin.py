@@ -63,7 +63,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--pdchaos-transport", action="append", default=None, metavar="TR",
                     help="only these transports: http, grpc")
     group.addoption("--pdchaos-router", default="reference", metavar="ROUTER",
-                    help="router under test: 'reference' or 'cmd:<template>' (as `pdchaos run --router`)")
+                    help="router under test: 'reference', 'profile:NAME', 'cmd:<template>' or a gateway "
+                    "release such as smg==X.Y.Z (as `pdchaos run --router`)")
     group.addoption("--pdchaos-seed", type=seed_arg, default=0, metavar="N",
                     help="workload seed, 0 to 2**32-1")
     group.addoption("--pdchaos-world", choices=("real", "sim"), default="real",
@@ -86,12 +87,24 @@ def pytest_configure(config: pytest.Config) -> None:
         "ready_timeout_s=20): configure the pd_cluster fixture",
     )
     if config.getoption("--pdchaos"):
-        from harness.routers import RouterAdapterError, make_router_adapter
+        from harness.routers import CommandRouter, RouterAdapterError, make_router_adapter
+        from harness.runner import sim_router_name
+        from harness.scenario import ScenarioError
+        from harness.suite import out_folder_problem
 
+        router = config.getoption("--pdchaos-router")
         try:
-            make_router_adapter(config.getoption("--pdchaos-router"))
-        except RouterAdapterError as e:
+            adapter = make_router_adapter(router)
+            if config.getoption("--pdchaos-world") == "sim":
+                sim_router_name(router)
+        except (RouterAdapterError, ScenarioError) as e:
             raise pytest.UsageError(f"--pdchaos-router: {e}") from None
+        if isinstance(adapter, CommandRouter) and (problem := adapter.executable_problem()) is not None:
+            raise pytest.UsageError(f"--pdchaos-router: {problem}")
+        given = config.getoption("--pdchaos-out")
+        # As `pdchaos run --out`: a folder with an earlier run in it would mix the two in one report.
+        if given and (problem := out_folder_problem(Path(given), "--pdchaos-out folder")) is not None:
+            raise pytest.UsageError(problem)
         from harness.worlds.real.backends import EngineChoiceError, parse_engines
 
         try:

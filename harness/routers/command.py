@@ -8,7 +8,9 @@ otherwise the harness judges from the engines' side and the status-based checks 
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
 import string
 
 from harness.routers.base import RouterAdapter, RouterAdapterError, RouterLaunch, fmt_seconds
@@ -49,6 +51,13 @@ class CommandRouter(RouterAdapter):
 
     def cli_spec(self) -> str | None:
         return "cmd:" + self.template
+
+    def executable_problem(self) -> str | None:
+        """Why the template's program cannot be started from here (not on PATH, not executable), or None."""
+        exe = self.words[0]
+        if shutil.which(exe) or (os.sep in exe and os.access(exe, os.X_OK)):
+            return None
+        return f"router command {exe!r} not found or not executable"
 
     def values(
         self, topo: Topology, settings: RouterSettings, registered: list[str], events_file: str

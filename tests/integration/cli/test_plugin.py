@@ -102,6 +102,35 @@ def test_bad_router_option_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*--pdchaos-router: unknown router 'nginx'*"])
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--pdchaos-router", "cmd:/nonexistent/router --port {port}"],
+         "*--pdchaos-router: router command '/nonexistent/router' not found or not executable*"),
+        (["--pdchaos-router", "cmd:true --port {port}", "--pdchaos-world", "sim"],
+         "*--pdchaos-router: *reference router*"),
+    ],
+)
+def test_a_router_that_cannot_run_is_a_usage_error_before_any_cell(
+    pytester: pytest.Pytester, args: list[str], needle: str
+) -> None:
+    """Not one failed test per cell, each saying the same."""
+    result = pytester.runpytest("--pdchaos", *args, "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([needle])
+
+
+def test_an_out_folder_holding_an_earlier_run_is_a_usage_error(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """As `pdchaos run --out`: the two runs would mix in one report."""
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "report.json").write_text("{}")
+    result = pytester.runpytest("--pdchaos", "--pdchaos-out", str(tmp_path / "old"), "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*already exists and is not empty*"])
+
+
 def test_bare_option_collects_the_shipped_default_suite(pytester: pytest.Pytester) -> None:
     from harness.runner import expand_matrix
     from harness.scenario import load_scenarios
