@@ -114,9 +114,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.minutes <= 0:
         ap.error("--minutes must be positive")
-    base = Path(tempfile.mkdtemp(prefix="pdchaos-simbreak-"))
-    wall = timed_run(args.minutes, base / "timed")
-    stats, requests = profile_run(args.minutes, base / "profiled")
+    with tempfile.TemporaryDirectory(prefix="pdchaos-simbreak-") as tmp:
+        wall = timed_run(args.minutes, Path(tmp) / "timed")
+        stats, requests = profile_run(args.minutes, Path(tmp) / "profiled")
     layers = split_by_layer(stats)
     total = sum(layers.values())
     per = 1e6 * total / max(1, requests)

@@ -341,8 +341,6 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     )
     from harness.matrix import drop_skipped  # cells a gateway cannot run: said, not run
 
-    if args.world == "real":
-        cells = drop_skipped(args.router, cells)
     if not cells:
         wanted = ", ".join(
             f"{k} {'/'.join(v) if isinstance(v, list | tuple) else v}"
@@ -353,6 +351,10 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
                         f"{'/'.join(s.transports)}" for s in scenarios[:3])
         more = f" (and {len(scenarios) - 3} more)" if len(scenarios) > 3 else ""
         raise UsageError(f"no selected scenario applies to {wanted or 'any cell'}: {own}{more}")
+    if args.world == "real":
+        cells = drop_skipped(args.router, cells)
+        if not cells:
+            raise UsageError(f"router {args.router!r} can run none of the selected cells (reasons above)")
     if args.scenarios:  # a scenario asked for by name that has no cell here is said, not dropped in silence
         running = {s.name for s, _ in cells}
         for s in scenarios:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,3 +23,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         marker = _FOLDER_MARKERS.get(top)
         if marker is not None:
             item.add_marker(marker)
+
+
+@pytest.fixture(autouse=True)
+def _run_marker_kept() -> Iterator[None]:
+    """A command called in-process (run, sweep, matrix, zoo, bisect) marks its processes through the
+    environment (`mark_processes`): the marker must not outlive the test and mark the next tests' ones."""
+    before = os.environ.get("PDCHAOS_RUN_MARKER")
+    yield
+    if before is None:
+        os.environ.pop("PDCHAOS_RUN_MARKER", None)
+    else:
+        os.environ["PDCHAOS_RUN_MARKER"] = before

@@ -47,7 +47,7 @@ def check_transfer_timeout(history: History, exp: TransferTimeoutExpect | None =
                  for h, b in zip(timed_out, blames, strict=True)]
     slow: list[str] = []
     # One request may show twice (its decode's timed_out handoff and its own latency): counted once.
-    waiting: set[object] = {h.tag for h in timed_out}
+    waiting: set[object] = {h.tag if h.tag is not None else ("handoff", id(h)) for h in timed_out}
     if timeout is not None:
         limit = timeout * exp.margin
         for r in history.request_list():

@@ -746,7 +746,8 @@ class ScenarioSession:
         assert self.ledger is not None and self.workers is not None
         if self.timeline.missed:
             self.extra_verdicts.append(Verdict.unknown_(
-                "timeline", f"steps missed (condition not met by the step's deadline or the run's end): "
+                "timeline", f"steps missed (condition not met by the step's deadline or the run's end, or an "
+                f"earlier step did not fire): "
                 f"{self.timeline.missed}",
                 evidence=list(self.timeline.missed)))
         else:

@@ -229,6 +229,11 @@ def test_transfer_timeout_counts_a_request_once_whichever_ways_it_shows() -> Non
     v = check_transfer_timeout(hb.history())
     assert v.status == "fail" and v.reason.startswith("3 request(s) waited out the transfer timeout")
     assert v.numbers["timed_out_handoffs"] == 2 and v.numbers["slow_requests"] == 3
+    # Handoffs without a tag cannot be matched to a request: each counts as its own.
+    for t in (3.0, 3.5):
+        hb.handoff(t, "decode-0", "decode", None, "timed_out", "D", "A")  # type: ignore[arg-type]
+    v = check_transfer_timeout(hb.history())
+    assert v.reason.startswith("5 request(s) waited out the transfer timeout"), v.reason
 
 
 def test_transfer_timeout_unknown() -> None:
