@@ -11,6 +11,9 @@ Guarantees, and how each is met:
   short-lived worker thread would kill the child when that thread ends.
 - `kill_all()` is registered with `atexit` and is idempotent: a normal exit or an unhandled exception
   SIGKILLs every group still alive.
+- PDEATHSIG reaches a child, not what it started (a router template's wrapper script that does not `exec`,
+  vLLM's workers): every group is also told to one reaper process (`pdchaos.reaper`, in its own session),
+  which SIGKILLs the groups still listed once this process is gone, whichever way it went.
 - Every child gets `PDCHAOS_RUN_MARKER=<marker>` in its environment and a line in `<log_dir>/pids.jsonl`,
   so a test (or a person) can prove afterwards that nothing of a run is left (`find_marked_processes`).
 
@@ -39,10 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.worlds.real.forkserver_client import ForkServerClient, ForkServerSlot, forkable
+from harness.worlds.real.reaper import forget_group, watch_group
 from pdchaos.forkserver import die_with_parent
 from pdchaos.jsonl import JsonlWriter
-
-MARKER_ENV = "PDCHAOS_RUN_MARKER"
+from pdchaos.reaper import MARKER_ENV
 
 
 def mark_processes(out: Path) -> str:
@@ -50,6 +53,8 @@ def mark_processes(out: Path) -> str:
     output folder): the cells share one fork server through it (`shared_fork_server`), and
     `find_marked_processes` proves afterwards that nothing is left."""
     return os.environ.setdefault(MARKER_ENV, f"pdchaos-{out.name}-{uuid.uuid4().hex[:8]}")
+
+
 PID_FILE_NAME = "pids.jsonl"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _LOG_TAIL_BYTES = 4000
@@ -323,6 +328,7 @@ class ProcessSupervisor:
             name=name, pid=proc.pid, argv=list(argv), log_path=log_path, marker=self.marker, _proc=proc
         )
         self._procs.append(managed)
+        watch_group(managed.pgid, self.marker)
         self._pids.write(
             {"name": name, "pid": proc.pid, "pgid": proc.pid, "argv": list(argv), "ts": time.time()}
         )
@@ -427,6 +433,8 @@ class ProcessSupervisor:
         else:
             code = proc.returncode
         proc.signal(signal.SIGKILL)
+        if code is not None:
+            forget_group(proc.pgid)
         return code
 
     def kill_all(self) -> None:
