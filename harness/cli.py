@@ -222,6 +222,23 @@ def _check_router(spec: str, scenarios: Sequence[Any], named: bool) -> list[Any]
 # ---------------------------------------------------------------- run
 
 
+def _check_router_bugs(spec: str, bugs: Sequence[str]) -> None:
+    """A router switch from the command line goes into the reference router (a profile is one): another
+    router cannot take it, whatever the scenarios (engine switches go to the engines, under any router)."""
+    from harness.routers import RouterAdapterError, make_router_adapter
+    from harness.scenario.bugs import split_bugs
+
+    try:
+        router_side, _ = split_bugs(bugs)
+        adapter = make_router_adapter(spec)
+    except (ValueError, RouterAdapterError):
+        return  # said where the bug names and the router are checked
+    if router_side and not adapter.supports_inject_bug:
+        raise UsageError(f"--inject-bug {', '.join(router_side)}: a reference-router switch; router "
+                         f"{adapter.name!r} cannot take it (build the bug into that router, or run "
+                         "--router reference or profile:NAME)")
+
+
 def _with_bugs(bugs: Sequence[str], scenarios: Sequence[Any]) -> list[Any]:
     from harness.scenario.bugs import split_bugs, with_bugs
 
@@ -323,6 +340,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         raise UsageError(str(e)) from None
     topologies, scenarios = select_suite(args)
     if args.inject_bug:
+        _check_router_bugs(args.router, args.inject_bug)
         scenarios = _with_bugs(args.inject_bug, scenarios)
     if args.check_determinism and args.world != "sim":
         raise UsageError("--check-determinism needs --world sim (real time does not replay exactly)")

@@ -85,6 +85,8 @@ def test_a_scenario_of_one_world_named_for_the_other_is_a_usage_error(
         (["run", "--check-determinism"], "--check-determinism needs --world sim"),
         (["run", "--world", "sim", "--router", "smg==1.13.0"], "reference router only"),
         (["run", "--inject-bug", "no_such_bug"], "unknown bug 'no_such_bug'"),
+        (["run", str(PASS_FILE), "--router", "cmd:true --port {port}", "--inject-bug", "stale_engine_id"],
+         "--inject-bug stale_engine_id: a reference-router switch; router 'cmd' cannot take it"),
         (["run", "--world", "moon"], "invalid choice: 'moon'"),
         (["run", "--settings", "staging"], "invalid choice: 'staging'"),
         (["bogus"], "invalid choice: 'bogus'"),
