@@ -106,6 +106,16 @@ class WorldNote:
 
 
 @dataclass(frozen=True)
+class RouterExited:
+    """The router process ended while the run still needed it (no step of the scenario stopped it): the
+    system under test crashed. `why`: the exit summary from its log."""
+
+    returncode: int | None
+    why: str = ""
+    log: str = ""
+
+
+@dataclass(frozen=True)
 class ActionDone:
     """An `ApplyAction` ended. `error`: it raised (the fault is unverified). For heals, `verified` and
     `evidence` say whether the target is clean again."""
@@ -168,6 +178,7 @@ Event = (
     | FaultVerified
     | EngineState
     | WorldNote
+    | RouterExited
     | ActionDone
     | LinkToggled
     | TornDown

@@ -417,6 +417,14 @@ class ScenarioSession:
         if isinstance(ev, e.WorldNote):
             h.note(ev.message, **dict(ev.fields))
             return []
+        if isinstance(ev, e.RouterExited):
+            how = f"signal {-ev.returncode}" if ev.returncode is not None and ev.returncode < 0 else \
+                f"code {ev.returncode}"
+            what = (f"the router exited ({how}) during the run" + (f" (its log: {ev.log})" if ev.log else "")
+                    + (f": {ev.why}" if ev.why else ""))
+            h.note(what, returncode=ev.returncode)
+            self.extra_verdicts.append(Verdict.fail("router", what))
+            return []
         if isinstance(ev, e.ActionDone):
             return self._action_done(now, ev)
         if isinstance(ev, e.LinkToggled):

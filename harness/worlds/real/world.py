@@ -66,6 +66,7 @@ class RealWorld(World):
         self.actions: EngineActions | None = None
         self._opening_notes: list[e.Event] = []
         self._router_proc: ManagedProcess | None = None
+        self._router_exit_said = False
         self._companion: asyncio.Task[None] | None = None
 
     @property
@@ -180,8 +181,21 @@ class RealWorld(World):
         assert self.http is not None
         await wait_router_serving(self.router, proc, self.http, self.topo, ROUTER_READY_TIMEOUT_S)
 
+    def _router_gone(self, emit: Emit) -> None:
+        """Said once: the router process ended while the run polls it (a crash of the system under test; the
+        checkers would only see lost requests)."""
+        proc = self._router_proc
+        if proc is None or proc.alive or self._router_exit_said:
+            return
+        self._router_exit_said = True
+        # A signal's victim says nothing in its log: then the log's last lines would only mislead.
+        code = proc.returncode
+        why = exit_evidence(proc.log_path) if code is not None and code >= 0 else ""
+        emit(e.RouterExited(code, why, str(proc.log_path)))
+
     async def _do_PollWorkers(self, cmd: c.PollWorkers, emit: Emit) -> None:
         assert self.http is not None
+        self._router_gone(emit)
         workers = await self.router.workers(self.http, self.router_topology)
         engines: dict[str, str] = {}
         for w in workers or []:
@@ -193,6 +207,7 @@ class RealWorld(World):
 
     async def _do_PollRouterEvents(self, cmd: c.PollRouterEvents, emit: Emit) -> None:
         assert self.http is not None
+        self._router_gone(emit)
         got = await self.router.events(self.http, self.router_topology, cmd.since)
         if got is None:
             emit(e.RouterEventsSeen(None, cmd.since))
@@ -244,6 +259,7 @@ class RealWorld(World):
         if self.actions is not None:
             resumed = self.actions.resume_all()
         # The router first: engines going away must not be the last thing it records.
+        self._router_exit_said = True  # stopped here, not crashed
         if self._router_proc is not None:
             await self.supervisor.stop(self._router_proc, grace_s=ROUTER_STOP_GRACE_S)
         # Engines next, so their records are final when they are read.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -232,3 +233,14 @@ async def test_a_router_whose_port_was_taken_starts_on_another(tmp_path: Path, m
     notes = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
     moved = [n for n in notes if n.get("type") == "note" and n.get("port") == taken]
     assert moved and moved[0]["new_port"] != taken and moved[0]["attempt"] == 1
+
+
+async def test_a_router_that_dies_mid_run_fails_the_run_saying_so(tmp_path: Path) -> None:
+    """Killed 3 s after it started (by `timeout`, as an OOM killer would): not only lost requests."""
+    s = _scenario("prefill_restart_mooncake", duration_s=4.0)
+    router = (f"cmd:timeout -s KILL 3 {sys.executable} -m reference_router --port {{port}} "
+              "--pd-disaggregation {prefill_args} {decode_args}")
+    res = await run_scenario(s, "1p1d", "mooncake", "http", router, tmp_path, seed=1)
+    assert _status(res, "router") == "fail", _explain(res)
+    reason = next(v.reason for v in res.verdicts if v.name == "router")
+    assert reason.startswith("the router exited (signal 9) during the run (its log: "), reason

@@ -394,3 +394,25 @@ def test_a_loading_engine_delays_the_ready_wait_not_the_router() -> None:
     launch_t = trace.of(c.LaunchRouter)[0][0]
     assert launch_t == pytest.approx(100.5)  # after the prefill only: the router meets the loading decode
     assert session.t0 is not None and session.t0 >= 103.5
+
+
+class CrashingRouter(World):
+    """The router process ends 1.5 s in: the world says so with the next poll."""
+
+    said = False
+
+    def __call__(self, cmd: c.Command, now: float) -> Answer:
+        answer = super().__call__(cmd, now)
+        if isinstance(cmd, c.PollWorkers) and now > 1.5 and not self.said:
+            self.said = True
+            return [(0.0, e.RouterExited(-9, "Killed")), *answer]
+        return answer
+
+
+def test_a_router_that_exits_during_the_run_fails_it_with_the_reason() -> None:
+    """The checkers would only see lost requests; the history and the verdict say the router crashed."""
+    session = _session(_scenario())
+    drive(session, CrashingRouter())
+    router = next(v for v in session.result().verdicts if v.name == "router")
+    assert router.status == "fail" and router.reason == "the router exited (signal 9) during the run: Killed"
+    assert any(r["message"].startswith("the router exited (signal 9)") for r in _records(session, "note"))
