@@ -47,6 +47,8 @@ class RouterAdapter:
 
     def __init__(self, api_key: str | None = None) -> None:
         self.api_key = api_key
+        # Why the last `workers()` read gave nothing ("" when it gave a list): the run says it.
+        self.workers_problem = ""
 
     # -- launching
 
@@ -101,6 +103,24 @@ class RouterAdapter:
 
     # -- reading
 
+    async def _fetch_json(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[Any, str]:
+        """(the JSON body of a 200 answer to `GET url`, ""), or (None, what came instead)."""
+        try:
+            async with session.get(
+                url, params=params, headers=headers, timeout=aiohttp.ClientTimeout(total=1.0)
+            ) as resp:
+                if resp.status != 200:
+                    return None, f"answered {resp.status}"
+                return await resp.json(content_type=None), ""
+        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+            return None, f"{type(e).__name__}: {e}".rstrip(": ")
+
     async def _get_json(
         self,
         session: aiohttp.ClientSession,
@@ -109,21 +129,20 @@ class RouterAdapter:
         headers: Mapping[str, str] | None = None,
     ) -> Any:
         """The JSON body of a 200 answer to `GET url`; None for any other status, bad JSON or no answer."""
-        try:
-            async with session.get(
-                url, params=params, headers=headers, timeout=aiohttp.ClientTimeout(total=1.0)
-            ) as resp:
-                if resp.status != 200:
-                    return None
-                return await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return None
+        return (await self._fetch_json(session, url, params, headers))[0]
 
     async def workers(self, session: aiohttp.ClientSession, topo: Topology) -> list[dict[str, Any]] | None:
-        """The router's workers (CONTRACTS §2 W objects), or None when it has no such API."""
-        body = await self._get_json(session, f"{topo.router_url}/workers", headers=self._headers())
+        """The router's workers (CONTRACTS §2 W objects), or None when it has no such API (why: in
+        `workers_problem`)."""
+        body, problem = await self._fetch_json(session, f"{topo.router_url}/workers", headers=self._headers())
         items = body.get("workers") if isinstance(body, dict) else body
-        return [w for w in items if isinstance(w, dict)] if isinstance(items, list) else None
+        if isinstance(items, list):
+            self.workers_problem = ""
+            return [w for w in items if isinstance(w, dict)]
+        self.workers_problem = problem or "not a worker list"
+        if problem == "answered 401" or problem == "answered 403":
+            self.workers_problem += " (an API key: a cmd: template passes the run's with {api_key})"
+        return None
 
     async def events(
         self, session: aiohttp.ClientSession, topo: Topology, since: int

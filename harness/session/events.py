@@ -41,6 +41,8 @@ class WorkersSeen:
 
     workers: tuple[Mapping[str, Any], ...] | None
     engines: Mapping[str, str] = field(default_factory=dict)
+    # Why there is no worker list (an HTTP status, a connection error), when the world knows.
+    problem: str = ""
 
 
 @dataclass(frozen=True)

@@ -373,7 +373,7 @@ class ScenarioSession:
         if isinstance(ev, e.WorkersSeen):
             assert self.workers is not None
             self._workers_in_flight = False
-            self.workers.seen(ev.workers, ev.engines)
+            self.workers.seen(ev.workers, ev.engines, ev.problem)
             self.observed.worker_status = self.workers.status
             self._workers_poll_at = now + self._workers_poll_s
             if self.workers.supported is False and self.phase is Phase.READY and self._routable_at is None:
@@ -769,7 +769,8 @@ class ScenarioSession:
         else:
             self.extra_verdicts.append(Verdict.ok("faults", numbers={"steps": len(self.scenario.timeline)}))
         if self.workers.supported is False:
-            self._h.note("router has no readable /workers: status-based checks cannot judge")
+            why = f" (GET /workers {self.workers.problem})" if self.workers.problem else ""
+            self._h.note(f"router has no readable /workers{why}: status-based checks cannot judge")
         return self._final_events(now)
 
     # ------------------------------------------------------------------ ending

@@ -36,6 +36,7 @@ class WorkerWatch:
     def __init__(self, history: HistoryRecorder) -> None:
         self.history = history
         self.supported: bool | None = None  # None until the first read
+        self.problem = ""  # why the first unreadable read was unreadable, when the world said
         self.polls = 0
         self.failed_polls = 0
         self.status: dict[str, str] = {}
@@ -44,12 +45,14 @@ class WorkerWatch:
         self._roles: dict[str, str] = {}
         self._engines: dict[str, str | None] = {}
 
-    def seen(self, workers: Sequence[Mapping[str, Any]] | None, engines: Mapping[str, str]) -> None:
+    def seen(self, workers: Sequence[Mapping[str, Any]] | None, engines: Mapping[str, str],
+             problem: str = "") -> None:
         self.polls += 1
         if workers is None:
             self.failed_polls += 1
             if self.supported is None:
                 self.supported = False
+                self.problem = problem
             return
         self.supported = True
         changed, self._snap = status_changes(self._snap, workers)

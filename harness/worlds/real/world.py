@@ -203,7 +203,8 @@ class RealWorld(World):
             name = self.router_topology.name_of_url(url)
             if name is not None:
                 engines[url] = name
-        emit(e.WorkersSeen(None if workers is None else tuple(workers), engines))
+        emit(e.WorkersSeen(None if workers is None else tuple(workers), engines,
+                           self.router.workers_problem if workers is None else ""))
 
     async def _do_PollRouterEvents(self, cmd: c.PollRouterEvents, emit: Emit) -> None:
         assert self.http is not None

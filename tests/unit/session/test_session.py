@@ -416,3 +416,13 @@ def test_a_router_that_exits_during_the_run_fails_it_with_the_reason() -> None:
     router = next(v for v in session.result().verdicts if v.name == "router")
     assert router.status == "fail" and router.reason == "the router exited (signal 9) during the run: Killed"
     assert any(r["message"].startswith("the router exited (signal 9)") for r in _records(session, "note"))
+
+
+def test_why_the_worker_list_could_not_be_read_is_in_the_note() -> None:
+    world = World(workers_api=False)
+    world.override[c.PollWorkers] = lambda cmd, now: [(0.01, e.WorkersSeen(None, problem="answered 401"))]
+    session = _session(_scenario())
+    drive(session, world)
+    notes = [r["message"] for r in _records(session, "note")]
+    assert "router has no readable /workers (GET /workers answered 401): status-based checks cannot judge" \
+        in notes
