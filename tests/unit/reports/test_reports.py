@@ -90,6 +90,9 @@ def test_junit_fail_is_failure_and_unknown_is_error(run: tuple[Path, list[Scenar
     suite = root.find("testsuite")
     assert suite is not None
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "1", "1")
+    # A stable name, whatever the run folder is called (CI keeps a suite's history under its name).
+    assert suite.get("name") == "pdchaos"
+    assert suite.find("properties/property[@name='run_folder']").get("value") == run_dir.name  # type: ignore
     cases = {c.get("classname"): c for c in suite.iter("testcase")}
     assert set(cases) == {"pdchaos.good", "pdchaos.stale", "pdchaos.short"}
     assert cases["pdchaos.good"].find("failure") is None and cases["pdchaos.good"].find("error") is None
