@@ -77,7 +77,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--pdchaos-out", default=None, metavar="DIR",
                     help="run folder for histories, logs and reports (default: a pytest temp folder)")
     group.addoption("--pdchaos-unknown", choices=("fail", "skip"), default="fail",
-                    help="how an unknown verdict is reported (default: fail; never a pass)")
+                    help="how an unknown verdict is reported (default: fail; never a pass). skip also "
+                    "skips a cell whose router could not start at all")
 
 
 def pytest_configure(config: pytest.Config) -> None:
