@@ -121,16 +121,6 @@ class RouterAdapter:
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
             return None, f"{type(e).__name__}: {e}".rstrip(": ")
 
-    async def _get_json(
-        self,
-        session: aiohttp.ClientSession,
-        url: str,
-        params: Mapping[str, str] | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Any:
-        """The JSON body of a 200 answer to `GET url`; None for any other status, bad JSON or no answer."""
-        return (await self._fetch_json(session, url, params, headers))[0]
-
     async def workers(self, session: aiohttp.ClientSession, topo: Topology) -> list[dict[str, Any]] | None:
         """The router's workers (CONTRACTS §2 W objects), or None when it has no such API (why: in
         `workers_problem`)."""
@@ -149,7 +139,7 @@ class RouterAdapter:
     ) -> tuple[list[dict[str, Any]], int] | None:
         if not self.has_events:
             return None
-        body = await self._get_json(session, f"{topo.router_url}/events", params={"since": str(since)})
+        body, _ = await self._fetch_json(session, f"{topo.router_url}/events", params={"since": str(since)})
         evs = body.get("events") if isinstance(body, dict) else None
         nxt = body.get("next") if isinstance(body, dict) else None
         if not isinstance(evs, list) or not isinstance(nxt, int):
