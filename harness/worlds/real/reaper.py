@@ -20,6 +20,8 @@ class GroupReaper:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pipe: IO[bytes] | None = None
+        # Held for the life of this process: a dropped Popen of a running child would be reported as a leak.
+        self._proc: subprocess.Popen[bytes] | None = None
         self._broken = False
 
     def watch(self, pgid: int, marker: str) -> None:
@@ -31,7 +33,8 @@ class GroupReaper:
     def _send(self, line: str, start: bool) -> None:
         with self._lock:
             if self._pipe is None and start and not self._broken:
-                self._pipe = self._start()
+                self._proc = self._start()
+                self._pipe = None if self._proc is None else self._proc.stdin
             if self._pipe is None:
                 return
             try:
@@ -41,7 +44,7 @@ class GroupReaper:
                 self._pipe, self._broken = None, True
 
     @staticmethod
-    def _start() -> IO[bytes] | None:
+    def _start() -> subprocess.Popen[bytes] | None:
         # Not marked: a search for a run's leftover processes must not find the reaper of a live harness.
         env = {k: v for k, v in os.environ.items() if k != MARKER_ENV}
         try:
@@ -51,7 +54,7 @@ class GroupReaper:
             )
         except OSError:
             return None
-        return proc.stdin
+        return proc
 
 
 _REAPER = GroupReaper()
