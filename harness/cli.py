@@ -340,7 +340,8 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         raise UsageError(str(e)) from None
     topologies, scenarios = select_suite(args)
     if args.inject_bug:
-        _check_router_bugs(args.router, args.inject_bug)
+        if args.world == "real":  # in sim any router but the reference one is refused as such below
+            _check_router_bugs(args.router, args.inject_bug)
         scenarios = _with_bugs(args.inject_bug, scenarios)
     if args.check_determinism and args.world != "sim":
         raise UsageError("--check-determinism needs --world sim (real time does not replay exactly)")

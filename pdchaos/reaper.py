@@ -4,12 +4,15 @@ PR_SET_PDEATHSIG takes a SIGKILLed harness's direct children with it, not what t
 template that runs a wrapper script without `exec`, vLLM's engine-core workers. This small program outlives
 the harness on purpose (its own session, no death signal). It reads lines on stdin:
 
-    +PGID MARKER    a group the harness started (its members carry PDCHAOS_RUN_MARKER=MARKER)
+    +PGID MARKER    a group the harness started (its members carry PDCHAOS_RUN_MARKER=MARKER; the marker is
+                    the rest of the line)
     -PGID           that group was stopped and reaped by the harness: forget it
 
 and when stdin ends (the harness exited, whichever way: the kernel closes its end of the pipe) it SIGKILLs
 every live member of each group still listed that carries the group's marker, so a group id reused by
-someone else since is never touched. Standard library only: it starts in a few tens of milliseconds.
+someone else since is never touched. It reaches what stays in those groups with the marker in its
+environment: a process that starts a session of its own or clears its environment (`setsid`, `env -i`, a
+container) is out of its sight. Standard library only.
 
     python -m pdchaos.reaper      (started by harness.worlds.real.reaper; not for people)
 """
@@ -35,11 +38,16 @@ def _read(path: str) -> bytes:
 
 
 def members(pgid: int, marker: str) -> list[int]:
-    """Live pids of process group `pgid` whose environment carries the run marker `marker`."""
-    needle = f"{MARKER_ENV}={marker}".encode()
-    found = []
+    """Live pids of process group `pgid` whose environment carries the run marker `marker` (exactly: one
+    environment entry, not a prefix of another)."""
+    needle = b"\0" + f"{MARKER_ENV}={marker}".encode() + b"\0"
+    found: list[int] = []
     me = os.getpid()
-    for entry in os.listdir("/proc"):
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc (not Linux): nothing can be told apart, so nothing is touched
+        return found
+    for entry in entries:
         if not entry.isdigit() or int(entry) == me:
             continue
         stat = _read(f"/proc/{entry}/stat")
@@ -47,7 +55,7 @@ def members(pgid: int, marker: str) -> list[int]:
         # After the command name: state ppid pgrp ...
         if len(fields) < 3 or fields[0] == b"Z" or int(fields[2]) != pgid:
             continue
-        if needle in _read(f"/proc/{entry}/environ"):
+        if needle in b"\0" + _read(f"/proc/{entry}/environ"):
             found.append(int(entry))
     return found
 
@@ -70,13 +78,10 @@ def reap(groups: dict[int, str]) -> int:
 
 def apply(groups: dict[int, str], line: str) -> None:
     """One instruction line (see the module doc); anything else is ignored."""
-    words = line.split()
-    if not words:
-        return
-    head = words[0]
+    head, _, marker = line.rstrip("\r\n").partition(" ")
     try:
-        if head.startswith("+") and len(words) == 2:
-            groups[int(head[1:])] = words[1]
+        if head.startswith("+") and marker:  # the marker is the rest of the line: it may hold spaces
+            groups[int(head[1:])] = marker
         elif head.startswith("-"):
             groups.pop(int(head[1:]), None)
     except ValueError:

@@ -72,8 +72,8 @@ def cell_result(history: Path, recheck: bool, saved: ScenarioResult | None = Non
     """One cell's result from its folder: the one the runner saved beside the history (else `saved`, e.g.
     from the run's report.json), judged again from the history when `recheck`, else one judged afresh.
     Judged again (the history says what ran), it keeps what only the run knew: its wall times and notes, and
-    the verdicts no checker gives from a history (the session's `timeline` and `faults`, the replay's
-    `determinism`): without them a run that missed a step or could not apply a fault would pass."""
+    the verdicts no checker gives from a history (the session's `timeline`, `faults` and `router`, the
+    replay's `determinism`): without them a run that missed a step or could not apply a fault would pass."""
     saved = saved_cell_result(history) or saved
     if saved is None:
         return result_from_history(history)

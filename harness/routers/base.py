@@ -16,6 +16,10 @@ from pdchaos.waiting import poll_until
 
 READY_PREFIX = "PDCHAOS_ROUTER_READY"
 
+# The key the harness gives a router it starts (`{api_key}` in a cmd: template) and sends on its worker API.
+RUN_API_KEY = "pdchaos-test-key"
+
+
 class RouterAdapterError(ValueError):
     pass
 
@@ -130,7 +134,7 @@ class RouterAdapter:
             self.workers_problem = ""
             return [w for w in items if isinstance(w, dict)]
         self.workers_problem = problem or "not a worker list"
-        if problem == "answered 401" or problem == "answered 403":
+        if (problem == "answered 401" or problem == "answered 403") and self.api_key is None:
             self.workers_problem += " (an API key: a cmd: template passes the run's with {api_key})"
         return None
 

@@ -13,7 +13,7 @@ import shlex
 import shutil
 import string
 
-from harness.routers.base import RouterAdapter, RouterAdapterError, RouterLaunch, fmt_seconds
+from harness.routers.base import RUN_API_KEY, RouterAdapter, RouterAdapterError, RouterLaunch, fmt_seconds
 from harness.scenario import RouterSettings
 from harness.topology import Topology
 
@@ -48,6 +48,9 @@ class CommandRouter(RouterAdapter):
         self.template = template
         self.words = words
         self.name = name
+        if self.api_key is None and any("{api_key}" in w for w in words):
+            # The template passes a key: the harness gives it one and sends it on the worker API.
+            self.api_key = RUN_API_KEY
 
     def cli_spec(self) -> str | None:
         return "cmd:" + self.template

@@ -6,7 +6,7 @@ import sys
 
 import aiohttp
 
-from harness.routers.base import READY_PREFIX, RouterAdapter, RouterLaunch, fmt_seconds
+from harness.routers.base import READY_PREFIX, RUN_API_KEY, RouterAdapter, RouterLaunch, fmt_seconds
 from harness.scenario import RouterSettings
 from harness.topology import Topology
 
@@ -24,7 +24,7 @@ class ReferenceRouter(RouterAdapter):
     has_events = True
     supports_inject_bug = True
 
-    def __init__(self, api_key: str | None = "pdchaos-test-key", extra_bugs: tuple[str, ...] = ()) -> None:
+    def __init__(self, api_key: str | None = RUN_API_KEY, extra_bugs: tuple[str, ...] = ()) -> None:
         super().__init__(api_key)
         self.extra_bugs = extra_bugs
 

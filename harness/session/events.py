@@ -115,6 +115,8 @@ class RouterExited:
     returncode: int | None
     why: str = ""
     log: str = ""
+    # The harness lost it (its fork server died): the run cannot tell, the router is not to blame.
+    by_harness: bool = False
 
 
 @dataclass(frozen=True)

@@ -422,8 +422,11 @@ class ScenarioSession:
                 f"code {ev.returncode}"
             what = (f"the router exited ({how}) during the run" + (f" (its log: {ev.log})" if ev.log else "")
                     + (f": {ev.why}" if ev.why else ""))
+            if ev.by_harness:
+                what += ": the fork server it was started from died (the harness's loss)"
             h.note(what, returncode=ev.returncode)
-            self.extra_verdicts.append(Verdict.fail("router", what))
+            self.extra_verdicts.append(Verdict.unknown_("router", what) if ev.by_harness
+                                       else Verdict.fail("router", what))
             return []
         if isinstance(ev, e.ActionDone):
             return self._action_done(now, ev)

@@ -57,6 +57,8 @@ class ForkedChild:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
+        # Killed because its fork server died (the harness's loss), not by anything of its own.
+        self.server_lost = False
         self._ended = asyncio.Event()
 
     def ended(self, code: int) -> None:
@@ -147,6 +149,7 @@ class ForkServerClient:
         for pid, child in list(self._children.items()):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+            child.server_lost = True
             child.ended(-signal.SIGKILL)
         self._children.clear()
         for fut in self._pending.values():

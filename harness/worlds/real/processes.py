@@ -45,7 +45,7 @@ from harness.worlds.real.forkserver_client import ForkServerClient, ForkServerSl
 from harness.worlds.real.reaper import forget_group, watch_group
 from pdchaos.forkserver import die_with_parent
 from pdchaos.jsonl import JsonlWriter
-from pdchaos.reaper import MARKER_ENV
+from pdchaos.reaper import MARKER_ENV, members
 
 
 def mark_processes(out: Path) -> str:
@@ -172,6 +172,11 @@ class ManagedProcess:
     def alive(self) -> bool:
         return self.returncode is None
 
+    @property
+    def lost_with_fork_server(self) -> bool:
+        """Killed because the fork server it came from died, not by anything of its own."""
+        return bool(getattr(self._proc, "server_lost", False))
+
     def signal(self, sig: int) -> bool:
         """Send sig to the child's whole process group. False when nothing of the group is left.
 
@@ -186,7 +191,7 @@ class ManagedProcess:
             except (ProcessLookupError, PermissionError):
                 return False
         hit = False
-        for pid in _group_members(self.pgid, self.marker):
+        for pid in members(self.pgid, self.marker):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
                 hit = True
@@ -433,8 +438,8 @@ class ProcessSupervisor:
         else:
             code = proc.returncode
         proc.signal(signal.SIGKILL)
-        if code is not None:
-            forget_group(proc.pgid)
+        if code is not None and not members(proc.pgid, self.marker):
+            forget_group(proc.pgid)  # emptied: the reaper must leave its id alone from now on
         return code
 
     def kill_all(self) -> None:
@@ -517,16 +522,6 @@ def pid_alive(pid: int) -> bool:
         return False
     state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
     return state != b"Z"
-
-
-def _group_members(pgid: int, marker: str) -> list[int]:
-    """Live pids in process group pgid whose environment carries marker."""
-    needle = f"{MARKER_ENV}={marker}".encode()
-    out = []
-    for pid in pids_in_group(pgid):
-        if needle in _read_proc_file(pid, "environ"):
-            out.append(pid)
-    return out
 
 
 def pids_in_group(pgid: int) -> list[int]:

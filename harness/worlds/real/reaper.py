@@ -4,10 +4,12 @@ for the moment the reaper needs to find them (see `pdchaos.reaper` for why PDEAT
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import IO
 
 from pdchaos.reaper import MARKER_ENV
@@ -23,6 +25,15 @@ class GroupReaper:
         # Held for the life of this process: a dropped Popen of a running child would be reported as a leak.
         self._proc: subprocess.Popen[bytes] | None = None
         self._broken = False
+
+    def forked(self) -> None:
+        """In a forked child (a process pool's worker): the parent's lifeline is not ours to hold. Keeping it
+        open would keep the parent's reaper waiting after the parent died; the child starts its own."""
+        if self._pipe is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._pipe.fileno())  # not close(): that would flush the parent's buffered lines
+        self._lock = threading.Lock()
+        self._pipe, self._proc, self._broken = None, None, False
 
     def watch(self, pgid: int, marker: str) -> None:
         self._send(f"+{pgid} {marker}\n", start=True)
@@ -45,19 +56,23 @@ class GroupReaper:
 
     @staticmethod
     def _start() -> subprocess.Popen[bytes] | None:
-        # Not marked: a search for a run's leftover processes must not find the reaper of a live harness.
+        # Not marked: a search for a run's leftover processes must not find the reaper of a live harness. This
+        # checkout on its path (it may not be installed), and / as its folder (it must not hold the run's).
         env = {k: v for k, v in os.environ.items() if k != MARKER_ENV}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PROJECT_ROOT), env.get("PYTHONPATH")) if p)
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "pdchaos.reaper"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, env=env, start_new_session=True,
+                stderr=subprocess.DEVNULL, env=env, start_new_session=True, cwd="/",
             )
         except OSError:
             return None
         return proc
 
 
+_PROJECT_ROOT = Path(__file__).resolve().parents[3]
 _REAPER = GroupReaper()
+os.register_at_fork(after_in_child=_REAPER.forked)
 
 
 def watch_group(pgid: int, marker: str) -> None:

@@ -191,7 +191,7 @@ class RealWorld(World):
         # A signal's victim says nothing in its log: then the log's last lines would only mislead.
         code = proc.returncode
         why = exit_evidence(proc.log_path) if code is not None and code >= 0 else ""
-        emit(e.RouterExited(code, why, str(proc.log_path)))
+        emit(e.RouterExited(code, why, str(proc.log_path), by_harness=proc.lost_with_fork_server))
 
     async def _do_PollWorkers(self, cmd: c.PollWorkers, emit: Emit) -> None:
         assert self.http is not None

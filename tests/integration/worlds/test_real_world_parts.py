@@ -185,7 +185,9 @@ async def test_worker_reads_map_urls_to_engines_and_record_changes(tmp_path: Pat
         refused = await read(ReferenceRouter(api_key="wrong"))
         assert refused.workers is None
         # The run's note says why the list was not read (it read "no readable /workers" alone).
-        assert refused.problem.startswith("answered 401 (an API key: a cmd: template passes the run's")
+        assert refused.problem == "answered 401"
+        keyless = await read(ReferenceRouter(api_key=None))
+        assert keyless.problem.startswith("answered 401 (an API key: a cmd: template passes the run's")
     finally:
         await runner.cleanup()
     statuses = [r for r in hist.records if r["type"] == "router_status"]

@@ -35,7 +35,7 @@ def _children(pid: int) -> list[int]:
 
 
 def test_the_reaper_kills_listed_groups_when_its_input_ends_and_only_those() -> None:
-    marker = f"pdchaos-reaper-test-{uuid.uuid4().hex}"
+    marker = f"pdchaos-my run {uuid.uuid4().hex}"  # from `--out "runs/my run"`: spaces in it
     listed, forgotten, other_marker = groups = [_group_with_a_grandchild(marker) for _ in range(3)]
     try:
         assert poll_until_sync(lambda: all(_children(p.pid) for p in groups), 10)
@@ -90,3 +90,25 @@ def test_a_sigkilled_harness_takes_its_childs_children_along(tmp_path: Path) -> 
         if harness.poll() is None:
             harness.kill()
             harness.wait(5)
+
+
+def test_a_forked_child_does_not_hold_its_parents_lifeline() -> None:
+    """A process pool's worker forked after the harness started groups: were it to keep the parent's pipe
+    open, the parent's reaper would wait for the worker after a SIGKILL of the parent, and not reap."""
+    from harness.worlds.real import reaper
+
+    marker = f"pdchaos-reaper-test-{uuid.uuid4().hex}"
+    group = _group_with_a_grandchild(marker)
+    try:
+        reaper.watch_group(group.pid, marker)
+        assert reaper._REAPER._pipe is not None
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child reports through its exit status
+            os._exit(0 if reaper._REAPER._pipe is None and reaper._REAPER._proc is None else 1)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert reaper._REAPER._pipe is not None  # the parent's own is untouched
+    finally:
+        os.killpg(group.pid, signal.SIGKILL)
+        group.wait(5)
+        reaper.forget_group(group.pid)

@@ -373,6 +373,9 @@ def test_command_router_template() -> None:
         with pytest.raises(RouterAdapterError, match=needle):
             CommandRouter(f"x --port {word}")
     assert CommandRouter("x --port {port} --json {{}}").words[-1] == "{{}}"
+    # A template that passes {api_key} gets the run's key (sent on the worker API too); another, none.
+    assert CommandRouter("x --port {port} --api-key {api_key}").api_key == "pdchaos-test-key"
+    assert CommandRouter("x --port {port}").api_key is None
     with pytest.raises(RouterAdapterError, match="unknown router"):
         make_router_adapter("no-such-router")
     assert isinstance(make_router_adapter("cmd:echo {port}"), CommandRouter)

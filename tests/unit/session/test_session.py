@@ -418,6 +418,23 @@ def test_a_router_that_exits_during_the_run_fails_it_with_the_reason() -> None:
     assert any(r["message"].startswith("the router exited (signal 9)") for r in _records(session, "note"))
 
 
+def test_a_router_the_harness_lost_with_its_fork_server_makes_the_run_unknown_not_failed() -> None:
+    class LostRouter(World):
+        said = False
+
+        def __call__(self, cmd: c.Command, now: float) -> Answer:
+            answer = super().__call__(cmd, now)
+            if isinstance(cmd, c.PollWorkers) and now > 1.5 and not self.said:
+                self.said = True
+                return [(0.0, e.RouterExited(-9, by_harness=True)), *answer]
+            return answer
+
+    session = _session(_scenario())
+    drive(session, LostRouter())
+    router = next(v for v in session.result().verdicts if v.name == "router")
+    assert router.status == "unknown" and "the fork server it was started from died" in router.reason
+
+
 def test_why_the_worker_list_could_not_be_read_is_in_the_note() -> None:
     world = World(workers_api=False)
     world.override[c.PollWorkers] = lambda cmd, now: [(0.01, e.WorkersSeen(None, problem="answered 401"))]
