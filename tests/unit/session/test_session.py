@@ -397,15 +397,20 @@ def test_a_loading_engine_delays_the_ready_wait_not_the_router() -> None:
 
 
 class CrashingRouter(World):
-    """The router process ends 1.5 s in: the world says so with the next poll."""
+    """The router process ends 1.5 s in (`by_harness`: with its fork server): the world says so with the next
+    poll."""
 
-    said = False
+    def __init__(self, by_harness: bool = False) -> None:
+        super().__init__()
+        self.by_harness = by_harness
+        self.said = False
 
     def __call__(self, cmd: c.Command, now: float) -> Answer:
         answer = super().__call__(cmd, now)
         if isinstance(cmd, c.PollWorkers) and now > 1.5 and not self.said:
             self.said = True
-            return [(0.0, e.RouterExited(-9, "Killed")), *answer]
+            why = "" if self.by_harness else "Killed"
+            return [(0.0, e.RouterExited(-9, why, by_harness=self.by_harness)), *answer]
         return answer
 
 
@@ -419,18 +424,8 @@ def test_a_router_that_exits_during_the_run_fails_it_with_the_reason() -> None:
 
 
 def test_a_router_the_harness_lost_with_its_fork_server_makes_the_run_unknown_not_failed() -> None:
-    class LostRouter(World):
-        said = False
-
-        def __call__(self, cmd: c.Command, now: float) -> Answer:
-            answer = super().__call__(cmd, now)
-            if isinstance(cmd, c.PollWorkers) and now > 1.5 and not self.said:
-                self.said = True
-                return [(0.0, e.RouterExited(-9, by_harness=True)), *answer]
-            return answer
-
     session = _session(_scenario())
-    drive(session, LostRouter())
+    drive(session, CrashingRouter(by_harness=True))
     router = next(v for v in session.result().verdicts if v.name == "router")
     assert router.status == "unknown" and "the fork server it was started from died" in router.reason
 
