@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from harness.checkout import env_with_checkout
 from harness.result import ScenarioResult
 from harness.routers import RouterAdapter
 from harness.runner import Cell, run_scenario
@@ -30,7 +31,6 @@ from harness.worlds.real.backends import EngineChoice
 
 FRAME = struct.Struct(">I")
 _PR_SET_PDEATHSIG = 1
-_PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CLOSE_WAIT_S = 5.0
 
 
@@ -71,9 +71,7 @@ class CellWorker:
         self._proc: asyncio.subprocess.Process | None = None
 
     async def _start(self) -> asyncio.subprocess.Process:
-        env = dict(os.environ)
-        # Runnable from a checkout that is not installed (a bench script that put the root on sys.path).
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PROJECT_ROOT), env.get("PYTHONPATH")) if p)
+        env = env_with_checkout(os.environ)
         return await asyncio.create_subprocess_exec(
             sys.executable, "-m", "harness.cell_worker", str(os.getpid()),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,

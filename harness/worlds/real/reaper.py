@@ -9,9 +9,9 @@ import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 from typing import IO
 
+from harness.checkout import env_with_checkout
 from pdchaos.reaper import MARKER_ENV
 
 
@@ -58,8 +58,7 @@ class GroupReaper:
     def _start() -> subprocess.Popen[bytes] | None:
         # Not marked: a search for a run's leftover processes must not find the reaper of a live harness. This
         # checkout on its path (it may not be installed), and / as its folder (it must not hold the run's).
-        env = {k: v for k, v in os.environ.items() if k != MARKER_ENV}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PROJECT_ROOT), env.get("PYTHONPATH")) if p)
+        env = env_with_checkout({k: v for k, v in os.environ.items() if k != MARKER_ENV})
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "pdchaos.reaper"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
@@ -70,7 +69,6 @@ class GroupReaper:
         return proc
 
 
-_PROJECT_ROOT = Path(__file__).resolve().parents[3]
 _REAPER = GroupReaper()
 os.register_at_fork(after_in_child=_REAPER.forked)
 
