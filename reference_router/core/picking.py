@@ -12,7 +12,7 @@ from .bugs import SHARED_POLICY
 from .policies import SelectionPolicy, make_policy
 from .registry import WorkerRegistry
 from .retry import avoid_suspects
-from .workers import MOONCAKE, PROBE_REREAD, READY, Role, Worker
+from .workers import BREAKER_CLOSED, MOONCAKE, PROBE_REREAD, READY, Role, Worker
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,11 @@ def pick_worker(registry: WorkerRegistry, role: Role, policy: SelectionPolicy, n
     settled: list[Worker] = []
     prefill = role is Role.PREFILL
     for w in registry.of_role(role):
-        if w.runtime.status is not READY or not breaker_admits(w, now):
+        rt = w.runtime
+        if rt.status is not READY:
+            continue
+        # A closed breaker admits: the common case skips the call (64 workers a role, every leg).
+        if rt.breaker.state is not BREAKER_CLOSED and not breaker_admits(w, now):
             continue
         admitted.append(w)
         if prefill and not id_read_pending(w):
