@@ -12,6 +12,10 @@ cut short (crash, kill) is read as far as it goes; `History.complete` tells whet
 Two timestamps: `t` is when the harness wrote the record. Router events and engine handoff records also
 carry their own wall-clock `ts` (they may be fetched late, e.g. from `/control/records`);
 `run_started.wall_start` maps `ts` back onto the scenario clock (`Handoff.at`, `RouterEvent.at`).
+
+Size: a 64p64d run at 1000 requests/s writes millions of records. The per-request ones (`PER_REQUEST_TYPES`)
+live in the view as typed objects only, not also as the dicts they were read from; `History.records` keeps
+every other record (a few per fault, probe or note).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdchaos.jsonl import JsonlWriter, read_jsonl_lines
+from pdchaos.jsonl import JsonlWriter, jsonl_lines
 
 Clock = Callable[[], float]
 ReqId = str | int
@@ -45,6 +49,10 @@ RECORD_TYPES = (
     "handoff",
     "note",
 )
+
+# One or more per client request: held by the view as `RequestView`s and `Handoff`s, never as dicts (a dict
+# per record is most of a large run's memory).
+PER_REQUEST_TYPES = frozenset({"request_invoked", "request_completed", "handoff"})
 
 # Router statuses that may carry traffic; anything else means the router will not route to the worker.
 READY = "ready"
@@ -84,9 +92,11 @@ class HistoryRecorder:
 
     `clock` is a monotonic clock in seconds; `t` = clock() - clock() at construction (or `start` when given).
     `wall_clock` is used once, for `run_started.wall_start`, so wall-stamped records can be placed on `t`.
-    `path=None` keeps records in memory only (tests, in-memory sessions). Records are always kept in memory
-    (`records`), so `history()` gives the typed view without re-reading the file. An existing file is
-    emptied first unless `append`.
+    The typed view is built as records come (`history()` needs no re-read of the file). With a file, the
+    file is the one full copy: the view holds the per-request records as typed objects only (a long run
+    at scale would otherwise keep gigabytes of dicts). `path=None` (tests, in-memory sessions) keeps every
+    record in `records` as well: nothing else holds them. An existing file is emptied first unless
+    `append`.
     """
 
     def __init__(
@@ -108,8 +118,15 @@ class HistoryRecorder:
         self._start = clock() if start is None else start
         self._wall_start = wall_clock() - (clock() - self._start)
         self._writer = JsonlWriter(path, flush_each=flush_each)
-        self.records: list[Record] = []
+        self._view = History()
+        self._all: list[Record] | None = [] if self.path is None else None
         self._closed = False
+
+    @property
+    def records(self) -> list[Record]:
+        """The records kept in memory: all of them without a file, else those the view keeps (not the
+        per-request ones: those are in the file)."""
+        return self._all if self._all is not None else self._view.records
 
     @property
     def wall_start(self) -> float:
@@ -130,7 +147,9 @@ class HistoryRecorder:
         """Stamp and keep `rec`, a dict the helpers below built for this record alone (no copy of it)."""
         rec["type"] = type_
         rec["t"] = round(self.now() if t is None else t, 6)
-        self.records.append(rec)
+        self._view.add(rec, owned=True)
+        if self._all is not None:
+            self._all.append(rec)
         if not self._closed:
             self._writer.write(rec)
         return rec
@@ -303,9 +322,9 @@ class HistoryRecorder:
         return self._put({"message": message, **extra}, "note")
 
     def history(self) -> History:
-        """The typed view of everything recorded so far."""
-        # The recorder's dicts are written once and never changed after: the view may hold them as they are.
-        return History.from_records(self.records, owned=True)
+        """The typed view of everything recorded so far (built as records came; later records go on
+        into the same view)."""
+        return self._view.seal()
 
     def close(self) -> None:
         self._closed = True
@@ -447,7 +466,9 @@ class Handoff:
     error: str | None
     duration_s: float | None
     output_digest: str | None
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # Where a decode pulled its KV from and as which engine (decode records only).
+    peer: str | None = None
+    peer_engine_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,7 +489,10 @@ class History:
     """Typed, joined view of one run's records (see module doc). Build: `from_records`, `load_history`."""
 
     def __init__(self) -> None:
+        # Every record but the per-request ones (PER_REQUEST_TYPES), which are in `requests`/`handoffs`.
         self.records: list[Record] = []
+        # Records read, of every type.
+        self.record_count = 0
         self.run: dict[str, Any] | None = None
         self.ended: dict[str, Any] | None = None
         self.end_t: float = 0.0
@@ -492,43 +516,59 @@ class History:
 
     @classmethod
     def from_records(cls, records: Iterable[Mapping[str, Any]], *, owned: bool = False) -> History:
-        """The view of `records`. Each record is copied unless `owned` (the caller hands over plain dicts
-        it will not change again): at 64p64d scale a copy of every record is gigabytes."""
+        """The view of `records`. A record the view keeps is copied unless `owned` (the caller hands over
+        plain dicts it will not change again)."""
         h = cls()
-        items: list[Record] = []
+        items: list[Mapping[str, Any]] = []
         for r in records:
-            if owned and type(r) is dict:
+            if isinstance(r, Mapping):
                 items.append(r)
-            elif isinstance(r, Mapping):
-                items.append(dict(r))
             else:
                 h.bad_records += 1
         # wall_start first, so wall-stamped records seen before run_started can still be placed.
+        h.wall_start = next(
+            (_f(r.get("wall_start")) for r in items if r.get("type") == "run_started"), None)
         for r in items:
-            if r.get("type") == "run_started":
-                h.wall_start = _f(r.get("wall_start"))
-                break
-        for r in items:
-            t = _f(r.get("t"))
-            if t is None or not isinstance(r.get("type"), str):
-                h.bad_records += 1
-                continue
-            h.records.append(r)
-            h.end_t = max(h.end_t, t)
-            h._add(r, t)
-        for views in h.status.values():
+            h.add(r, owned=owned)
+        return h.seal()
+
+    def add(self, r: Mapping[str, Any], *, owned: bool = False) -> None:
+        """Take one more record (call `seal()` before reading the view). One without a time or a type is
+        counted in `bad_records`."""
+        t = _f(r.get("t"))
+        kind = r.get("type")
+        if t is None or not isinstance(kind, str):
+            self.bad_records += 1
+            return
+        # A lent record the view keeps is copied (the lender may change it); a per-request one is read
+        # into typed fields and not kept.
+        rec: Any = r if (owned and type(r) is dict) or kind in PER_REQUEST_TYPES else dict(r)
+        self.record_count += 1
+        if kind not in PER_REQUEST_TYPES:
+            self.records.append(rec)
+        if kind == "run_started" and self.wall_start is None:
+            self.wall_start = _f(rec.get("wall_start"))
+        if t > self.end_t:
+            self.end_t = t
+        self._add(rec, t)
+
+    def seal(self) -> History:
+        """Order the timelines and index handoffs and requests by tag; again after more records."""
+        for views in self.status.values():
             views.sort(key=lambda p: p.t)
-        for states in h.engines.values():
+        for states in self.engines.values():
             states.sort(key=lambda s: s.t)
-        h.handoffs.sort(key=lambda x: x.at)
-        h.router_events.sort(key=lambda x: x.at)
-        for ho in h.handoffs:
+        self.handoffs.sort(key=lambda x: x.at)
+        self.router_events.sort(key=lambda x: x.at)
+        self._by_tag = {}
+        for ho in self.handoffs:
             if ho.tag is not None:
-                h._by_tag.setdefault(ho.tag, []).append(ho)
-        for rv in h.requests.values():
+                self._by_tag.setdefault(ho.tag, []).append(ho)
+        self._req_by_tag = {}
+        for rv in self.requests.values():
             if rv.tag is not None:
-                h._req_by_tag.setdefault(rv.tag, rv)
-        return h
+                self._req_by_tag.setdefault(rv.tag, rv)
+        return self
 
     def _at(self, r: Mapping[str, Any], t: float) -> float:
         ts = _f(r.get("ts"))
@@ -658,7 +698,8 @@ class History:
                     error=r.get("error"),
                     duration_s=_f(r.get("duration_s")),
                     output_digest=r.get("output_digest"),
-                    raw=r,
+                    peer=r.get("peer"),
+                    peer_engine_id=r.get("peer_engine_id"),
                 )
             )
         elif kind == "note":
@@ -802,8 +843,21 @@ def load_history(path: str | os.PathLike[str]) -> History:
 
     Raises FileNotFoundError when there is no file; an empty file gives an empty, incomplete History.
     """
-    read = read_jsonl_lines(path)
-    h = History.from_records(read.records, owned=True)
-    h.bad_lines = list(read.bad_lines)
-    h.bad_records += len(read.bad_lines)
-    return h
+    h = History()
+    h.wall_start = _wall_start_of(path)
+    for number, record in jsonl_lines(path):
+        if record is None:
+            h.bad_lines.append(number)
+            h.bad_records += 1
+        else:
+            h.add(record, owned=True)
+    return h.seal()
+
+
+def _wall_start_of(path: str | os.PathLike[str]) -> float | None:
+    """`run_started.wall_start`, read ahead (it is the first record of a history written by a recorder),
+    so the records before it in a file put together otherwise can still be placed."""
+    for _number, record in jsonl_lines(path):
+        if record is not None and record.get("type") == "run_started":
+            return _f(record.get("wall_start"))
+    return None

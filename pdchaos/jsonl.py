@@ -77,7 +77,7 @@ class JsonlWriter:
 def read_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """Yield records; a line that is not a JSON object (a torn last line after a killed writer, damage,
     binary garbage) is skipped, not an error. `read_jsonl_lines` also says which lines were skipped."""
-    for _, record in _lines(path):
+    for _, record in jsonl_lines(path):
         if record is not None:
             yield record
 
@@ -93,7 +93,7 @@ class JsonlRead:
 def read_jsonl_lines(path: str | os.PathLike[str]) -> JsonlRead:
     records: list[dict[str, Any]] = []
     bad: list[int] = []
-    for number, record in _lines(path):
+    for number, record in jsonl_lines(path):
         if record is None:
             bad.append(number)
         else:
@@ -101,7 +101,9 @@ def read_jsonl_lines(path: str | os.PathLike[str]) -> JsonlRead:
     return JsonlRead(records, bad)
 
 
-def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any] | None]]:
+def jsonl_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """(1-based line number, the record or None when the line is not a JSON object), blank lines left out:
+    a whole file read without holding it."""
     # Bytes, not text: one undecodable line must cost that line, not the file.
     with open(path, "rb") as fh:
         for number, raw in enumerate(fh, start=1):

@@ -163,7 +163,7 @@ def validate_expect(name: str, params: Mapping[str, Any] | None = None) -> list[
 def check_run_complete(history: History) -> Verdict:
     """Pass only when the history holds `run_started` and a normal `run_ended`."""
     name = "run_complete"
-    numbers = {"records": len(history.records), "bad_records": history.bad_records, "end_t": history.end_t}
+    numbers = {"records": history.record_count, "bad_records": history.bad_records, "end_t": history.end_t}
     if history.run is None:
         return Verdict.unknown_(name, "no run_started record: history missing or cut short", numbers)
     lines = getattr(history, "bad_lines", [])

@@ -116,9 +116,9 @@ def _wrong_kv(history: History, d: Handoff, p: Handoff) -> Blame:
 
 def _lost_pull(history: History, d: Handoff, p: Handoff) -> Blame:
     """The router sent the right id and transfer, and the pull failed or timed out."""
-    told, asked = base_engine_id(d.remote_engine_id), base_engine_id(d.raw.get("peer_engine_id"))
+    told, asked = base_engine_id(d.remote_engine_id), base_engine_id(d.peer_engine_id)
     if told and asked and told != asked:
-        where = d.raw.get("peer") or "?"
+        where = d.peer or "?"
         earlier = _start_of(history, asked)
         return Blame("engine", f"{d.engine} was told {p.engine}'s engine id {short(told)} "
                                f"({_in_force(history, d, p)}) but pulled from the peer it had cached as "

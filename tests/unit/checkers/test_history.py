@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 from test_checkers_builders import HB, WALL0, restart_run
 
-from harness.history import History, HistoryRecorder, ManualClock, base_engine_id, load_history
+from harness.history import (
+    PER_REQUEST_TYPES,
+    History,
+    HistoryRecorder,
+    ManualClock,
+    base_engine_id,
+    load_history,
+)
 
 
 def test_records_carry_t_from_the_given_clock_and_contract_fields(tmp_path: Path) -> None:
@@ -54,7 +61,9 @@ def test_records_carry_t_from_the_given_clock_and_contract_fields(tmp_path: Path
     )
     assert lines[3]["params"] == {"surface": "all"}
     assert lines[6]["step"] == "x"
-    assert len(rec.records) == 9
+    # With a file, the per-request records are in the file and the view's typed objects only.
+    assert rec.history().record_count == 9 and len(rec.records) == 7
+    assert not {r["type"] for r in rec.records} & PER_REQUEST_TYPES
 
 
 def test_reader_joins_requests_and_faults(tmp_path: Path) -> None:
@@ -194,15 +203,45 @@ def test_recorder_starts_a_fresh_file_unless_appending(tmp_path: Path) -> None:
 
 
 def test_a_view_copies_records_it_is_lent_and_holds_records_it_is_handed() -> None:
-    lent = {"type": "handoff", "t": 1.0, "engine": "prefill-0", "tag": "[pdchaos:x:1]", "peer": "p"}
+    lent = {"type": "note", "t": 1.0, "message": "m", "fault": "f1"}
     h = History.from_records([lent])
-    lent["engine"] = "changed later"
-    assert h.handoffs[0].engine == "prefill-0" and h.handoffs[0].raw["engine"] == "prefill-0"
+    lent["message"] = "changed later"
+    assert h.notes == [(1.0, "m")] and h.records[0]["message"] == "m"
 
     handed = dict(lent)
     owned = History.from_records([handed, "not a record"], owned=True)
-    assert owned.records[0] is handed and owned.handoffs[0].raw is handed
-    assert owned.bad_records == 1
+    assert owned.records[0] is handed and owned.bad_records == 1 and owned.record_count == 1
+
+
+def test_per_request_records_live_as_typed_views_only() -> None:
+    records = [
+        {"type": "request_invoked", "t": 0.5, "req": 1, "tag": "[pdchaos:x:1]", "stream": False},
+        {"type": "handoff", "t": 1.0, "engine": "decode-0", "tag": "[pdchaos:x:1]", "kind": "decode",
+         "peer": "127.0.0.1:40000", "peer_engine_id": "e1"},
+        {"type": "request_completed", "t": 1.2, "req": 1, "tag": "[pdchaos:x:1]", "status": 200, "ok": True},
+        {"type": "note", "t": 1.3, "message": "end"},
+    ]
+    h = History.from_records(records, owned=True)
+    assert [r["type"] for r in h.records] == ["note"] and h.record_count == 4 and h.end_t == 1.3
+    ho = h.handoffs[0]
+    assert (ho.peer, ho.peer_engine_id) == ("127.0.0.1:40000", "e1")
+    assert h.requests[1].status == 200 and h.request_by_tag("[pdchaos:x:1]") is h.requests[1]
+    assert h.handoffs_by_tag("[pdchaos:x:1]") == [ho]
+
+
+def test_the_recorders_view_grows_with_its_records(tmp_path: Path) -> None:
+    clock = ManualClock(0.0)
+    rec = HistoryRecorder(tmp_path / "h.jsonl", clock)
+    rec.request_invoked(1, "[pdchaos:x:1]", stream=False)
+    assert rec.history().requests[1].invoked_t == 0.0 and rec.records == []
+    clock.advance(1.0)
+    rec.request_completed(1, "[pdchaos:x:1]", status=200, ok=True, latency_s=1.0)
+    view = rec.history()
+    assert view.requests[1].completed_t == 1.0 and view.record_count == 2
+    rec.close()
+    # The file holds every record; read back, it gives the same view.
+    again = load_history(tmp_path / "h.jsonl")
+    assert again.record_count == 2 and again.requests[1].status == 200
 
 
 def test_the_recorders_view_shares_its_records() -> None:
