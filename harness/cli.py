@@ -36,6 +36,7 @@ from harness.suite import (
     select_suite,
 )
 from harness.usage_parser import EXIT_USAGE, UsageParser, seed_arg
+from pdchaos.argtypes import non_negative
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -155,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seed for the workload, 0 to 2**32-1 (default 0)")
     run.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
     run.add_argument("--jobs", type=jobs_arg, default=None, metavar="N", help=JOBS_HELP)
+    run.add_argument("--log-cap-mb", type=non_negative, default=None, metavar="MB",
+                     help="real world: cut a router's or engine's log that grows past MB back to its start "
+                     "and its latest lines, with a line saying how much was cut (default: "
+                     "$PDCHAOS_LOG_CAP_MB, else 256; 0: no cap)")
 
     lst = sub.add_parser("list", help="list scenarios with their descriptions and bug ids",
                          description="List the scenarios pdchaos knows.")
@@ -328,6 +333,19 @@ def _check_engines(spec: str, world: str, cells: list[tuple[Any, Any]]) -> tuple
     return choice.label, kept
 
 
+def _apply_log_cap(mb: float | None) -> None:
+    """--log-cap-mb reaches every supervisor of the run, cell workers' included, through the environment;
+    a bad $PDCHAOS_LOG_CAP_MB is a usage error now rather than a failure at the first process."""
+    from harness.worlds.real.log_cap import LOG_CAP_ENV, log_cap_from_env
+
+    if mb is not None:
+        os.environ[LOG_CAP_ENV] = f"{mb:g}"
+    try:
+        log_cap_from_env()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
 def plan_run(args: argparse.Namespace) -> RunPlan:
     """Everything that can be wrong with a run, found before any process starts (UsageError)."""
     from harness.runner import default_settings, expand_matrix
@@ -338,6 +356,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         pool_from_env(os.environ.get(POOL_ENV))
     except ValueError as e:
         raise UsageError(str(e)) from None
+    _apply_log_cap(getattr(args, "log_cap_mb", None))
     topologies, scenarios = select_suite(args)
     if args.inject_bug:
         if args.world == "real":  # in sim any router but the reference one is refused as such below

@@ -39,9 +39,10 @@ import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from harness.worlds.real.forkserver_client import ForkServerClient, ForkServerSlot, forkable
+from harness.worlds.real.log_cap import LogCap, cap_log, log_cap_from_env
 from harness.worlds.real.reaper import forget_group, watch_group
 from pdchaos.forkserver import die_with_parent
 from pdchaos.jsonl import JsonlWriter
@@ -157,6 +158,10 @@ class ManagedProcess:
     log_path: Path
     ready_info: dict[str, Any] | None = None
     marker: str | None = None
+    # Its ready line is still being looked for in its log: the log is not cut meanwhile.
+    starting: bool = False
+    # What the log cap cut from its log so far.
+    log_bytes_cut: int = 0
     # An asyncio.subprocess.Process, or a ForkedChild when the fork server started it.
     _proc: Any = field(default=None, repr=False)
 
@@ -259,11 +264,16 @@ class ProcessSupervisor:
     """Starts, watches and stops the harness's OS processes: `async with ProcessSupervisor(dir) as sup:`.
 
     `marker` (default: $PDCHAOS_RUN_MARKER, else a fresh `pdchaos-<hex>`) is put in every child's
-    environment as PDCHAOS_RUN_MARKER.
+    environment as PDCHAOS_RUN_MARKER. `log_cap`: the size cap on each live child's log, looked at every
+    `log_cap_poll_s` (default: PDCHAOS_LOG_CAP_MB's, see `harness.worlds.real.log_cap`; None: no cap).
     Spawn from the event loop's thread only (see the module docstring on PDEATHSIG).
     """
 
-    def __init__(self, log_dir: Path, marker: str | None = None) -> None:
+    def __init__(self, log_dir: Path, marker: str | None = None,
+                 log_cap: LogCap | Literal["env"] | None = "env", log_cap_poll_s: float = 2.0) -> None:
+        self.log_cap = log_cap_from_env() if log_cap == "env" else log_cap
+        self.log_cap_poll_s = log_cap_poll_s
+        self._log_watch: asyncio.Task[None] | None = None
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         # A marker inherited from our own environment wins over a fresh one, so every supervisor of one
@@ -333,18 +343,34 @@ class ProcessSupervisor:
             name=name, pid=proc.pid, argv=list(argv), log_path=log_path, marker=self.marker, _proc=proc
         )
         self._procs.append(managed)
+        self._watch_logs()
         watch_group(managed.pgid, self.marker)
         self._pids.write(
             {"name": name, "pid": proc.pid, "pgid": proc.pid, "argv": list(argv), "ts": time.time()}
         )
         if ready_prefix is not None:
+            managed.starting = True
             try:
                 managed.ready_info = await self._await_ready(managed, ready_prefix, ready_timeout_s)
             except BaseException:
                 # Cancelled or failed while starting: the half-started child must not survive us.
                 managed.signal(signal.SIGKILL)
                 raise
+            finally:
+                managed.starting = False
         return managed
+
+    def _watch_logs(self) -> None:
+        if self.log_cap is not None and self._log_watch is None:
+            self._log_watch = asyncio.get_running_loop().create_task(self._cap_logs(self.log_cap))
+
+    async def _cap_logs(self, cap: LogCap) -> None:
+        while True:
+            await asyncio.sleep(self.log_cap_poll_s)
+            for proc in list(self._procs):
+                if proc.alive and not proc.starting and _size(proc.log_path) > cap.limit_bytes:
+                    # A cut copies up to a quarter of the limit back: off the loop.
+                    proc.log_bytes_cut += await asyncio.to_thread(cap_log, proc.log_path, cap)
 
     def _fork_slot(self) -> ForkServerSlot:
         """The run's shared fork server when one is kept for this marker (`shared_fork_server`), else this
@@ -454,6 +480,10 @@ class ProcessSupervisor:
         if self._closed:
             return
         self._closed = True
+        if self._log_watch is not None:
+            self._log_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._log_watch
         try:
             await asyncio.gather(*(self.stop(p, grace_s) for p in self._procs), return_exceptions=True)
             if self._own_slot is not None:
@@ -472,6 +502,13 @@ class ProcessSupervisor:
         except BaseException:
             self.kill_all()
             raise
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _read_proc_file(pid: int, name: str) -> bytes:

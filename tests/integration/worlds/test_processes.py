@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.worlds.real.log_cap import MARKER_PREFIX, LogCap
 from harness.worlds.real.processes import (
     MARKER_ENV,
     ProcessStartError,
@@ -333,3 +334,39 @@ async def test_after_the_leader_is_reaped_only_marked_group_members_are_signalle
             with contextlib.suppress(ProcessLookupError):
                 os.kill(stranger, signal.SIGKILL)
     assert await _gone(stranger)
+
+
+async def test_a_chatty_childs_log_is_capped_while_it_runs(tmp_path: Path) -> None:
+    cap = LogCap(200_000, 20_000, 40_000)
+    async with ProcessSupervisor(tmp_path, log_cap=cap, log_cap_poll_s=0.05) as sup:
+        proc = await sup.spawn(
+            "chatty",
+            _py("""
+                import sys, time
+                print("READY", flush=True)
+                for i in range(40_000):
+                    sys.stdout.write(f"request {i:06d} {'x' * 60}\\n")
+                    if i % 1000 == 999:
+                        sys.stdout.flush()
+                        time.sleep(0.02)
+                print("done", flush=True)
+                time.sleep(30)
+            """),
+            ready_prefix="READY",
+        )
+        assert await poll_until(lambda: proc.log_path.read_bytes().endswith(b"done\n"), 30, interval_s=0.05)
+        await asyncio.sleep(0.2)  # one more look after the last burst
+        text = proc.log_path.read_bytes()
+    assert proc.log_bytes_cut > 2_000_000
+    assert len(text) <= cap.limit_bytes
+    assert text.startswith(b"READY\nrequest 000000 ")
+    assert MARKER_PREFIX in text and text.endswith(b"request 039999 " + b"x" * 60 + b"\ndone\n")
+
+
+async def test_no_cap_leaves_the_log_whole(tmp_path: Path) -> None:
+    async with ProcessSupervisor(tmp_path, log_cap=None, log_cap_poll_s=0.05) as sup:
+        proc = await sup.spawn("chatty", _py("import time; print('y' * 300_000, flush=True); time.sleep(30)"))
+        assert await poll_until(lambda: proc.log_path.stat().st_size == 300_001, 10, interval_s=0.05)
+        await asyncio.sleep(0.3)  # six looks at a live child's log
+        assert proc.alive
+    assert len(proc.log_path.read_bytes()) == 300_001 and proc.log_bytes_cut == 0
