@@ -33,7 +33,8 @@ spreads them over a Ray cluster (or a Ray instance started here).
 OUT/summary.json (and the terminal) say seeds tried, runs, runs/s, failures, distinct signatures, time to
 first failure and shrunk sizes.
 
-Exit status: 0 no failure found; 1 failures found (files in OUT/found); 3 bad arguments.
+Exit status: 0 no failure found; 1 failures found (files in OUT/found); 2 interrupted (a partial summary:
+unknown); 3 bad arguments.
 
 examples:
   pdchaos search --inject-bug stale_engine_id --budget 60

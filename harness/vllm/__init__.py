@@ -1,7 +1,7 @@
 """Real vLLM engines for the real world: where an installation lives (`install`), how one engine is started
 (`launch`), and the tiny model they serve (`build_model.py`, run by the vLLM environment's own Python).
 
-vLLM lives in a virtual environment of its own (about 3.5 GB, a CPU build of torch) under the pdchaos cache,
+vLLM lives in a virtual environment of its own (about 3.9 GB, a CPU build of torch) under the pdchaos cache,
 never in the harness's environment: `pdchaos engines install vllm` makes it, and `find_install` finds it.
 """
 

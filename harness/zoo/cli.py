@@ -25,7 +25,8 @@ Simulated time (the default world) runs at production settings by default: minut
 Real time runs at scaled settings (each cell takes seconds: pick switches and scenarios).
 
 Exit status: 0 every switch is caught on every transport it can occur on and no checker failed in a
-baseline run; 1 a hole or a false alarm (listed in zoo.md); 3 bad arguments.
+baseline run; 1 a hole or a false alarm (listed in zoo.md); 2 interrupted, or planned runs left without a
+history (the matrix is partial: unknown); 3 bad arguments.
 
 examples:
   pdchaos zoo                                   # every switch, default suite, simulated, production
