@@ -21,6 +21,10 @@ from harness.kube.schema import kube_client
 
 POLL_S = 1.0
 EXEC_TIMEOUT_S = 30.0
+# (connect, read) seconds for an API call that names no timeout of its own: the client's default is to wait
+# forever, and an API server (or its service proxy to a sidecar) that accepts and never answers would hang
+# the run in a thread no cancel reaches.
+API_TIMEOUT_S = (5.0, 60.0)
 # fake_engines.control.TOKEN_HEADER (not imported: the cluster side needs none of the engine's code).
 CONTROL_TOKEN_HEADER = "X-Pdchaos-Control-Token"
 
@@ -42,6 +46,7 @@ class KubeCluster:
                                     client_configuration=configuration)
             api_client = client.ApiClient(configuration)
         self.options = options
+        bound_requests(api_client, API_TIMEOUT_S)
         self.api = api_client
         self.core = client.CoreV1Api(api_client)
         self.net = client.NetworkingV1Api(api_client)
@@ -189,6 +194,22 @@ class KubeCluster:
     def do_router(self, a: ClusterAction) -> None:
         """Worker API calls are the router adapter's, as on loopback: nothing to do on the cluster."""
         return None
+
+
+def bound_requests(api_client: Any, timeout: tuple[float, float]) -> None:
+    """Give every request of `api_client` that sets no `_request_timeout` this one (once per client)."""
+    rest = getattr(api_client, "rest_client", None)
+    request = getattr(rest, "request", None)
+    if request is None or getattr(request, "pdchaos_bounded", False):
+        return
+
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("_request_timeout"):
+            kwargs["_request_timeout"] = timeout
+        return request(*args, **kwargs)
+
+    bounded.pdchaos_bounded = True  # type: ignore[attr-defined]
+    rest.request = bounded
 
 
 def _status(e: Exception) -> int | None:

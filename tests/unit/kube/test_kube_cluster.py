@@ -14,7 +14,7 @@ pytest.importorskip("kubernetes", reason="the cluster backend needs the kubernet
 
 from kubernetes import client
 
-from harness.kube.cluster import ClusterError, KubeCluster
+from harness.kube.cluster import API_TIMEOUT_S, ClusterError, KubeCluster
 from harness.kube.faults import ClusterAction, actions_for
 from harness.kube.options import parse_options
 from harness.kube.plan import context
@@ -199,3 +199,46 @@ def test_a_secret_without_its_token_is_a_clear_error() -> None:
     with pytest.raises(ClusterError, match="has no key 'token'"):
         kube.apply(ClusterAction("http", "http://e.ns.svc.cluster.local:8002/control/clear",
                                  params={"method": "POST", "bearer_secret": "pdchaos-control"}))
+
+
+def test_every_api_call_that_names_no_timeout_gets_one() -> None:
+    seen: list[Any] = []
+
+    class TimeoutRecorder(Recorder):
+        def request(self, method: str, url: str, headers: Any = None, body: Any = None, **kw: Any) -> Any:
+            seen.append(kw.get("_request_timeout"))
+            return super().request(method, url, headers, body, **kw)
+
+    api = client.ApiClient(client.Configuration(host="https://cluster.test"))
+    api.rest_client = TimeoutRecorder([(200, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})])  # type: ignore[assignment]
+    kube = KubeCluster(OPTIONS, api, sleep=lambda s: None)
+    KubeCluster(OPTIONS, api, sleep=lambda s: None)  # a second cluster on the same client: wrapped once
+    kube.core.read_namespaced_pod("p", "ns")
+    kube.core.read_namespaced_pod("p", "ns", _request_timeout=3)
+    assert seen == [API_TIMEOUT_S, 3]
+
+
+def test_an_api_server_that_never_answers_is_an_error_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+    import threading
+    import time
+
+    import harness.kube.cluster as cluster_mod
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)  # accepts (the kernel does) and never answers
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.append(silent.accept()[0]), daemon=True).start()
+    monkeypatch.setattr(cluster_mod, "API_TIMEOUT_S", (1.0, 0.5))
+    api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{silent.getsockname()[1]}"))
+    kube = KubeCluster(OPTIONS, api, sleep=lambda s: None)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(Exception, match=r"(?i)timed? ?out"):
+            kube.core.read_namespaced_pod("p", "ns")
+    finally:
+        silent.close()
+        for s in accepted:
+            s.close()
+    assert time.monotonic() - t0 < 30  # urllib3's retries of a read timeout included
