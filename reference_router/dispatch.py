@@ -21,6 +21,7 @@ from aiohttp import web
 
 from pdchaos.waiting import poll_until
 
+from .client_stream import CLIENT_WRITE_TIMEOUT_S, ClientStream
 from .config import RouterConfig
 from .core import (
     DispatchFlow,
@@ -90,6 +91,7 @@ class Dispatcher:
         self.contexts = HttpContextLengths(lambda: self.t.session, cfg.probe_timeout_s, clock)
         # Bug wedged_stalls_all only: one request at a time (core.dispatch_serialized).
         self._one_at_a_time = asyncio.Lock() if dispatch_serialized(cfg.bugs) else None
+        self.client_write_timeout_s = CLIENT_WRITE_TIMEOUT_S
 
     def _record(self, effects: Effects) -> None:
         emit(effects, self.events, self.metrics, log)
@@ -122,7 +124,8 @@ class Dispatcher:
                 if not flow.masks_errors:
                     raise
                 stream = bool(body.get("stream"))
-                return await _error_as_200(request, endpoint, flow.request_id, self._model(body), exc, stream)
+                return await _error_as_200(ClientStream(request, self.client_write_timeout_s), endpoint,
+                                           flow.request_id, self._model(body), exc, stream)
 
     async def _dispatch(
         self, request: web.Request, endpoint: str, body: dict[str, Any], flow: DispatchFlow
@@ -286,8 +289,8 @@ class Dispatcher:
         messages = client.generate(req, leg.timeout_s)
         # Wait for the first message before answering 200, so an immediate failure is still a clean error.
         first = await anext(messages, None)
-        resp = _sse_response()
-        await resp.prepare(request)
+        resp = ClientStream(request, self.client_write_timeout_s)
+        await resp.prepare()
         decoder = codec.streamer()
         finish: str | None = None
         streamed = 0
@@ -320,15 +323,14 @@ class Dispatcher:
             with contextlib.suppress(Exception):
                 await messages.aclose()
         await resp.write(SSE_DONE)
-        await resp.write_eof()
-        return resp
+        return await resp.write_eof()
 
     async def _http_stream(
         self, request: web.Request, flow: DispatchFlow, leg: FinalLeg, url: str
     ) -> web.StreamResponse:
         upstream = await open_stream(self.t.session, url, leg.body, leg.timeout_s)
-        resp = _sse_response()
-        await resp.prepare(request)
+        resp = ClientStream(request, self.client_write_timeout_s)
+        await resp.prepare()
         saw_done = False
         tail = b""
         try:
@@ -345,27 +347,18 @@ class Dispatcher:
             upstream.close()
         if not saw_done:
             await resp.write(SSE_DONE)
-        await resp.write_eof()
-        return resp
+        return await resp.write_eof()
 
 
 async def _error_as_200(
-    request: web.Request, endpoint: str, request_id: str, model: str, exc: RouterError, stream: bool
+    resp: ClientStream, endpoint: str, request_id: str, model: str, exc: RouterError, stream: bool
 ) -> web.StreamResponse:
     """Bug error_as_200: an error answered as a 200 completion with finish_reason "error" and no content."""
     log.warning("answering %s %s as 200 (bug error_as_200)", exc.status, exc)
     if not stream:
         return web.json_response(completion_response(endpoint, request_id, model, "", "error", 0, 0))
-    resp = _sse_response()
-    await resp.prepare(request)
+    await resp.prepare()
     await resp.write(stream_event(endpoint, request_id, model, "", "error"))
     await resp.write(SSE_DONE)
-    await resp.write_eof()
-    return resp
-
-
-def _sse_response() -> web.StreamResponse:
-    return web.StreamResponse(
-        status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-    )
+    return await resp.write_eof()
 
