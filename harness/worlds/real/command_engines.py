@@ -28,6 +28,8 @@ An engine counts as gone when its serving port refuses.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import shlex
 import signal
 import sys
@@ -215,12 +217,19 @@ class CommandFleet(EngineFleet):
             fh.write(f"$ {cmd}\n".encode())
             fh.flush()
             proc = await asyncio.create_subprocess_shell(cmd, stdout=fh, stderr=fh, start_new_session=True)
+            code: int | None = None
             try:
                 code = await asyncio.wait_for(proc.wait(), self.templates.command_timeout_s)
             except TimeoutError:
-                proc.kill()
-                await proc.wait()
-                code = None
+                pass
+            finally:
+                if proc.returncode is None:
+                    # Past its time, or the run is cancelled: the whole group (the shell and what it
+                    # started, an ssh or a kubectl) goes, not only the shell.
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(proc.wait(), 5.0)
             fh.write(f"# exit {code}\n".encode())
         ok = code == 0
         if ok and sig == signal.SIGSTOP:
