@@ -32,10 +32,14 @@ from harness.worlds.real.backends import EngineChoice
 FRAME = struct.Struct(">I")
 _PR_SET_PDEATHSIG = 1
 CLOSE_WAIT_S = 5.0
+# The longest a worker may take to answer one job: a simulated cell runs at twice real time or faster (the
+# 64p64d bench at 1000 requests/s, the heaviest measured, takes under 5 minutes). A worker silent this long
+# is stopped or deadlocked: it is killed and the cell runs again in the parent.
+ANSWER_LIMIT_S = 3600.0
 
 
 class WorkerError(RuntimeError):
-    """The worker broke (died, or answered something that is not a frame)."""
+    """The worker broke (died, answered something that is not a frame, or did not answer in time)."""
 
 
 @dataclass
@@ -67,8 +71,9 @@ async def run_job(job: CellJob, progress: Any = None) -> ScenarioResult:
 class CellWorker:
     """The parent's end: one worker process, started on the first job, one job at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer_limit_s: float = ANSWER_LIMIT_S) -> None:
         self._proc: asyncio.subprocess.Process | None = None
+        self.answer_limit_s = answer_limit_s
 
     async def _start(self) -> asyncio.subprocess.Process:
         env = env_with_checkout(os.environ)
@@ -85,11 +90,14 @@ class CellWorker:
         assert proc.stdin is not None and proc.stdout is not None
         data = pickle.dumps(job)
         try:
-            proc.stdin.write(FRAME.pack(len(data)) + data)
-            await proc.stdin.drain()
-            head = await proc.stdout.readexactly(FRAME.size)
-            body = await proc.stdout.readexactly(FRAME.unpack(head)[0])
+            async with asyncio.timeout(self.answer_limit_s):
+                proc.stdin.write(FRAME.pack(len(data)) + data)
+                await proc.stdin.drain()
+                head = await proc.stdout.readexactly(FRAME.size)
+                body = await proc.stdout.readexactly(FRAME.unpack(head)[0])
             ok, value = pickle.loads(body)
+        except TimeoutError:
+            raise WorkerError(f"cell worker {proc.pid} gave no answer in {self.answer_limit_s:g} s") from None
         except (OSError, EOFError, asyncio.IncompleteReadError, pickle.UnpicklingError) as e:
             raise WorkerError(f"cell worker {proc.pid} broke: {type(e).__name__}: {e}") from e
         if not ok:
