@@ -160,8 +160,9 @@ class ManagedProcess:
     marker: str | None = None
     # Its ready line is still being looked for in its log: the log is not cut meanwhile.
     starting: bool = False
-    # What the log cap cut from its log so far.
+    # What the log cap cut from its log so far, and why its last cut failed (None: none did).
     log_bytes_cut: int = 0
+    log_cut_error: str | None = None
     # An asyncio.subprocess.Process, or a ForkedChild when the fork server started it.
     _proc: Any = field(default=None, repr=False)
 
@@ -274,6 +275,7 @@ class ProcessSupervisor:
         self.log_cap = log_cap_from_env() if log_cap == "env" else log_cap
         self.log_cap_poll_s = log_cap_poll_s
         self._log_watch: asyncio.Task[None] | None = None
+        self._cutting: asyncio.Future[int] | None = None
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         # A marker inherited from our own environment wins over a fresh one, so every supervisor of one
@@ -369,8 +371,15 @@ class ProcessSupervisor:
             await asyncio.sleep(self.log_cap_poll_s)
             for proc in list(self._procs):
                 if proc.alive and not proc.starting and _size(proc.log_path) > cap.limit_bytes:
-                    # A cut copies up to a quarter of the limit back: off the loop.
-                    proc.log_bytes_cut += await asyncio.to_thread(cap_log, proc.log_path, cap)
+                    # A cut copies its tail (megabytes) back: off the loop. Shielded: a cut under way
+                    # finishes (aclose waits for it) rather than leaving a half-cut log behind.
+                    self._cutting = asyncio.ensure_future(asyncio.to_thread(cap_log, proc.log_path, cap))
+                    try:
+                        proc.log_bytes_cut += await asyncio.shield(self._cutting)
+                    except Exception as e:  # a full disk, say: the log stays as it is; the next look tries
+                        proc.log_cut_error = f"{type(e).__name__}: {e}"
+                    finally:
+                        self._cutting = None
 
     def _fork_slot(self) -> ForkServerSlot:
         """The run's shared fork server when one is kept for this marker (`shared_fork_server`), else this
@@ -468,6 +477,15 @@ class ProcessSupervisor:
             forget_group(proc.pgid)  # emptied: the reaper must leave its id alone from now on
         return code
 
+    async def _stop_log_watch(self) -> None:
+        """End the log cap's task, and let a cut under way finish (it rewrites a log's tail)."""
+        watch, cutting = self._log_watch, self._cutting
+        if watch is not None:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+        if cutting is not None:
+            await asyncio.gather(cutting, return_exceptions=True)
+
     def kill_all(self) -> None:
         """SIGKILL every process group this supervisor started. Sync, idempotent, safe at atexit."""
         for proc in self._procs:
@@ -480,11 +498,8 @@ class ProcessSupervisor:
         if self._closed:
             return
         self._closed = True
-        if self._log_watch is not None:
-            self._log_watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._log_watch
         try:
+            await self._stop_log_watch()
             await asyncio.gather(*(self.stop(p, grace_s) for p in self._procs), return_exceptions=True)
             if self._own_slot is not None:
                 await self._own_slot.aclose()

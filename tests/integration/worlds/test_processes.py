@@ -370,3 +370,20 @@ async def test_no_cap_leaves_the_log_whole(tmp_path: Path) -> None:
         await asyncio.sleep(0.3)  # six looks at a live child's log
         assert proc.alive
     assert len(proc.log_path.read_bytes()) == 300_001 and proc.log_bytes_cut == 0
+
+
+async def test_a_failing_cut_is_said_on_the_process_and_the_supervisor_still_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import harness.worlds.real.processes as processes
+
+    def full_disk(path: Path, cap: LogCap) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(processes, "cap_log", full_disk)
+    sup = ProcessSupervisor(tmp_path, log_cap=LogCap(1000, 100, 100), log_cap_poll_s=0.05)
+    proc = await sup.spawn("chatty", _py("import time; print('y' * 5000, flush=True); time.sleep(30)"))
+    assert await poll_until(lambda: proc.log_cut_error is not None, 10, interval_s=0.05)
+    assert "No space left" in str(proc.log_cut_error)
+    await sup.aclose()
+    assert await _gone(proc.pid)
