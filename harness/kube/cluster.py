@@ -23,7 +23,7 @@ POLL_S = 1.0
 EXEC_TIMEOUT_S = 30.0
 # (connect, read) seconds for an API call that names no timeout of its own: the client's default is to wait
 # forever, and an API server (or its service proxy to a sidecar) that accepts and never answers would hang
-# the run in a thread no cancel reaches.
+# the run in a thread no cancel reaches. A read that times out is not tried again (`bound_requests`).
 API_TIMEOUT_S = (5.0, 60.0)
 # fake_engines.control.TOKEN_HEADER (not imported: the cluster side needs none of the engine's code).
 CONTROL_TOKEN_HEADER = "X-Pdchaos-Control-Token"
@@ -197,11 +197,19 @@ class KubeCluster:
 
 
 def bound_requests(api_client: Any, timeout: tuple[float, float]) -> None:
-    """Give every request of `api_client` that sets no `_request_timeout` this one (once per client)."""
+    """Give every request of `api_client` that sets no `_request_timeout` this one (once per client), and
+    try a read that timed out no second time: urllib3 would try an idempotent call four times, so one
+    silent API server would cost four read timeouts."""
     rest = getattr(api_client, "rest_client", None)
     request = getattr(rest, "request", None)
     if request is None or getattr(request, "pdchaos_bounded", False):
         return
+    pools = getattr(getattr(rest, "pool_manager", None), "connection_pool_kw", None)
+    if isinstance(pools, dict):
+        import urllib3
+
+        # Connections refused or reset are still retried (an API server restarting); reads are not.
+        pools["retries"] = urllib3.Retry(total=3, read=0)
 
     def bounded(*args: Any, **kwargs: Any) -> Any:
         if not kwargs.get("_request_timeout"):
