@@ -158,9 +158,11 @@ class _SimPool:
         try:
             result = await worker.run(portable)
         except WorkerError:
-            # A worker that broke (killed, out of memory) costs its cell a second try, here.
+            # A worker that broke (killed, out of memory, silent past its limit) costs its cell a second
+            # try, here.
             worker.kill()
             self._all.remove(worker)
+            await worker.close()
             return await run_job(job, progress)
         self._idle.put_nowait(worker)
         if progress is not None and hasattr(progress, "finish"):
