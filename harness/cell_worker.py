@@ -28,14 +28,15 @@ from harness.routers import RouterAdapter
 from harness.runner import Cell, run_scenario
 from harness.scenario import Scenario
 from harness.worlds.real.backends import EngineChoice
+from harness.worlds.sim.world import WALL_LIMIT_S
 
 FRAME = struct.Struct(">I")
 _PR_SET_PDEATHSIG = 1
 CLOSE_WAIT_S = 5.0
-# The longest a worker may take to answer one job: a simulated cell runs at twice real time or faster (the
-# 64p64d bench at 1000 requests/s, the heaviest measured, takes under 5 minutes). A worker silent this long
-# is stopped or deadlocked: it is killed and the cell runs again in the parent.
-ANSWER_LIMIT_S = 3600.0
+# The longest a worker may take to answer one job: past the simulated world's own wall-clock limit (a cell
+# that runs that long ends as an error, with its history). A worker silent this long is stopped or
+# deadlocked: it is killed and the cell runs again in the parent.
+ANSWER_LIMIT_S = WALL_LIMIT_S + 600.0
 
 
 class WorkerError(RuntimeError):

@@ -126,3 +126,25 @@ def test_a_model_that_stops_moving_the_clock_is_an_error_not_a_hang() -> None:
     calm = simpy.Environment()
     run_until(calm, calm.process(finish(calm)), stall_steps=10)
     assert calm.now == 5.0
+
+
+def test_a_model_whose_clock_creeps_is_stopped_at_its_wall_clock_limit() -> None:
+    import simpy
+
+    from harness.worlds.sim.world import SimStalled, run_until
+
+    env = simpy.Environment()
+
+    def creep() -> Any:
+        step = 1.0
+        while True:  # Zeno: every step half the last, the clock never reaches 2
+            step /= 2
+            yield env.timeout(step)
+
+    def finish(e: simpy.Environment) -> Any:
+        yield e.timeout(5.0)
+
+    env.process(creep())
+    ticks = iter(range(1_000_000))
+    with pytest.raises(SimStalled, match=r"wall-clock limit of 3 s at t=1\.0"):
+        run_until(env, env.process(finish(env)), wall_limit_s=3.0, wall_clock=lambda: float(next(ticks)))
