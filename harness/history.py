@@ -844,20 +844,23 @@ def load_history(path: str | os.PathLike[str]) -> History:
     Raises FileNotFoundError when there is no file; an empty file gives an empty, incomplete History.
     """
     h = History()
-    h.wall_start = _wall_start_of(path)
+    # Records before run_started (none in a recorder's file: it writes run_started first) wait for its
+    # wall_start, which places them; the file is read once.
+    early: list[dict[str, Any]] | None = []
     for number, record in jsonl_lines(path):
         if record is None:
             h.bad_lines.append(number)
             h.bad_records += 1
-        else:
+        elif early is None:
             h.add(record, owned=True)
+        elif record.get("type") == "run_started":
+            h.wall_start = _f(record.get("wall_start"))
+            for r in early:
+                h.add(r, owned=True)
+            early = None
+            h.add(record, owned=True)
+        else:
+            early.append(record)
+    for r in early or ():
+        h.add(r, owned=True)
     return h.seal()
-
-
-def _wall_start_of(path: str | os.PathLike[str]) -> float | None:
-    """`run_started.wall_start`, read ahead (it is the first record of a history written by a recorder),
-    so the records before it in a file put together otherwise can still be placed."""
-    for _number, record in jsonl_lines(path):
-        if record is not None and record.get("type") == "run_started":
-            return _f(record.get("wall_start"))
-    return None

@@ -249,3 +249,20 @@ def test_the_recorders_view_shares_its_records() -> None:
     rec.router_event({"type": "probe", "worker": "w1", "ok": True})
     view = rec.history()
     assert view.records[0] is rec.records[0] and view.router_events[0].fields is rec.records[0]
+
+
+def test_a_file_whose_records_come_before_run_started_still_places_them(tmp_path: Path) -> None:
+    """A history put together by hand (records appended before the run's first line) is read once, and a
+    wall-stamped record before run_started lands on the scenario clock by its wall_start."""
+    path = tmp_path / "history.jsonl"
+    lines = [
+        {"type": "handoff", "t": 0.0, "ts": 1000.0 + 2.5, "engine": "prefill-0", "tag": "[x]"},
+        "not json at all",
+        {"type": "run_started", "t": 0.0, "wall_start": 1000.0, "scenario": "s"},
+        {"type": "handoff", "t": 3.0, "ts": 1000.0 + 3.5, "engine": "decode-0", "tag": "[y]"},
+    ]
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    h = load_history(path)
+    assert h.wall_start == 1000.0
+    assert [(x.engine, x.at) for x in h.handoffs] == [("prefill-0", 2.5), ("decode-0", 3.5)]
+    assert h.bad_lines == [2] and h.record_count == 3
