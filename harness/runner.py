@@ -34,6 +34,7 @@ from harness.session import ScenarioSession
 from harness.topology import PORTS_PER_ENGINE, Topology, allocate, build_topology, parse_topology
 from harness.verdict import Verdict, combine
 from harness.worlds.real.backends import EngineChoice, adapt, not_applicable, parse_engines
+from harness.worlds.real.processes import log_cap_notes
 from harness.worlds.real.world import RealWorld
 from harness.worlds.sim.world import SimWorld
 
@@ -162,7 +163,10 @@ async def run_scenario(
                                       text_known=engine_choice.text_known, replay=replay)
             session.notes.extend(engine_notes)
             async with RealWorld(session.plan, adapter, out, engines=engine_choice) as real:
-                await real.run(session)
+                try:
+                    await real.run(session)
+                finally:
+                    session.notes.extend(log_cap_notes(real.supervisor.processes))
     except asyncio.CancelledError:
         _close(session, "interrupted")
         raise

@@ -519,6 +519,18 @@ class ProcessSupervisor:
             raise
 
 
+def log_cap_notes(procs: Sequence[ManagedProcess]) -> list[str]:
+    """What the log cap took from these processes' logs, a line each (a report's notes: a log read later
+    has a gap there)."""
+    notes = []
+    for p in procs:
+        if p.log_bytes_cut:
+            notes.append(f"log cap: {p.log_bytes_cut / 1e6:.1f} MB cut from the middle of {p.log_path.name}")
+        if p.log_cut_error:
+            notes.append(f"log cap: {p.log_path.name} could not be cut: {p.log_cut_error}")
+    return notes
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size

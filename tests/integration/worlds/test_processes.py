@@ -387,3 +387,15 @@ async def test_a_failing_cut_is_said_on_the_process_and_the_supervisor_still_clo
     assert "No space left" in str(proc.log_cut_error)
     await sup.aclose()
     assert await _gone(proc.pid)
+
+
+async def test_what_the_cap_took_is_said_in_a_note(tmp_path: Path) -> None:
+    from harness.worlds.real.processes import log_cap_notes
+
+    async with ProcessSupervisor(tmp_path, log_cap=LogCap(100_000, 1000, 1000), log_cap_poll_s=0.05) as sup:
+        quiet = await sup.spawn("quiet", _py("import time; print('hello', flush=True); time.sleep(30)"))
+        chatty = await sup.spawn("chatty", _py("import time; print(('y' * 99 + '\\n') * 5000, flush=True); "
+                                               "time.sleep(30)"))
+        assert await poll_until(lambda: chatty.log_bytes_cut > 0, 10, interval_s=0.05)
+    notes = log_cap_notes([quiet, chatty])
+    assert notes == [f"log cap: {chatty.log_bytes_cut / 1e6:.1f} MB cut from the middle of chatty.log"]
