@@ -226,6 +226,7 @@ async def main():
         await sup.spawn(f"c{i}", [sys.executable, "-c", code], ready_prefix="READY")
     print("SPAWNED", flush=True)
     if sys.argv[3] == "exit":
+        sys.stdin.readline()  # the test has seen the children alive: go
         return  # no aclose: atexit must clean up
     await asyncio.sleep(60)
 
@@ -239,6 +240,7 @@ async def test_children_die_with_the_harness(tmp_path: Path, how: str) -> None:
     marker = f"pdchaos-test-{os.getpid()}-{how}-{time.monotonic_ns()}"
     harness = subprocess.Popen(  # noqa: ASYNC220 - the harness under test, reaped in a thread
         [PY, "-c", _HARNESS, str(tmp_path), marker, how],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
@@ -254,6 +256,10 @@ async def test_children_die_with_the_harness(tmp_path: Path, how: str) -> None:
         assert sorted([harness.pid, *(r["pid"] for r in records)]) == find_marked_processes(marker)
         if how == "sigkill":
             harness.kill()
+        else:
+            assert harness.stdin is not None
+            harness.stdin.write("go\n")
+            harness.stdin.close()
         await asyncio.wait_for(asyncio.to_thread(harness.wait), 20)
         for r in records:
             assert await _gone(r["pid"]), f"{r['name']} survived the harness"
