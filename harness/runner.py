@@ -34,7 +34,6 @@ from harness.session import ScenarioSession
 from harness.topology import PORTS_PER_ENGINE, Topology, allocate, build_topology, parse_topology
 from harness.verdict import Verdict, combine
 from harness.worlds.real.backends import EngineChoice, adapt, not_applicable, parse_engines
-from harness.worlds.real.processes import log_cap_notes
 from harness.worlds.real.world import RealWorld
 from harness.worlds.sim.world import SimWorld
 
@@ -166,7 +165,7 @@ async def run_scenario(
                 try:
                     await real.run(session)
                 finally:
-                    session.notes.extend(log_cap_notes(real.supervisor.processes))
+                    session.notes.extend(real.log_notes())
     except asyncio.CancelledError:
         _close(session, "interrupted")
         raise

@@ -124,8 +124,8 @@ class Dispatcher:
                 if not flow.masks_errors:
                     raise
                 stream = bool(body.get("stream"))
-                return await _error_as_200(ClientStream(request, self.client_write_timeout_s), endpoint,
-                                           flow.request_id, self._model(body), exc, stream)
+                return await _error_as_200(request, endpoint, flow.request_id, self._model(body), exc, stream,
+                                           self.client_write_timeout_s)
 
     async def _dispatch(
         self, request: web.Request, endpoint: str, body: dict[str, Any], flow: DispatchFlow
@@ -351,12 +351,14 @@ class Dispatcher:
 
 
 async def _error_as_200(
-    resp: ClientStream, endpoint: str, request_id: str, model: str, exc: RouterError, stream: bool
+    request: web.Request, endpoint: str, request_id: str, model: str, exc: RouterError, stream: bool,
+    write_timeout_s: float,
 ) -> web.StreamResponse:
     """Bug error_as_200: an error answered as a 200 completion with finish_reason "error" and no content."""
     log.warning("answering %s %s as 200 (bug error_as_200)", exc.status, exc)
     if not stream:
         return web.json_response(completion_response(endpoint, request_id, model, "", "error", 0, 0))
+    resp = ClientStream(request, write_timeout_s)
     await resp.prepare()
     await resp.write(stream_event(endpoint, request_id, model, "", "error"))
     await resp.write(SSE_DONE)

@@ -36,6 +36,7 @@ from harness.worlds.real.processes import (
     ProcessStartError,
     ProcessSupervisor,
     exit_evidence,
+    log_cap_notes,
     lost_its_port,
 )
 from pdchaos.ports import free_ports
@@ -119,6 +120,10 @@ class RealWorld(World):
         if handler is None:
             raise TypeError(f"the real world cannot execute {command!r}")
         await handler(command, emit)
+
+    def log_notes(self) -> list[str]:
+        """What the log cap took from this cell's process logs (the result's notes)."""
+        return log_cap_notes(self.supervisor.processes)
 
     def opening_events(self) -> list[e.Event]:
         notes, self._opening_notes = self._opening_notes, []
