@@ -249,6 +249,22 @@ def test_wedge_surfaces() -> None:
     assert f.is_wedged("server_info") and not f.is_wedged("metadata")
 
 
+def test_gate_delay_with_and_without_faults() -> None:
+    f = FaultState()
+    surfaces = ("health", "metadata", "server_info", "generate", "side_channel", "all")
+    assert [f.gate_delay(s) for s in surfaces] == [0.0] * len(surfaces)
+    with pytest.raises(ValueError, match="unknown surface"):
+        f.gate_delay("nowhere")  # refused with no fault set too
+    f.apply("latency", {"surface": "metadata", "ms": 300})
+    assert f.gate_delay("server_info") == pytest.approx(0.3) and f.gate_delay("generate") == 0.0
+    f.apply("wedge", {"surface": "generate"})
+    assert f.gate_delay("generate") is None and f.gate_delay("metadata") == pytest.approx(0.3)
+    with pytest.raises(ValueError, match="unknown surface"):
+        f.gate_delay("nowhere")
+    f.clear_all()
+    assert [f.gate_delay(s) for s in surfaces] == [0.0] * len(surfaces)
+
+
 def test_fail_requests_counts_down() -> None:
     f = FaultState()
     changed = f.apply_spec({"fault": "fail_requests", "count": 2, "status": 503})
