@@ -10,22 +10,33 @@ generation, the recorder, the JSONL writer), the checkers, the rest. A built-in 
 layer of the code that called it. Prints seconds and microseconds per request under the profiler (which
 slows call-heavy code most). Then, from an unprofiled run's wall time and those shares, what the simulated
 seconds per wall second could at most be if the shells cost nothing, and if only the session and history
-did (the issue's goal for this benchmark is 1000x). Measures, does not judge (exit 0).
+did (the issue's goal for this benchmark is 1000x).
+
+Last, two floors measured without the profiler, which no change to the cores or the shells can go under
+while every request is simulated event by event and recorded: the history (the timed run's own records,
+written again through a HistoryRecorder), simpy itself (as many events per request as the timed run
+scheduled, as bare timeouts in one process per request), and the engine and router cores (every call the
+simulation shells make into them, timed in place in a fourth run, less the timer's own cost). Measures,
+does not judge (exit 0).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import pstats
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import simpy
 
 HERE = Path(__file__).resolve().parent
 # Runnable from a checkout without installation.
@@ -34,9 +45,16 @@ sys.path.insert(0, str(HERE))
 
 from sim_speed import small  # noqa: E402
 
+import harness.worlds.sim.router as sim_router  # noqa: E402
+from fake_engines.core.engine_state import EngineState  # noqa: E402
+from fake_engines.core.fault_state import FaultState  # noqa: E402
+from fake_engines.core.request_flow import RequestFlow  # noqa: E402
+from harness.history import HistoryRecorder  # noqa: E402
 from harness.runner import run_scenario  # noqa: E402
 from harness.session import ScenarioSession  # noqa: E402
 from harness.worlds.sim.world import SimWorld  # noqa: E402
+from pdchaos.jsonl import read_jsonl  # noqa: E402
+from reference_router.core import DispatchFlow  # noqa: E402
 
 LAYERS = (
     ("simulation shells", ("harness/worlds/sim/", "site-packages/simpy/")),
@@ -47,6 +65,18 @@ LAYERS = (
     ("checkers", ("harness/checkers/",)),
 )
 OTHER = "the rest"
+# Where the simulation shells call into the cores, per request (the health loop's few calls a minute are left
+# out): owner, then the names of its functions that a shell calls.
+CORE_ENTRIES: tuple[tuple[Any, tuple[str, ...]], ...] = (
+    (RequestFlow, ("__init__", "next_step", "on_gate_passed", "on_query_result", "on_handshake_result",
+                   "on_pull_result", "on_deadline", "on_slept", "abort")),
+    (EngineState, ("answer_side_channel", "bootstrap_answer")),
+    (FaultState, ("gate_delay",)),
+    (sim_router, ("gen_request_from_openai", "new_request_id")),
+    (DispatchFlow, ("__init__", "retry_backoff_s", "pick", "release", "take_effects", "id_read_wait_s",
+                    "id_read_settled", "prefill_leg", "prefill_failed", "prefill_done", "regular_leg",
+                    "final_done")),
+)
 
 
 def layer_of(filename: str) -> str:
@@ -86,6 +116,124 @@ def timed_run(minutes: float, out: Path) -> float:
     return time.perf_counter() - t0
 
 
+def counted_run(minutes: float, out: Path) -> int:
+    """The events simpy scheduled in a run of the benchmark (a third run: counting slows it)."""
+    count = 0
+    original = simpy.Environment.schedule
+
+    def counting(self: simpy.Environment, event: simpy.Event, priority: int = 1, delay: float = 0) -> None:
+        nonlocal count
+        count += 1
+        original(self, event, priority, delay)
+
+    simpy.Environment.schedule = counting  # type: ignore[method-assign]
+    try:
+        asyncio.run(run_scenario(scenario(minutes), "1p2d", "mooncake", "http", "reference", out,
+                                 world="sim", settings="production"))
+    finally:
+        simpy.Environment.schedule = original  # type: ignore[method-assign]
+    return count
+
+
+class CoreTimer:
+    """Wall time spent inside the cores' entry points (a call inside another counts once), and calls."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+        self.by_entry: Counter[str] = Counter()
+        self.calls_by_entry: Counter[str] = Counter()
+        self._depth = 0
+
+    def wrap(self, fn: Callable[..., Any], label: str = "") -> Callable[..., Any]:
+        clock = time.perf_counter
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if self._depth:
+                return fn(*args, **kwargs)
+            self._depth = 1
+            t0 = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                took = clock() - t0
+                self.seconds += took
+                self.calls += 1
+                self.by_entry[label] += took
+                self.calls_by_entry[label] += 1
+                self._depth = 0
+
+        return timed
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        saved = [(owner, name, owner.__dict__[name]) for owner, names in CORE_ENTRIES for name in names]
+        try:
+            for owner, name, fn in saved:
+                setattr(owner, name, self.wrap(fn, f"{owner.__name__.rsplit('.', 1)[-1]}.{name}"))
+            yield
+        finally:
+            for owner, name, fn in saved:
+                setattr(owner, name, fn)
+
+    def own_cost_s(self) -> float:
+        """What one timed call adds to `seconds` by itself (its clock reads), from timing a no-op."""
+        probe = CoreTimer()
+        noop = probe.wrap(lambda: None)
+        for _ in range(100_000):
+            noop()
+        return probe.seconds / probe.calls
+
+
+def cores_run(minutes: float, out: Path) -> tuple[float, int, list[tuple[str, float]]]:
+    """Seconds inside the cores' entry points in a run of the benchmark, less the timer's own cost; calls;
+    the costliest entries with their seconds."""
+    timer = CoreTimer()
+    with timer.installed():
+        asyncio.run(run_scenario(scenario(minutes), "1p2d", "mooncake", "http", "reference", out,
+                                 world="sim", settings="production"))
+    own = timer.own_cost_s()
+    top = [(name, max(0.0, secs - timer.calls_by_entry[name] * own))
+           for name, secs in timer.by_entry.most_common(4)]
+    return max(0.0, timer.seconds - timer.calls * own), timer.calls, top
+
+
+def history_floor(history: Path, scratch: Path) -> float:
+    """Seconds to record `history`'s records again (the view kept, the file written), unprofiled."""
+    records = list(read_jsonl(history))
+    recorder = HistoryRecorder(scratch, flush_each=False)
+    t0 = time.perf_counter()
+    for rec in records:
+        fields = dict(rec)
+        type_, t = fields.pop("type"), fields.pop("t")
+        recorder.record(type_, fields, t=t)
+    took = time.perf_counter() - t0
+    recorder.close()
+    return took
+
+
+def simpy_floor(requests: int, events_per_request: float, rate_rps: float) -> float:
+    """Seconds for simpy to schedule and run `events_per_request` events per request as bare timeouts, one
+    process per request arriving at `rate_rps`, unprofiled: no model, no yield from, no record."""
+    env = simpy.Environment()
+    # The process's start is an event of its own, as is each request's send by the load generator.
+    timeouts = max(0, round(events_per_request) - 2)
+
+    def request() -> Any:
+        for _ in range(timeouts):
+            yield env.timeout(0.001)
+
+    def load() -> Any:
+        for _ in range(requests):
+            yield env.timeout(1.0 / rate_rps)
+            env.process(request())
+
+    env.process(load())
+    t0 = time.perf_counter()
+    env.run()
+    return time.perf_counter() - t0
+
+
 def profile_run(minutes: float, out: Path) -> tuple[pstats.Stats, int]:
     s = scenario(minutes)
 
@@ -117,6 +265,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="pdchaos-simbreak-") as tmp:
         wall = timed_run(args.minutes, Path(tmp) / "timed")
         stats, requests = profile_run(args.minutes, Path(tmp) / "profiled")
+        events = counted_run(args.minutes, Path(tmp) / "counted")
+        cores_s, core_calls, top_entries = cores_run(args.minutes, Path(tmp) / "cores")
+        history_s = history_floor(Path(tmp) / "timed" / "history.jsonl", Path(tmp) / "again.jsonl")
     layers = split_by_layer(stats)
     total = sum(layers.values())
     per = 1e6 * total / max(1, requests)
@@ -130,6 +281,18 @@ def main() -> int:
     history_only = wall * layers["session and history"] / total
     print(f"at most {sim_s / without_shells:.0f}x with the shells at zero cost; "
           f"at most {sim_s / history_only:.0f}x with the session and history alone")
+    per_request = events / max(1, requests)
+    events_s = simpy_floor(requests, per_request, scenario(args.minutes).workload.rate_rps)
+    floor = history_s + events_s + cores_s
+    us = 1e6 / max(1, requests)
+    print("floors, unprofiled, per request:")
+    print(f"  recording the history      {history_s * us:5.0f} us")
+    print(f"  simpy, {per_request:4.1f} events         {events_s * us:5.0f} us")
+    print(f"  the cores, {core_calls / max(1, requests):4.1f} calls in    {cores_s * us:5.0f} us")
+    for name, secs in top_entries:
+        print(f"    of which {name:33s} {secs * us:5.0f} us")
+    print(f"  together                   {floor * us:5.0f} us = at most {sim_s / floor:.0f}x real time with "
+          f"free shells and session ({1e6 * wall / max(1, requests):.0f} us/request now)")
     return 0
 
 
