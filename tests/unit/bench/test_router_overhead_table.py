@@ -3,30 +3,10 @@ formatting; nothing is started or timed)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
+from helpers.bench_script import load_bench
 
-BENCH = Path(__file__).resolve().parents[3] / "bench"
-
-
-def _load() -> ModuleType:
-    # The bench scripts import their sibling `closed_loop` as a top-level module (run as scripts).
-    if str(BENCH) not in sys.path:
-        sys.path.append(str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_router_overhead", BENCH / "router_overhead.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    # Registered before it runs: its dataclasses look their module up by name.
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ro = _load()
+ro = load_bench("router_overhead")
 
 
 def cell(router: str, transport: str, p50: float | None, p99: float | None, rps: float | None,

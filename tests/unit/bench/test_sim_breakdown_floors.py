@@ -3,29 +3,15 @@ once, puts the originals back whatever happens) and the two floors it measures w
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from helpers.bench_script import load_bench
 
 from harness.history import HistoryRecorder
 from pdchaos.jsonl import read_jsonl
 
-BENCH = Path(__file__).resolve().parents[3] / "bench"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_sim_breakdown", BENCH / "sim_breakdown.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-sb = _load()
+sb = load_bench("sim_breakdown")
 
 
 def test_every_entry_is_wrapped_then_put_back_even_after_an_error() -> None:
