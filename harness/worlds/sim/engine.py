@@ -33,6 +33,7 @@ from harness.worlds.sim.network import (
     Refused,
     Reply,
     SimNetwork,
+    cut_work,
     wait,
     wait_event,
 )
@@ -159,10 +160,7 @@ class SimEngine:
         self.exists = exists
         self.state.side_channel_ports = []
         self.side_port = 0
-        for proc in list(self._work.values()):
-            if proc.is_alive:
-                proc.interrupt(self._stop)
-        self._work.clear()
+        cut_work(self.env, self._work, self._stop)
         if self.frozen:
             self.thaw()
         if self._exit is not None and self._exit.is_alive and not exists:

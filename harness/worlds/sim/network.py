@@ -2,10 +2,11 @@
 
 A call is one connection: the request travels upstream, the server works on it, the answer travels back
 downstream. On a link the scenario puts faults on (`CellPlan.links`) the link can be disabled (connects
-refused) and carry Toxiproxy toxics; their effect on a message is computed by the very toxic stages the
-embedded Toxiproxy runs (`harness.toxiproxy.chain`): latency, bandwidth, timeout (silence, or a close),
-reset_peer, slicer, limit_data. Every other hop costs a fixed one-way latency. The caller waits at most its
-timeout; a caller that gives up interrupts the server's work (as a closed connection cancels a request).
+refused, the calls open on it dropped, as a disabled proxy drops its connections) and carry Toxiproxy
+toxics; their effect on a message is computed by the very toxic stages the embedded Toxiproxy runs
+(`harness.toxiproxy.chain`): latency, bandwidth, timeout (silence, or a close), reset_peer, slicer,
+limit_data. Every other hop costs a fixed one-way latency. The caller waits at most its timeout; a caller
+that gives up interrupts the server's work (as a closed connection cancels a request).
 """
 
 from __future__ import annotations
@@ -39,6 +40,30 @@ class Deadline(Exception):
 
 # What a server answers when its work was cut (its process stopped): the connection resets.
 CUT = object()
+# The interrupt cause, with the link, that drops the calls open on a link taken down.
+_DROPPED = "link dropped"
+
+
+class _GuardedInterruption(simpy.events.Interruption):
+    """An interrupt that reaches its process only if `still()` holds when it arrives."""
+
+    def __init__(self, process: simpy.Process, cause: Any, still: Callable[[], bool]) -> None:
+        self._still = still
+        super().__init__(process, cause)
+
+    def _interrupt(self, event: simpy.Event) -> None:
+        if self._still():
+            super()._interrupt(event)
+
+
+def cut_work(env: simpy.Environment, work: dict[object, simpy.Process], cause: Any) -> None:
+    """Interrupt, with `cause`, every process in `work` (token -> process: what it registered while it works
+    there, and removes when it leaves). Each interrupt lands only if its process is still registered when it
+    arrives: work cut by two things at one instant (an engine killed as its link goes down) is cut once,
+    and a process that left in between is not hit in whatever it does next."""
+    for token, proc in list(work.items()):
+        if proc.is_alive and proc is not env.active_process:
+            _GuardedInterruption(proc, cause, lambda t=token, p=proc: work.get(t) is p)
 
 
 def earliest(*deadlines: float | None) -> float | None:
@@ -100,6 +125,9 @@ class LinkState:
     enabled: bool = True
     toxics: list[ToxicSpec] = field(default_factory=list)
     connections: int = 0
+    # The processes with a call open on the link, in the order they connected (a link taken down drops
+    # them in that order, whatever their addresses).
+    open_calls: dict[object, simpy.Process] = field(default_factory=dict)
 
     def specs(self, stream: str) -> list[ToxicSpec]:
         return [t for t in self.toxics if t.stream == stream]
@@ -133,6 +161,15 @@ class SimNetwork:
             self._version += 1
             state.toxics.append(ToxicSpec(p.name, p.type, p.stream, 1.0, dict(p.attributes), self._version))
         return sorted(t.name for t in state.toxics)
+
+    def set_enabled(self, ref: LinkRef, enabled: bool) -> None:
+        """Take a link down (new connections refused, open ones dropped, as Toxiproxy does to a disabled
+        proxy) or up again."""
+        state = self.links[ref]
+        state.enabled = enabled
+        if enabled:
+            return
+        cut_work(self.env, state.open_calls, (_DROPPED, ref))
 
     def clean(self, ref: LinkRef) -> None:
         state = self.links[ref]
@@ -188,8 +225,11 @@ class SimNetwork:
         if (state is not None and not state.enabled) or not server.accepting():
             yield from wait(env, HOP_S, outer)
             return CallResult(error="refused", elapsed=env.now - start)
+        token = object()
         if state is not None:
             state.connections += 1
+            if env.active_process is not None:
+                state.open_calls[token] = env.active_process
         try:
             up = self.transit(ref, "upstream", request_bytes, env.now)
             if up.arrive is None:
@@ -209,3 +249,11 @@ class SimNetwork:
             if own is not None and passed.at == own:
                 return CallResult(error="timeout", elapsed=env.now - start)
             raise
+        except simpy.Interrupt as cut:
+            if cut.cause != (_DROPPED, ref):
+                raise
+            # The proxy aborts both sides: the caller reads an end of stream.
+            return CallResult(error="closed", elapsed=env.now - start)
+        finally:
+            if state is not None:
+                state.open_calls.pop(token, None)

@@ -392,9 +392,9 @@ class SimWorld(World):
         emit(e.HandoffsCollected(records))
 
     def _do_SetLinkEnabled(self, cmd: c.SetLinkEnabled, emit: Emit) -> Generator[Any, Any, None]:
-        state = self.cell.net.link(LinkRef(cmd.engine, cmd.link))
-        if state is not None:
-            state.enabled = cmd.enabled
+        ref = LinkRef(cmd.engine, cmd.link)
+        if self.cell.net.link(ref) is not None:
+            self.cell.net.set_enabled(ref, cmd.enabled)
         yield self.env.timeout(0)
         emit(e.LinkToggled(cmd.fault, cmd.engine, cmd.link, cmd.enabled))
 
@@ -605,7 +605,7 @@ class SimActions:
         toxics = toxics_for(a, fid)
         params: dict[str, Any] = {**fault_params(a), "proxy": f"sim:{ref.label}"}
         if not toxics:
-            state.enabled = False
+            net.set_enabled(ref, False)
         else:
             params["toxics"] = [t.body() for t in toxics]
             net.add_toxics(ref, toxics)
