@@ -20,6 +20,7 @@ from aiohttp import web
 from fake_engines.config import EngineConfig
 from fake_engines.control import control_app
 from fake_engines.core.identity import rank_engine_ids
+from fake_engines.core.timing import SHUTDOWN_GRACE_S
 from fake_engines.engine import Engine
 from fake_engines.grpc_api import make_grpc_server
 from fake_engines.http_api import HttpSurface, error_body
@@ -29,7 +30,6 @@ from pdchaos.ports import free_port
 
 log = logging.getLogger(__name__)
 
-_SHUTDOWN_S = 0.2
 # How often a graceful stop looks again whether its in-flight work is done.
 _DRAIN_POLL_S = 0.02
 
@@ -156,7 +156,7 @@ class EngineHandle:
         return app
 
     async def _start_app(self, app: web.Application, port: int) -> int:
-        runner = web.AppRunner(app, shutdown_timeout=_SHUTDOWN_S, access_log=None, handle_signals=False)
+        runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_GRACE_S, access_log=None, handle_signals=False)
         await runner.setup()
         # Like vLLM, every error is JSON, aiohttp's own parse errors included.
         answer_parser_errors_as_json(runner, error_body)
@@ -169,7 +169,7 @@ class EngineHandle:
         self.serving = False
         if self._grpc is not None:
             server, self._grpc = self._grpc, None
-            await server.stop(grace=_SHUTDOWN_S)
+            await server.stop(grace=SHUTDOWN_GRACE_S)
         for srv in self._side:
             await srv.close()
         self._side.clear()
@@ -183,7 +183,7 @@ class EngineHandle:
         """First start: control API at once, serving listeners after the load time."""
         if self.control_port:
             self._control_runner = web.AppRunner(
-                control_app(self), access_log=None, handle_signals=False, shutdown_timeout=_SHUTDOWN_S
+                control_app(self), access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_S
             )
             await self._control_runner.setup()
             await web.TCPSite(

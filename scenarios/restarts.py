@@ -139,11 +139,14 @@ SCENARIOS = [
         connectors=("mooncake",),
         router=ROUTER,
         engines=ENGINES,
-        workload=replace(WORKLOAD, concurrency=6, duration_s=7.0),
+        # Three seconds apart: a request whose prefill finished as the restart began (its server lets it
+        # finish) waits out the decode's 2 s transfer timeout on the old side channel, and the clients it
+        # held must be back before the next restart for the availability window to see anything.
+        workload=replace(WORKLOAD, concurrency=6, duration_s=10.0),
         timeline=(
             Step("restart_1", Restart("prefill-0", down_s=0.6), At(1.0)),
-            Step("restart_2", Restart("prefill-0", down_s=0.6), At(3.0)),
-            Step("restart_3", Restart("prefill-0", down_s=0.6), At(5.0)),
+            Step("restart_2", Restart("prefill-0", down_s=0.6), At(4.0)),
+            Step("restart_3", Restart("prefill-0", down_s=0.6), At(7.0)),
         ),
         expect=(
             *BASE_EXPECT,

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 # harness's preloaded fork server (which would serve in milliseconds) sleeps it before it starts, so a crash
 # followed by a respawn leaves the same outage in both worlds.
 PROCESS_START_S = 0.5
+# A restart in place lets the work its servers have in progress finish within this long before cutting it
+# (gRPC's stop grace, aiohttp's shutdown timeout); both worlds keep it.
+SHUTDOWN_GRACE_S = 0.2
 
 
 @dataclass(frozen=True)

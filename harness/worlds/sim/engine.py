@@ -20,7 +20,7 @@ from fake_engines.core.engine_state import EngineState
 from fake_engines.core.gen_request import GenRequest, GenResult
 from fake_engines.core.handoff import Handshake, PullFrom, QueryBootstrap, WaitUntil
 from fake_engines.core.request_flow import AwaitGate, Finish, Reject, RequestFlow, Sleep
-from fake_engines.core.timing import PROCESS_START_S
+from fake_engines.core.timing import PROCESS_START_S, SHUTDOWN_GRACE_S
 from fake_engines.core.wire import HandshakeRequest, PullRequest
 from harness.scenario.links import LinkRef
 from harness.topology import EngineSpec
@@ -42,6 +42,8 @@ CONNECTOR_NAMES = {"mooncake": "MooncakeConnector", "nixl": "NixlConnector", "no
 KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer", "both": "kv_both"}
 # Bytes per prompt token of the fakes' KV payload (what a pull carries back).
 KV_BYTES_PER_TOKEN = 64
+# The links a call reaches an engine's servers by (`SimNetwork.call`).
+SERVER_LINKS = ("serve", "bootstrap", "side_channel")
 # A new engine process takes PROCESS_START_S to serve, an in-process restart this long to close and reopen
 # its listeners.
 LISTENERS_RESTART_S = 0.02
@@ -93,10 +95,13 @@ class SimEngine:
         self._faults_changed = self.env.event()
         # Succeeds when a request ends or a pull is served: what a graceful stop waits on.
         self._activity = self.env.event()
-        # The processes inside this engine's handlers (insertion-ordered: the order work is cut in must not
-        # depend on memory addresses), and the interrupt cause that says "this engine stopped".
-        self._work: dict[object, simpy.Process] = {}
+        # The processes inside this engine's handlers, per link they came in on (insertion-ordered: the order
+        # work is cut in must not depend on memory addresses), and the interrupt cause that says "this engine
+        # stopped".
+        self._work: dict[str, dict[object, simpy.Process]] = {link: {} for link in SERVER_LINKS}
         self._stop = ("stop", spec.name)
+        # Succeeds when a handler ends while a restart waits for its work to finish.
+        self._work_left: simpy.Event | None = None
         self._exit: simpy.Process | None = None
 
     # ------------------------------------------------------------------ the process
@@ -160,7 +165,8 @@ class SimEngine:
         self.exists = exists
         self.state.side_channel_ports = []
         self.side_port = 0
-        cut_work(self.env, self._work, self._stop)
+        for work in self._work.values():
+            cut_work(self.env, work, self._stop)
         if self.frozen:
             self.thaw()
         if self._exit is not None and self._exit.is_alive and not exists:
@@ -172,8 +178,36 @@ class SimEngine:
         self.stop(exists=False)
 
     def restart(self, down_s: float, engine_id: str | None = None) -> Generator[Any, Any, None]:
+        yield from self._close_servers()
         self.stop(exists=True)
         yield from self.start(refuse_s=down_s, restart=True, engine_id=engine_id, new_process=False)
+
+    def _close_servers(self) -> Generator[Any, Any, None]:
+        """A restart in place closes its servers as the real engine does (runtime `_stop_serving`): new
+        connections are refused at once; the gRPC server, then the side channels (cut), then the HTTP apps
+        (the bootstrap server, then the serving one) each let the work in progress finish within the
+        grace, then cut it. Only the cell's transport has serving work: a gRPC cell's pulls outlast the
+        gRPC grace, an HTTP cell's are cut first."""
+        self.listening = False
+        self.state.side_channel_ports = []
+        self.side_port = 0
+        grpc = self.cell.topology.transport == "grpc"
+        if grpc:
+            yield from self._grace("serve")
+        cut_work(self.env, self._work["side_channel"], self._stop)
+        yield from self._grace("bootstrap")
+        if not grpc:
+            yield from self._grace("serve")
+
+    def _grace(self, link: str) -> Generator[Any, Any, None]:
+        """Wait until the work that came in on `link` is done, at most SHUTDOWN_GRACE_S, then cut the rest."""
+        work = self._work[link]
+        end = self.env.now + SHUTDOWN_GRACE_S
+        while work and self.env.now < end:
+            self._work_left = self.env.event()
+            yield self._work_left | self.env.timeout(end - self.env.now)
+        self._work_left = None
+        cut_work(self.env, work, self._stop)
 
     def respawn(self) -> Generator[Any, Any, None]:
         self.pid += 1
@@ -240,15 +274,22 @@ class SimEngine:
     # ------------------------------------------------------------------ serving
 
     def serve(
-        self, handler: Callable[[float | None], Generator[Any, Any, Reply]], deadline: float | None
+        self,
+        handler: Callable[[float | None], Generator[Any, Any, Reply]],
+        deadline: float | None,
+        link: str = "serve",
     ) -> Generator[Any, Any, Reply]:
-        """Run a handler in the caller's process (`SimNetwork.call`): registered while it runs, so a stop of
-        this engine cuts it (the connection resets); paused while the process is frozen; every wait of it
-        bounded by the caller's `deadline`."""
+        """Run a handler in the caller's process (`SimNetwork.call`), for a call that came in on `link`:
+        registered while it runs, so a stop of this engine cuts it (the connection resets); paused while the
+        process is frozen; every wait of it bounded by the caller's `deadline`."""
+        if not self.listening:
+            # The servers closed while the request was on its way: the connection is reset.
+            return Reply(CUT, 0)
         proc = self.env.active_process
         token = object()
+        work = self._work[link]
         if proc is not None:
-            self._work[token] = proc
+            work[token] = proc
         try:
             yield from self._awake(deadline)
             return (yield from handler(deadline))
@@ -259,7 +300,9 @@ class SimEngine:
         except Refused:
             return Reply(CUT, 0)
         finally:
-            self._work.pop(token, None)
+            work.pop(token, None)
+            if self._work_left is not None and not self._work_left.triggered:
+                self._work_left.succeed()
 
     def _awake(self, deadline: float | None) -> Generator[Any, Any, None]:
         while self.frozen:

@@ -214,8 +214,8 @@ class SimNetwork:
         outer: float | None = None,
     ) -> Generator[Any, Any, CallResult]:
         """One request/answer over `ref` (None: a hop no fault sits on) to `server` (an engine: `accepting()`,
-        `serve(handler, deadline)`), within `timeout_s`, inside a caller whose own deadline is `outer`. Runs
-        in the caller's process: `result = yield from network.call(...)`. The caller's deadline passing
+        `serve(handler, deadline, link)`), within `timeout_s`, inside a caller whose own deadline is `outer`.
+        Runs in the caller's process: `result = yield from network.call(...)`. The caller's deadline passing
         raises Deadline past this call; the call's own gives a "timeout" result."""
         env = self.env
         start = env.now
@@ -236,7 +236,8 @@ class SimNetwork:
                 yield from wait(env, float("inf") if up.at is None else up.at - env.now, deadline)
                 return CallResult(error=up.broken, elapsed=env.now - start)
             yield from wait(env, up.arrive - env.now, deadline)
-            reply: Reply = yield from server.serve(handler, deadline)
+            link = ref.link if ref is not None else "serve"
+            reply: Reply = yield from server.serve(handler, deadline, link)
             if reply.value is CUT:
                 return CallResult(error="reset", elapsed=env.now - start)
             down = self.transit(ref, "downstream", reply.nbytes, env.now)

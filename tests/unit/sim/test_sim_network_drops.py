@@ -25,7 +25,8 @@ class Server:
     def accepting(self) -> bool:
         return True
 
-    def serve(self, handler: Any, deadline: float | None) -> Generator[Any, Any, Reply]:
+    def serve(self, handler: Any, deadline: float | None, link: str = "serve"
+              ) -> Generator[Any, Any, Reply]:
         try:
             return (yield from handler(deadline))
         except simpy.Interrupt:
