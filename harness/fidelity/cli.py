@@ -93,8 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         except VllmNotInstalled as e:  # said now, not after the fakes were probed
             print(f"pdchaos fidelity: --real vllm: {e}", file=sys.stderr)
             return EXIT_USAGE
-    if args.real == "fake":
-        print("pdchaos fidelity: --real must name a real backend (vllm or command:FILE)", file=sys.stderr)
+    if real.kind not in ("vllm", "command"):
+        # The probes drive a local engine pair; fakes against fakes compare nothing, and a Kubernetes
+        # backend's engines are not beside the harness.
+        print(f"pdchaos fidelity: --real must name a real backend (vllm or command:FILE), not {args.real}",
+              file=sys.stderr)
         return EXIT_USAGE
     out = args.out or Path("runs") / time.strftime("fidelity-%Y%m%d-%H%M%S")
     problem = out_folder_problem(out, "fidelity folder")
