@@ -112,11 +112,30 @@ def _main(args: argparse.Namespace) -> int:
         raise UsageError("--resume needs --out: the folder of the sweep to go on with")
     if args.resume and not out.is_dir():
         raise UsageError(f"--resume: no sweep folder at {out}")
+    if args.resume and (problem := resume_problem(out, spec.name)):
+        raise UsageError(f"--resume: {problem}")
     problem = None if args.resume else out_folder_problem(out, "sweep folder", resume=True)
     if problem:
         raise UsageError(problem)
     out.mkdir(parents=True, exist_ok=True)
     return _run(plan, out, jobs, baseline, args)
+
+
+def resume_problem(out: Path, name: str) -> str | None:
+    """Why `out` is not a folder of the sweep `name` to go on with (None: it is, or it is one that was
+    stopped before it wrote anything): a resumed sweep rewrites the folder's reports."""
+    from harness.sweep.cells import SWEEP_JSON
+
+    path = out / SWEEP_JSON
+    if path.is_file():
+        try:
+            held = json.loads(path.read_text(encoding="utf-8")).get("name")
+        except (OSError, ValueError, AttributeError) as e:
+            return f"{path} is unreadable ({e})"
+        return None if held == name else f"{out} holds the sweep {held!r}, not {name!r}"
+    if (out / "report.json").is_file():
+        return f"{out} holds a run, not a sweep (it has no {SWEEP_JSON})"
+    return None
 
 
 def _stamp() -> str:

@@ -142,6 +142,27 @@ def test_resume_runs_only_the_cells_without_a_verdict(tmp_path: Path) -> None:
     assert len(doc["results"]) == 2 and {r["status"] for r in doc["results"]} == {"pass"}
 
 
+def test_resume_refuses_a_folder_that_is_not_this_sweeps(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    mini = sweep_file(tmp_path, "mini", MINI)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sweep.json").write_text(json.dumps({"name": "nightly", "cells": []}))
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "report.json").write_text(json.dumps({"results": []}))
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "sweep.json").write_bytes(b"\x80 not json")
+    cases = ((other, "holds the sweep 'nightly', not 'mini'"), (plain, "holds a run, not a sweep"),
+             (broken, "unreadable"))
+    for folder, words in cases:
+        before = sorted(p.name for p in folder.iterdir())
+        assert sweep(str(mini), "--out", str(folder), "--resume") == 3
+        assert words in capsys.readouterr().err
+        assert sorted(p.name for p in folder.iterdir()) == before  # nothing written there
+
+
 def test_run_with_jobs_in_simulated_time(tmp_path: Path) -> None:
     out = tmp_path / "r"
     code = main(["run", "sole_prefill_down", "--topology", "1p1d", "--transport", "http", "--world", "sim",
