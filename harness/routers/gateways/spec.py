@@ -40,6 +40,11 @@ LATEST = "latest"
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\.post[0-9]+)?(\.dev[0-9]+)?$")
 
 
+def is_release_version(text: str) -> bool:
+    """A package release as pip names it (1.13.0, 0.9.0rc1, 2.0.post1): what `NAME==VERSION` may pin."""
+    return bool(_VERSION.match(text))
+
+
 @dataclass(frozen=True)
 class RouterSpec:
     """`kind` is `reference`, `cmd` or `gateway`. `version` None: whatever binary is found (env var, PATH,
@@ -86,7 +91,7 @@ def parse_router_spec(spec: str) -> RouterSpec:
         version = s.split("==", 1)[1].strip().lower()
         if not version:
             raise RouterAdapterError(f"router {spec!r}: empty version after '=='")
-        if version != LATEST and not _VERSION.match(version):
+        if version != LATEST and not is_release_version(version):
             raise RouterAdapterError(f"router {spec!r}: {version!r} is not a release version (e.g. 1.13.0)")
     elif any(c in s for c in "<>=!~@ "):
         raise RouterAdapterError(f"router {spec!r}: only NAME or NAME==VERSION is understood")

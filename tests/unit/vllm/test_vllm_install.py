@@ -91,3 +91,13 @@ def test_status_cli_says_what_is_there(tmp_path: Path, capsys: pytest.CaptureFix
     with pytest.raises(SystemExit) as e:
         engines_main(["install", "mooncake"])
     assert e.value.code == 3  # a usage error, as every pdchaos command (2 reads as unknown)
+
+
+@pytest.mark.parametrize("version", ["not a version", "latest", "", "0.32.0; rm -rf /"])
+def test_install_refuses_a_version_that_is_no_release_before_doing_anything(
+        version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = tmp_path / "vh"
+    with pytest.raises(SystemExit) as e:
+        engines_main(["install", "vllm", "--version", version, "--home", str(home)])
+    assert e.value.code == 3 and "is not a release version" in capsys.readouterr().err
+    assert not home.exists()
