@@ -336,9 +336,11 @@ def _check_engines(spec: str, world: str, cells: list[tuple[Any, Any]]) -> tuple
 def _apply_log_cap(mb: float | None) -> None:
     """--log-cap-mb reaches every supervisor of the run, cell workers' included, through the environment;
     a bad $PDCHAOS_LOG_CAP_MB is a usage error now rather than a failure at the first process."""
-    from harness.worlds.real.log_cap import LOG_CAP_ENV, log_cap_from_env
+    from harness.worlds.real.log_cap import LOG_CAP_ENV, MIN_LOG_CAP_MB, log_cap_from_env
 
     if mb is not None:
+        if mb != 0 and not MIN_LOG_CAP_MB <= mb < float("inf"):
+            raise UsageError(f"--log-cap-mb {mb:g}: 0 (no cap) or at least {MIN_LOG_CAP_MB} MB")
         os.environ[LOG_CAP_ENV] = f"{mb:g}"
     try:
         log_cap_from_env()
@@ -627,7 +629,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from reports.collect import find_histories
 
     if not args.run_dir.is_dir():
-        raise UsageError(f"no run folder {args.run_dir}")
+        what = "is a file, not a run folder" if args.run_dir.exists() else "does not exist"
+        raise UsageError(f"no run folder: {args.run_dir} {what}")
     _refuse_a_folder_of_runs(args.run_dir)
     if not (args.run_dir / "report.json").is_file() and not find_histories(args.run_dir):
         raise UsageError(f"{args.run_dir} holds no scenario results or histories")  # nothing written there

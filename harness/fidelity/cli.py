@@ -71,7 +71,11 @@ async def _probe_backend(spec: str, connector: str, transport: str, out: Path,
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    names = [n.strip() for n in args.probes.split(",")] if args.probes else None
+    names = [n.strip() for n in args.probes.split(",")] if args.probes is not None else None
+    if names is not None and not all(names):
+        print(f"pdchaos fidelity: --probes {args.probes!r}: an empty probe name (leave --probes out to run "
+              "every probe)", file=sys.stderr)
+        return EXIT_USAGE
     if args.transport == "grpc" and args.connector != "nixl":
         print("pdchaos fidelity: --transport grpc compares NIXL pairs only (vLLM's Mooncake connector "
               "needs an accelerator; its side is read from source, over HTTP)", file=sys.stderr)

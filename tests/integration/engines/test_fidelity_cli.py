@@ -46,7 +46,8 @@ def test_grpc_probes_fakes_against_command_started_fakes(tmp_path: Path,
 
 
 @pytest.mark.parametrize("argv", [["--probes", "nope"], ["--real", "fake"], ["--real", "bogus"],
-                                  ["--real", "k8s:examples/engines/k8s-fake.toml"],
+                                  ["--real", "k8s:examples/engines/k8s-fake.toml"], ["--probes", ""],
+                                  ["--probes", "handoff,,errors"],
                                   ["--connector", "grpc"], ["--transport", "grpc", "--connector", "mooncake"],
                                   ["--transport", "grpc", "--probes", "handoff"]])
 def test_bad_input_is_a_usage_error(argv: list[str], tmp_path: Path) -> None:

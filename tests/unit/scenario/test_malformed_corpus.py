@@ -231,6 +231,12 @@ def _not_empty(tmp_path: Path) -> str:
     return str(d)
 
 
+def _a_file(tmp_path: Path) -> str:
+    f = tmp_path / "notes.md"
+    f.write_text("not a run")
+    return str(f)
+
+
 PASS = str(PASS_FILE)
 # (id, argv builder, a piece of the error line); the run folder is tmp/out unless the case gives --out.
 FLAG_CASES: list[tuple[str, Any, str]] = [
@@ -268,6 +274,7 @@ FLAG_CASES: list[tuple[str, Any, str]] = [
     ("inject-unknown", lambda t: ["run", PASS, "--inject-bug", "no_such_bug"], "no_such_bug"),
     ("out-not-empty", lambda t: ["run", PASS, "--out", _not_empty(t)], "already exists and is not empty"),
     ("report-missing", lambda t: ["report", str(t / "absent")], "no run folder"),
+    ("report-a-file", lambda t: ["report", _a_file(t)], "is a file, not a run folder"),
     ("list-unknown", lambda t: ["list", "no_such_scenario"], "unknown scenario 'no_such_scenario'"),
     ("command-unknown", lambda t: ["bogus"], "invalid choice: 'bogus'"),
 ]

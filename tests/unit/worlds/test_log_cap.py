@@ -165,5 +165,7 @@ def test_the_run_flag_sets_the_cap_for_every_process_of_the_run(monkeypatch: pyt
     _apply_log_cap(2.5)  # the flag wins over the environment, and cell workers inherit it
     assert os.environ[LOG_CAP_ENV] == "2.5"
     assert log_cap_from_env() == LogCap.of_megabytes(2.5)
-    with pytest.raises(UsageError, match="--log-cap-mb"):
+    with pytest.raises(UsageError, match=r"--log-cap-mb 0\.001") as refused:
         _apply_log_cap(0.001)
+    assert LOG_CAP_ENV not in str(refused.value)  # the user gave the flag: the message names the flag
+    assert os.environ[LOG_CAP_ENV] == "2.5"  # and nothing was set
