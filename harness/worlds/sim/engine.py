@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 import simpy
@@ -42,6 +43,15 @@ CONNECTOR_NAMES = {"mooncake": "MooncakeConnector", "nixl": "NixlConnector", "no
 KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer", "both": "kv_both"}
 # Bytes per prompt token of the fakes' KV payload (what a pull carries back).
 KV_BYTES_PER_TOKEN = 64
+@dataclass
+class StreamMarks:
+    """A streamed generation leg's progress at the engine, in simulated time: when its answer started (an
+    HTTP stream's 200 and headers go out before generation) and when its first token left."""
+
+    started_at: float | None = None
+    first_token_at: float | None = None
+
+
 # The links a call reaches an engine's servers by (`SimNetwork.call`).
 SERVER_LINKS = ("serve", "bootstrap", "side_channel")
 # A new engine process takes PROCESS_START_S to serve, an in-process restart this long to close and reopen
@@ -357,11 +367,17 @@ class SimEngine:
         payload = KV_BYTES_PER_TOKEN * int(getattr(answer, "n_tokens", 0) or 0)
         return Reply(answer, 128 + payload)
 
-    def generate(self, req: GenRequest, stream: bool, deadline: float | None) -> Generator[Any, Any, Reply]:
+    def generate(
+        self, req: GenRequest, deadline: float | None, marks: StreamMarks | None = None
+    ) -> Generator[Any, Any, Reply]:
         """One generation leg through the request flow, answered as the HTTP/gRPC surfaces do: the reply is
-        the flow's final step (Finish or Reject); a non-streamed answer leaves once its last token is out, a
-        streamed one with the first (the caller paces the rest). A caller gone or a stop aborts the flow
-        (no record, as a cancelled request)."""
+        the flow's final step (Finish or Reject), and it leaves once the last token is out. A streamed leg
+        (`marks`) keeps its connection while its tokens go out, so a stop, a freeze or a dropped link
+        mid-stream reaches it; `marks` says when the answer started (an HTTP stream's headers go out before
+        generation) and when the first token left. A caller gone or a stop aborts the flow (no record, as
+        a cancelled request)."""
+        if marks is not None:
+            marks.started_at = self.env.now
         flow = RequestFlow(self.state, req)
         step = flow.next_step()
         try:
@@ -375,8 +391,10 @@ class SimEngine:
         if isinstance(step, Reject):
             return Reply(step, 256)
         result: GenResult = step.result
+        if marks is not None:
+            marks.first_token_at = self.env.now
         rest = result.itl_s * max(0, len(result.token_ids) - 1)
-        if not stream and rest > 0:
+        if rest > 0:
             yield from wait(self.env, rest, deadline)
             yield from self._awake(deadline)
         return Reply(result, 512 + 8 * len(result.token_ids))

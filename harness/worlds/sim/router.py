@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
 import simpy
 
@@ -23,6 +23,7 @@ from harness.scenario import RouterSettings
 from harness.scenario.links import LinkRef
 from harness.session.requests import RequestPlan
 from harness.worlds.sim.cell import CellView
+from harness.worlds.sim.engine import SimEngine, StreamMarks
 from harness.worlds.sim.network import HOP_S, CallResult, Reply, SimNetwork, wait, wait_event
 from reference_router.core import (
     BreakerConfig,
@@ -59,13 +60,12 @@ from reference_router.core import (
 )
 from reference_router.core.bugs import validate_bugs
 
-if TYPE_CHECKING:
-    from harness.worlds.sim.engine import SimEngine
-
 # The real router's default identity-check interval when none is given (reference_router CLI).
 DEFAULT_IDENTITY_INTERVAL_S = 30.0
 # The real dispatcher's poll while a request waits for its prefill's engine-id re-read.
 ID_READ_POLL_S = 0.005
+# Bytes of a stream's first message (headers, a token's chunk): what its trip to the router is timed by.
+STREAM_CHUNK_BYTES = 128
 
 
 @dataclass(frozen=True)
@@ -451,40 +451,47 @@ class SimRouter:
         client_deadline: float,
     ) -> Generator[Any, Any, ClientAnswer]:
         engine = self.engine_of(worker)
-        stream = bool(body.get("stream"))
+        marks = StreamMarks() if body.get("stream") else None
         result = yield from self._call_generate(
-            engine, body, plan.chat, timeout_s, flow.request_id, client_deadline
+            engine, body, plan.chat, timeout_s, flow.request_id, client_deadline, marks
         )
+        now = self.env.now
         if isinstance(result, Reply) and isinstance(result.value, GenResult):
-            self.record(flow.final_done(now=self.env.now).effects)
+            self.record(flow.final_done(now=now).effects)
             gen: GenResult = result.value
-            first = self.env.now - t0
-            rest = gen.itl_s * max(0, len(gen.token_ids) - 1)
-            if stream:
-                yield from wait(self.env, rest, client_deadline)
-                return ClientAnswer(200, gen.text, None, ttft_s=first, latency_s=self.env.now - t0)
-            return ClientAnswer(200, gen.text, None, ttft_s=first, latency_s=first)
+            first = self._arrival(engine, marks.first_token_at) if marks is not None else None
+            return ClientAnswer(200, gen.text, None, ttft_s=(first or now) - t0, latency_s=now - t0)
         error = result if isinstance(result, LegError) else _rejected(result.value, self.transport)
-        if stream and self.transport == "http" and isinstance(result, Reply):
+        if marks is not None and self.transport == "http" and isinstance(result, Reply):
             # The engine had answered 200 and streams the error as a chunk; the router relays it as is.
-            self.record(flow.final_done(now=self.env.now).effects)
+            self.record(flow.final_done(now=now).effects)
             err = result.value
-            return ClientAnswer(200, None, err.message, ttft_s=self.env.now - t0, latency_s=self.env.now - t0)
-        if stream and self.transport == "http" and error.status == 504 and self._headers_sent(engine):
-            self.record(flow.final_done(error, after_headers=True, now=self.env.now).effects)
-            return ClientAnswer(
-                200, None, error.message, ttft_s=self.env.now - t0, latency_s=self.env.now - t0
-            )
-        done = flow.final_done(error, now=self.env.now)
+            return ClientAnswer(200, None, err.message, ttft_s=now - t0, latency_s=now - t0)
+        if marks is not None and isinstance(result, LegError) and self._answer_started(engine, marks):
+            # The client already has its 200 (HTTP: the engine's headers, relayed; gRPC: the router's, sent
+            # with the first token): the stream ends with an error chunk.
+            if self.transport == "http":
+                error = _broken_stream(error, engine, timeout_s)
+            self.record(flow.final_done(error, after_headers=True, now=now).effects)
+            first = self._arrival(engine, marks.first_token_at)
+            return ClientAnswer(200, None, error.message, ttft_s=(first or now) - t0, latency_s=now - t0)
+        done = flow.final_done(error, now=now)
         self.record(done.effects)
         assert done.answer is not None
-        return _error_answer(done.answer, self.env.now - t0)
+        return _error_answer(done.answer, now - t0)
 
-    @staticmethod
-    def _headers_sent(engine: SimEngine | None) -> bool:
-        """An HTTP streaming answer starts (200, headers) before generation; a frozen or gone process sends
-        nothing."""
-        return engine is not None and engine.listening and not engine.frozen
+    def _arrival(self, engine: SimEngine | None, at: float | None) -> float | None:
+        """When a small message the engine sent at `at` reached the router (None: never, or none sent)."""
+        if engine is None or at is None:
+            return None
+        return self.net.transit(LinkRef(engine.name, "serve"), "downstream", STREAM_CHUNK_BYTES, at).arrive
+
+    def _answer_started(self, engine: SimEngine | None, marks: StreamMarks) -> bool:
+        """Whether the router had answered 200 before the leg failed: over HTTP it relays the engine's
+        headers, which go out as generation starts; over gRPC it answers with the first token."""
+        sent = marks.started_at if self.transport == "http" else marks.first_token_at
+        arrived = self._arrival(engine, sent)
+        return arrived is not None and arrived <= self.env.now
 
     def _leg(
         self,
@@ -496,7 +503,7 @@ class SimRouter:
         client_deadline: float,
     ) -> Generator[Any, Any, GenResult | LegError]:
         engine = self.engine_of(worker)
-        result = yield from self._call_generate(engine, body, chat, timeout_s, grpc_id, client_deadline)
+        result = yield from self._call_generate(engine, body, chat, timeout_s, grpc_id, client_deadline, None)
         if isinstance(result, LegError):
             return result
         if isinstance(result.value, GenResult):
@@ -511,8 +518,10 @@ class SimRouter:
         timeout_s: float,
         grpc_id: str,
         client_deadline: float,
+        marks: StreamMarks | None,
     ) -> Generator[Any, Any, Reply | LegError]:
-        """A generation leg: the engine's reply (a result or its rejection), or how the call failed."""
+        """A generation leg: the engine's reply (a result or its rejection), or how the call failed; a
+        streamed one (`marks`) reports its progress there."""
         rid = (
             grpc_id if self.transport == "grpc" else f"{'chatcmpl' if chat else 'cmpl'}-{self.new_uuid().hex}"
         )
@@ -522,9 +531,8 @@ class SimRouter:
             yield from wait(self.env, HOP_S, client_deadline)
             return Reply(Reject(exc.status, exc.message, exc.err_type))
         nbytes = 256 + 4 * len(req.prompt_text)
-        stream = bool(body.get("stream"))
         res = yield from self._call(
-            engine, "serve", lambda e, d: e.generate(req, stream, d), nbytes, timeout_s, client_deadline
+            engine, "serve", lambda e, d: e.generate(req, d, marks), nbytes, timeout_s, client_deadline
         )
         if res.ok:
             return Reply(res.value)
@@ -542,6 +550,14 @@ def _transport_leg_error(
         what = "failed to connect" if transport == "grpc" else "ClientConnectorError: connection refused"
         return LegError(502, "upstream_error", f"{where}: {what}", Delivery.NOT_SENT)
     return LegError(502, "upstream_error", f"{where}: connection {res.error}")
+
+
+def _broken_stream(error: LegError, engine: SimEngine | None, timeout_s: float) -> LegError:
+    """An HTTP leg that failed after its headers, as the real relay names it (upstream_http.HttpStream)."""
+    where = engine.name if engine is not None else "worker"
+    if error.status == 504:
+        return replace(error, message=f"{where} stream overran {timeout_s:g}s")
+    return replace(error, message=f"{where} stream broke: {error.message.removeprefix(where + ': ')}")
 
 
 def _rejected(reject: Reject, transport: str) -> LegError:

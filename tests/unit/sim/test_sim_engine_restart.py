@@ -67,7 +67,7 @@ def _generate(cell: Cell, engine: SimEngine, tokens: int, out: list[CallResult],
     req, _ = gen_request_from_openai({"prompt": "hello there", "max_tokens": tokens}, False,
                                      f"cmpl-{tokens}", None)
     out.append((yield from cell.net.call(LinkRef(engine.name, "serve"), engine,
-                                         lambda d: engine.generate(req, False, d), 256, 30.0)))
+                                         lambda d: engine.generate(req, d), 256, 30.0)))
 
 
 @pytest.mark.parametrize("transport", ["http", "grpc"])
