@@ -45,11 +45,22 @@ KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer", "both": "kv_both"
 KV_BYTES_PER_TOKEN = 64
 @dataclass
 class StreamMarks:
-    """A streamed generation leg's progress at the engine, in simulated time: when its answer started (an
-    HTTP stream's 200 and headers go out before generation) and when its first token left."""
+    """A streamed generation leg's progress, in simulated time: when its answer started (an HTTP stream's
+    200 and headers go out before generation) and when its first token left the engine, each with when it
+    reached the caller (`reach(sent_at)`, asked as it is sent: the link's faults of that moment; None: it
+    never does)."""
 
+    reach: Callable[[float], float | None]
     started_at: float | None = None
+    started_reached: float | None = None
     first_token_at: float | None = None
+    first_token_reached: float | None = None
+
+    def started(self, now: float) -> None:
+        self.started_at, self.started_reached = now, self.reach(now)
+
+    def first_token(self, now: float) -> None:
+        self.first_token_at, self.first_token_reached = now, self.reach(now)
 
 
 # The links a call reaches an engine's servers by (`SimNetwork.call`).
@@ -110,8 +121,12 @@ class SimEngine:
         # stopped".
         self._work: dict[str, dict[object, simpy.Process]] = {link: {} for link in SERVER_LINKS}
         self._stop = ("stop", spec.name)
-        # Succeeds when a handler ends while a restart waits for its work to finish.
-        self._work_left: simpy.Event | None = None
+        # Servers closed while the process lives on (their work finishing, the rest still serving), and per
+        # server a count of its closes: a connection made before a close reaches no server of a later start.
+        self._closed: set[str] = set()
+        self._epochs: dict[str, int] = dict.fromkeys(SERVER_LINKS, 0)
+        # Succeed when a handler ends, for the closes waiting for their servers' work to finish.
+        self._work_waiters: list[simpy.Event] = []
         self._exit: simpy.Process | None = None
 
     # ------------------------------------------------------------------ the process
@@ -138,8 +153,14 @@ class SimEngine:
             "faults": s.faults.as_dict(),
         }
 
-    def accepting(self) -> bool:
-        return self.listening
+    def accepting(self, link: str = "serve") -> bool:
+        """Whether a connection to the server behind `link` is accepted now."""
+        return self.listening and link not in self._closed
+
+    def epoch(self, link: str) -> int:
+        """Which run of the server behind `link` a connection made now reaches (`serve` resets a connection
+        whose server closed since)."""
+        return self._epochs[link]
 
     def start(
         self,
@@ -149,11 +170,14 @@ class SimEngine:
         new_process: bool = True,
     ) -> Generator[Any, Any, None]:
         """Start (or restart) the engine: listeners refuse for `refuse_s` (plus a new process's start-up),
-        then serve with a new identity."""
+        then serve with a new identity; nothing when the process was killed or replaced meanwhile."""
         self.exists = True
+        pid = self.pid
         wait = refuse_s + (PROCESS_START_S if new_process else LISTENERS_RESTART_S)
         if wait > 0:
             yield self.env.timeout(wait)
+        if not self.exists or self.pid != pid:
+            return
         now = self.env.now
         if restart:
             self.state.restart(now, engine_id)
@@ -165,6 +189,7 @@ class SimEngine:
         elif self.config.connector == "nixl" and self.spec.role == "prefill":
             self.side_port = self.config.nixl_port
         self.state.side_channel_ports = [self.side_port] if self.side_port else []
+        self._closed.clear()
         self.listening = True
         self._wake_gates()
 
@@ -175,7 +200,8 @@ class SimEngine:
         self.exists = exists
         self.state.side_channel_ports = []
         self.side_port = 0
-        for work in self._work.values():
+        for link, work in self._work.items():
+            self._epochs[link] += 1
             cut_work(self.env, work, self._stop)
         if self.frozen:
             self.thaw()
@@ -188,36 +214,50 @@ class SimEngine:
         self.stop(exists=False)
 
     def restart(self, down_s: float, engine_id: str | None = None) -> Generator[Any, Any, None]:
+        pid = self.pid
         yield from self._close_servers()
+        if not self.exists or self.pid != pid:
+            return  # killed or replaced while its servers closed
         self.stop(exists=True)
         yield from self.start(refuse_s=down_s, restart=True, engine_id=engine_id, new_process=False)
 
-    def _close_servers(self) -> Generator[Any, Any, None]:
-        """A restart in place closes its servers as the real engine does (runtime `_stop_serving`): new
-        connections are refused at once; the gRPC server, then the side channels (cut), then the HTTP apps
-        (the bootstrap server, then the serving one) each let the work in progress finish within the
-        grace, then cut it. Only the cell's transport has serving work: a gRPC cell's pulls outlast the
-        gRPC grace, an HTTP cell's are cut first."""
-        self.listening = False
-        self.state.side_channel_ports = []
-        self.side_port = 0
+    def _close_servers(self, deadline: float | None = None) -> Generator[Any, Any, bool]:
+        """Close the servers one after the other, as the real engine does before a restart in place or an
+        exit (runtime `_stop_serving`): the gRPC server, the side channels, the bootstrap app, the serving
+        app. A server closed refuses new connections; its work in progress may finish within the grace
+        (the side channels' is cut at once), then is cut; the servers not yet closed serve on meanwhile.
+        Only the cell's transport carries serving work: it is the gRPC server in a gRPC cell, the serving
+        app in an HTTP one. `deadline`: cut whatever is left then (a SIGKILL after a grace); returns False
+        when it did."""
         grpc = self.cell.topology.transport == "grpc"
-        if grpc:
-            yield from self._grace("serve")
-        cut_work(self.env, self._work["side_channel"], self._stop)
-        yield from self._grace("bootstrap")
-        if not grpc:
-            yield from self._grace("serve")
+        order = ("serve", "side_channel", "bootstrap") if grpc else ("side_channel", "bootstrap", "serve")
+        in_time = True
+        for link in order:
+            self._closed.add(link)
+            self._epochs[link] += 1
+            if link == "side_channel":
+                self.state.side_channel_ports = []
+                self.side_port = 0
+                cut_work(self.env, self._work[link], self._stop)
+            else:
+                in_time = (yield from self._grace(link, deadline)) and in_time
+        return in_time
 
-    def _grace(self, link: str) -> Generator[Any, Any, None]:
-        """Wait until the work that came in on `link` is done, at most SHUTDOWN_GRACE_S, then cut the rest."""
+    def _grace(self, link: str, deadline: float | None) -> Generator[Any, Any, bool]:
+        """Wait until the work that came in on `link` is done, at most SHUTDOWN_GRACE_S (and not past
+        `deadline`), then cut the rest. False when the deadline cut work."""
         work = self._work[link]
         end = self.env.now + SHUTDOWN_GRACE_S
+        cut_short = deadline is not None and deadline < end
+        if cut_short:
+            end = max(self.env.now, deadline or 0.0)
         while work and self.env.now < end:
-            self._work_left = self.env.event()
-            yield self._work_left | self.env.timeout(end - self.env.now)
-        self._work_left = None
+            left = self.env.event()
+            self._work_waiters.append(left)
+            yield left | self.env.timeout(end - self.env.now)
+        late = bool(work) and cut_short
         cut_work(self.env, work, self._stop)
+        return not late
 
     def respawn(self) -> Generator[Any, Any, None]:
         self.pid += 1
@@ -229,8 +269,10 @@ class SimEngine:
         return changed
 
     def _exit_later(self, delay: float) -> Generator[Any, Any, None]:
+        """A dying engine's exit: its servers close (each with its grace), then the process ends."""
         try:
             yield self.env.timeout(delay)
+            yield from self._close_servers()
         except simpy.Interrupt:
             return
         self._exit = None
@@ -253,6 +295,13 @@ class SimEngine:
             wake = min(self.state.drain_wake(self.env.now), start + grace_s)
             # Never a zero wait: the loop must move the clock, or it would spin at one instant.
             yield self.env.any_of([self._activity, self.env.timeout(max(1e-6, wake - self.env.now))])
+        if not killed:
+            # Drained: the process closes its servers (the streams still going out get the grace), unless
+            # the SIGKILL after `grace_s` comes first.
+            in_time = yield from self._close_servers(deadline=start + grace_s)
+            if self.pid != pid or not self.exists:
+                return None
+            killed = not in_time
         self.kill()
         return killed
 
@@ -288,12 +337,14 @@ class SimEngine:
         handler: Callable[[float | None], Generator[Any, Any, Reply]],
         deadline: float | None,
         link: str = "serve",
+        epoch: int | None = None,
     ) -> Generator[Any, Any, Reply]:
-        """Run a handler in the caller's process (`SimNetwork.call`), for a call that came in on `link`:
-        registered while it runs, so a stop of this engine cuts it (the connection resets); paused while the
-        process is frozen; every wait of it bounded by the caller's `deadline`."""
-        if not self.listening:
-            # The servers closed while the request was on its way: the connection is reset.
+        """Run a handler in the caller's process (`SimNetwork.call`), for a call that came in on `link`
+        (connected to the `epoch` run of its server): registered while it runs, so a stop of this engine
+        cuts it (the connection resets); paused while the process is frozen; every wait of it bounded by
+        the caller's `deadline`."""
+        if epoch is not None and epoch != self._epochs[link]:
+            # Its server closed while the request was on its way: the connection is reset.
             return Reply(CUT, 0)
         proc = self.env.active_process
         token = object()
@@ -311,8 +362,11 @@ class SimEngine:
             return Reply(CUT, 0)
         finally:
             work.pop(token, None)
-            if self._work_left is not None and not self._work_left.triggered:
-                self._work_left.succeed()
+            if self._work_waiters:
+                waiters, self._work_waiters = self._work_waiters, []
+                for left in waiters:
+                    if not left.triggered:
+                        left.succeed()
 
     def _awake(self, deadline: float | None) -> Generator[Any, Any, None]:
         while self.frozen:
@@ -377,7 +431,7 @@ class SimEngine:
         generation) and when the first token left. A caller gone or a stop aborts the flow (no record, as
         a cancelled request)."""
         if marks is not None:
-            marks.started_at = self.env.now
+            marks.started(self.env.now)
         flow = RequestFlow(self.state, req)
         step = flow.next_step()
         try:
@@ -392,7 +446,7 @@ class SimEngine:
             return Reply(step, 256)
         result: GenResult = step.result
         if marks is not None:
-            marks.first_token_at = self.env.now
+            marks.first_token(self.env.now)
         rest = result.itl_s * max(0, len(result.token_ids) - 1)
         if rest > 0:
             yield from wait(self.env, rest, deadline)

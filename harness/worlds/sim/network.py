@@ -213,8 +213,9 @@ class SimNetwork:
         timeout_s: float | None,
         outer: float | None = None,
     ) -> Generator[Any, Any, CallResult]:
-        """One request/answer over `ref` (None: a hop no fault sits on) to `server` (an engine: `accepting()`,
-        `serve(handler, deadline, link)`), within `timeout_s`, inside a caller whose own deadline is `outer`.
+        """One request/answer over `ref` (None: a hop no fault sits on) to `server` (an engine:
+        `accepting(link)`, `epoch(link)`, `serve(handler, deadline, link, epoch)`), within `timeout_s`, inside
+        a caller whose own deadline is `outer`.
         Runs in the caller's process: `result = yield from network.call(...)`. The caller's deadline passing
         raises Deadline past this call; the call's own gives a "timeout" result."""
         env = self.env
@@ -222,9 +223,11 @@ class SimNetwork:
         own = None if timeout_s is None else start + max(0.0, timeout_s)
         deadline = earliest(own, outer)
         state = self.links.get(ref) if ref is not None else None
-        if (state is not None and not state.enabled) or not server.accepting():
+        link = ref.link if ref is not None else "serve"
+        if (state is not None and not state.enabled) or not server.accepting(link):
             yield from wait(env, HOP_S, outer)
             return CallResult(error="refused", elapsed=env.now - start)
+        epoch = server.epoch(link)
         token = object()
         if state is not None:
             state.connections += 1
@@ -236,8 +239,7 @@ class SimNetwork:
                 yield from wait(env, float("inf") if up.at is None else up.at - env.now, deadline)
                 return CallResult(error=up.broken, elapsed=env.now - start)
             yield from wait(env, up.arrive - env.now, deadline)
-            link = ref.link if ref is not None else "serve"
-            reply: Reply = yield from server.serve(handler, deadline, link)
+            reply: Reply = yield from server.serve(handler, deadline, link, epoch)
             if reply.value is CUT:
                 return CallResult(error="reset", elapsed=env.now - start)
             down = self.transit(ref, "downstream", reply.nbytes, env.now)

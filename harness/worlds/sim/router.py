@@ -451,7 +451,7 @@ class SimRouter:
         client_deadline: float,
     ) -> Generator[Any, Any, ClientAnswer]:
         engine = self.engine_of(worker)
-        marks = StreamMarks() if body.get("stream") else None
+        marks = StreamMarks(self._reach(engine)) if body.get("stream") else None
         result = yield from self._call_generate(
             engine, body, plan.chat, timeout_s, flow.request_id, client_deadline, marks
         )
@@ -459,7 +459,7 @@ class SimRouter:
         if isinstance(result, Reply) and isinstance(result.value, GenResult):
             self.record(flow.final_done(now=now).effects)
             gen: GenResult = result.value
-            first = self._arrival(engine, marks.first_token_at) if marks is not None else None
+            first = marks.first_token_reached if marks is not None else None
             return ClientAnswer(200, gen.text, None, ttft_s=(first or now) - t0, latency_s=now - t0)
         error = result if isinstance(result, LegError) else _rejected(result.value, self.transport)
         if marks is not None and self.transport == "http" and isinstance(result, Reply):
@@ -467,31 +467,29 @@ class SimRouter:
             self.record(flow.final_done(now=now).effects)
             err = result.value
             return ClientAnswer(200, None, err.message, ttft_s=now - t0, latency_s=now - t0)
-        if marks is not None and isinstance(result, LegError) and self._answer_started(engine, marks):
+        if marks is not None and isinstance(result, LegError) and self._answer_started(marks):
             # The client already has its 200 (HTTP: the engine's headers, relayed; gRPC: the router's, sent
             # with the first token): the stream ends with an error chunk.
             if self.transport == "http":
                 error = _broken_stream(error, engine, timeout_s)
             self.record(flow.final_done(error, after_headers=True, now=now).effects)
-            first = self._arrival(engine, marks.first_token_at)
+            first = marks.first_token_reached
             return ClientAnswer(200, None, error.message, ttft_s=(first or now) - t0, latency_s=now - t0)
         done = flow.final_done(error, now=now)
         self.record(done.effects)
         assert done.answer is not None
         return _error_answer(done.answer, now - t0)
 
-    def _arrival(self, engine: SimEngine | None, at: float | None) -> float | None:
-        """When a small message the engine sent at `at` reached the router (None: never, or none sent)."""
-        if engine is None or at is None:
-            return None
-        return self.net.transit(LinkRef(engine.name, "serve"), "downstream", STREAM_CHUNK_BYTES, at).arrive
+    def _reach(self, engine: SimEngine | None) -> Callable[[float], float | None]:
+        """When a stream's small message the engine sends at a time reaches the router (None: never)."""
+        ref = LinkRef(engine.name if engine is not None else "", "serve")
+        return lambda at: self.net.transit(ref, "downstream", STREAM_CHUNK_BYTES, at).arrive
 
-    def _answer_started(self, engine: SimEngine | None, marks: StreamMarks) -> bool:
+    def _answer_started(self, marks: StreamMarks) -> bool:
         """Whether the router had answered 200 before the leg failed: over HTTP it relays the engine's
         headers, which go out as generation starts; over gRPC it answers with the first token."""
-        sent = marks.started_at if self.transport == "http" else marks.first_token_at
-        arrived = self._arrival(engine, sent)
-        return arrived is not None and arrived <= self.env.now
+        reached = marks.started_reached if self.transport == "http" else marks.first_token_reached
+        return reached is not None and reached <= self.env.now
 
     def _leg(
         self,

@@ -15,10 +15,10 @@ from fake_engines.core.gen_request import gen_request_from_openai
 from fake_engines.core.timing import SHUTDOWN_GRACE_S
 from harness.runner import sim_topology
 from harness.scenario import EngineSettings
-from harness.scenario.links import LinkRef
+from harness.scenario.links import LinkRef, ToxicPlan
 from harness.topology import Topology
 from harness.worlds.sim.engine import SimEngine
-from harness.worlds.sim.network import HOP_S, CallResult, Reply, SimNetwork, wait
+from harness.worlds.sim.network import HOP_S, CallResult, LinkState, Reply, SimNetwork, wait
 
 
 class Cell:
@@ -134,3 +134,101 @@ def test_a_request_still_on_its_way_when_the_servers_close_is_reset() -> None:
     cell.env.process(restart_in_the_hop())
     cell.env.run(until=2.0)
     assert got[0].error == "reset"
+
+
+def _side_call(cell: Cell, engine: SimEngine, at: float, work_s: float,
+               out: list[CallResult]) -> Generator[Any, Any, None]:
+    yield cell.env.timeout(at - cell.env.now)
+
+    def pull(deadline: float | None) -> Generator[Any, Any, Reply]:
+        yield from wait(cell.env, work_s, deadline)
+        return Reply("kv")
+
+    out.append((yield from cell.net.call(LinkRef(engine.name, "side_channel"), engine, pull, 128, 5.0)))
+
+
+def _restart_at(cell: Cell, engine: SimEngine, at: float, down_s: float) -> Generator[Any, Any, None]:
+    yield cell.env.timeout(at - cell.env.now)
+    yield from engine.restart(down_s=down_s)
+
+
+@pytest.mark.parametrize(("transport", "served"), [("grpc", True), ("http", False)])
+def test_the_servers_close_in_the_real_order(transport: str, served: bool) -> None:
+    """gRPC first (its serving work gets the grace while the side channels still serve), then the side
+    channels, then the HTTP apps: in a gRPC cell a pull that comes during the serving grace is served, in
+    an HTTP cell the side channels are already closed."""
+    cell, engine = _engine(transport, itl_ms=50.0)
+    serving: list[CallResult] = []
+    pulls: list[CallResult] = []
+    cell.env.process(_generate(cell, engine, 21, serving, at=0.1))  # runs past the grace: cut at its end
+    cell.env.process(_restart_at(cell, engine, 0.15, down_s=0.5))
+    cell.env.process(_side_call(cell, engine, 0.2, 0.05, pulls))  # during the serving grace
+    cell.env.run(until=3.0)
+    assert serving[0].error == "reset"
+    assert (pulls[0].ok, pulls[0].error) == ((True, None) if served else (False, "refused"))
+
+
+def test_a_kill_while_the_servers_close_keeps_the_engine_down() -> None:
+    cell, engine = _engine("http", itl_ms=50.0)
+    serving: list[CallResult] = []
+    cell.env.process(_generate(cell, engine, 21, serving, at=0.1))
+    cell.env.process(_restart_at(cell, engine, 0.15, down_s=0.1))
+
+    def kill_soon() -> Generator[Any, Any, None]:
+        yield cell.env.timeout(0.2 - cell.env.now)
+        engine.kill()
+
+    cell.env.process(kill_soon())
+    cell.env.run(until=3.0)
+    assert serving[0].error == "reset" and serving[0].elapsed == pytest.approx(0.1)
+    assert not engine.exists and not engine.accepting()
+
+
+def test_a_connection_made_before_a_restart_does_not_reach_the_next_start() -> None:
+    """A request still on its way (a slow link) when its server closed is reset, even if the server is back
+    by the time it gets there."""
+    cell, engine = _engine("http", itl_ms=5.0)
+    ref = LinkRef(engine.name, "serve")
+    cell.net.links[ref] = LinkState()
+    cell.net.add_toxics(ref, [ToxicPlan("slow", "latency", "upstream", {"latency": 1000, "jitter": 0})])
+    got: list[CallResult] = []
+    cell.env.process(_generate(cell, engine, 3, got, at=0.1))
+    cell.env.process(_restart_at(cell, engine, 0.2, down_s=0.1))
+    cell.env.run(until=0.6)
+    assert engine.accepting()  # back well before the request arrives (at about 1.1)
+    cell.env.run(until=3.0)
+    assert got[0].error == "reset"
+
+
+def test_two_restarts_at_once_each_wait_only_for_their_work() -> None:
+    cell, engine = _engine("http", itl_ms=50.0)
+    short: list[CallResult] = []
+    cell.env.process(_generate(cell, engine, 2, short, at=0.1))  # done about 0.05 s after the restarts
+    cell.env.process(_restart_at(cell, engine, 0.11, down_s=0.0))
+    cell.env.process(_restart_at(cell, engine, 0.11, down_s=0.0))
+    cell.env.run(until=0.11 + SHUTDOWN_GRACE_S - 0.05)
+    assert short[0].ok
+    assert engine.accepting()  # both closes ended when the work did, not at the grace's end
+
+
+@pytest.mark.parametrize("grace_s", [5.0, 0.03])
+def test_a_graceful_stop_lets_the_tokens_still_going_out_finish_unless_killed_first(grace_s: float) -> None:
+    """Drained (no request running) is not done: the process still closes its servers with their grace,
+    so a leg whose tokens are still going out ends well; the SIGKILL after `grace_s` cuts it short."""
+    cell, engine = _engine("http", itl_ms=30.0)
+    got: list[CallResult] = []
+    outcome: list[bool | None] = []
+    cell.env.process(_generate(cell, engine, 4, got, at=0.1))  # first token at about 0.11, last at 0.2
+
+    def sigterm() -> Generator[Any, Any, None]:
+        yield cell.env.timeout(0.15 - cell.env.now)
+        engine.state.begin_drain(cell.env.now)
+        outcome.append((yield from engine.graceful_stop(grace_s)))
+
+    cell.env.process(sigterm())
+    cell.env.run(until=3.0)
+    assert not engine.exists
+    if grace_s > 1.0:
+        assert got[0].ok and outcome == [False]
+    else:
+        assert got[0].error == "reset" and outcome == [True]

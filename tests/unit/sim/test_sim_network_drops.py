@@ -22,10 +22,13 @@ class Server:
     def __init__(self) -> None:
         self.cut = 0
 
-    def accepting(self) -> bool:
+    def accepting(self, link: str) -> bool:
         return True
 
-    def serve(self, handler: Any, deadline: float | None, link: str = "serve"
+    def epoch(self, link: str) -> int:
+        return 0
+
+    def serve(self, handler: Any, deadline: float | None, link: str, epoch: int | None
               ) -> Generator[Any, Any, Reply]:
         try:
             return (yield from handler(deadline))

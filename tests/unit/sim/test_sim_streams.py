@@ -12,7 +12,18 @@ from pathlib import Path
 import pytest
 
 from harness.runner import run_scenario
-from harness.scenario import At, Crash, Expect, Respawn, Scenario, Step, load_scenarios
+from harness.scenario import (
+    At,
+    Crash,
+    Expect,
+    HealLink,
+    LinkReset,
+    Partition,
+    Respawn,
+    Scenario,
+    Step,
+    load_scenarios,
+)
 from pdchaos.jsonl import read_jsonl
 
 SCENARIOS = {s.name: s for s in load_scenarios()}
@@ -56,3 +67,28 @@ async def test_a_stream_whose_headers_never_get_through_is_a_plain_504(tmp_path:
                        settings="scaled")
     failed = _answers(tmp_path)
     assert failed and all(status == 504 for status, _ in failed), failed
+
+
+@pytest.mark.parametrize(("fault", "words"), [
+    (Partition("decode-0", "serve", "timeout"), "decode-0 stream overran 2s"),
+    (LinkReset("decode-0", "serve", timeout_ms=0, stream="downstream"),
+     "decode-0 stream broke: connection reset"),
+    (Partition("decode-0", "serve", "down"), "decode-0 stream broke: connection closed"),
+])
+async def test_a_link_fault_mid_stream_ends_streams_already_answered_with_an_error_chunk(
+        fault: object, words: str, tmp_path: Path) -> None:
+    """The streams were answered (their headers, even tokens, reached the router) before the link went bad:
+    whatever the fault does to them later, the client has its 200 and the stream ends with an error."""
+    s = SCENARIOS["decode_link_wedged"]
+    s = replace(s, name="decode_link_fault_mid_stream", topologies=("1p1d",),
+                engines=replace(s.engines, ttft_ms=30.0, itl_ms=150.0),
+                workload=replace(s.workload, stream_fraction=1.0, concurrency=6, duration_s=6.0),
+                timeline=(Step("fault", fault, At(1.5)),  # type: ignore[arg-type]
+                          Step("heal", HealLink("decode-0"), At(4.5))),
+                expect=(Expect("nothing_lost"),))
+    await run_scenario(s, "1p1d", "nixl", "http", "reference", tmp_path, seed=1, world="sim",
+                       settings="scaled")
+    caught = [(status, err) for (status, err), n in _answers(tmp_path).items() for _ in range(n)
+              if err.startswith("decode-0 stream")]
+    # The six clients' streams open at the fault; the requests after it fail before any answer.
+    assert len(caught) == 6 and all(status == 200 and err == words for status, err in caught), caught
