@@ -147,7 +147,7 @@ class SimEngine:
             "bootstrap_port": self.config.bootstrap_port or None,
             "side_channel_port": self.side_port or None,
             "nixl_port": self.config.nixl_port or None,
-            "serving": self.listening,
+            "serving": self.listening and not self._closed,
             "dead": s.dead,
             "draining": s.draining,
             "faults": s.faults.as_dict(),
@@ -205,9 +205,12 @@ class SimEngine:
             cut_work(self.env, work, self._stop)
         if self.frozen:
             self.thaw()
-        if self._exit is not None and self._exit.is_alive and not exists:
-            self._exit.interrupt("gone")
-        self._exit = None
+        if not exists:
+            # The process is gone, and its exit timer with it; a restart in place keeps the timer (the real
+            # engine's exit task lives on in the same process).
+            if self._exit is not None and self._exit.is_alive:
+                self._exit.interrupt("gone")
+            self._exit = None
 
     def kill(self) -> None:
         """SIGKILL: the process is gone; a respawn brings a new one."""
@@ -265,18 +268,23 @@ class SimEngine:
 
     def die(self, exit_after_s: float) -> dict[str, Any]:
         changed = self.state.die()
-        self._exit = self.env.process(self._exit_later(exit_after_s))
+        self._exit = self.env.process(self._exit_later(exit_after_s, self.pid))
         return changed
 
-    def _exit_later(self, delay: float) -> Generator[Any, Any, None]:
-        """A dying engine's exit: its servers close (each with its grace), then the process ends."""
+    def _exit_later(self, delay: float, pid: int) -> Generator[Any, Any, None]:
+        """A dying engine's exit: its servers close (each with its grace), then the process `pid` ends
+        (nothing when it already went another way)."""
         try:
             yield self.env.timeout(delay)
+            if self.pid != pid or not self.exists:
+                return
             yield from self._close_servers()
         except simpy.Interrupt:
             return
-        self._exit = None
-        self.kill()
+        if self._exit is self.env.active_process:
+            self._exit = None
+        if self.pid == pid and self.exists:
+            self.kill()
 
     def graceful_stop(self, grace_s: float) -> Generator[Any, Any, bool | None]:
         """SIGTERM (call `state.begin_drain` first): wait until the core's drain says the process may end

@@ -459,8 +459,8 @@ class SimRouter:
         if isinstance(result, Reply) and isinstance(result.value, GenResult):
             self.record(flow.final_done(now=now).effects)
             gen: GenResult = result.value
-            first = marks.first_token_reached if marks is not None else None
-            return ClientAnswer(200, gen.text, None, ttft_s=(first or now) - t0, latency_s=now - t0)
+            first = _first_token(marks, now)
+            return ClientAnswer(200, gen.text, None, ttft_s=first - t0, latency_s=now - t0)
         error = result if isinstance(result, LegError) else _rejected(result.value, self.transport)
         if marks is not None and self.transport == "http" and isinstance(result, Reply):
             # The engine had answered 200 and streams the error as a chunk; the router relays it as is.
@@ -473,8 +473,8 @@ class SimRouter:
             if self.transport == "http":
                 error = _broken_stream(error, engine, timeout_s)
             self.record(flow.final_done(error, after_headers=True, now=now).effects)
-            first = marks.first_token_reached
-            return ClientAnswer(200, None, error.message, ttft_s=(first or now) - t0, latency_s=now - t0)
+            return ClientAnswer(200, None, error.message, ttft_s=_first_token(marks, now) - t0,
+                                latency_s=now - t0)
         done = flow.final_done(error, now=now)
         self.record(done.effects)
         assert done.answer is not None
@@ -548,6 +548,13 @@ def _transport_leg_error(
         what = "failed to connect" if transport == "grpc" else "ClientConnectorError: connection refused"
         return LegError(502, "upstream_error", f"{where}: {what}", Delivery.NOT_SENT)
     return LegError(502, "upstream_error", f"{where}: connection {res.error}")
+
+
+def _first_token(marks: StreamMarks | None, now: float) -> float:
+    """When the client's first token came: a stream's, as it reached the router (a link fault that went in
+    the meantime can make a later message look faster, but a connection delivers in order); else `now`."""
+    reached = marks.first_token_reached if marks is not None else None
+    return now if reached is None else min(reached, now)
 
 
 def _broken_stream(error: LegError, engine: SimEngine | None, timeout_s: float) -> LegError:

@@ -201,14 +201,45 @@ def test_a_connection_made_before_a_restart_does_not_reach_the_next_start() -> N
 
 
 def test_two_restarts_at_once_each_wait_only_for_their_work() -> None:
+    """Neither close sleeps out its grace once the work is done: a request sent after both restarts ended is
+    not cut by a close that missed the end of the work."""
     cell, engine = _engine("http", itl_ms=50.0)
     short: list[CallResult] = []
+    later: list[CallResult] = []
     cell.env.process(_generate(cell, engine, 2, short, at=0.1))  # done about 0.05 s after the restarts
     cell.env.process(_restart_at(cell, engine, 0.11, down_s=0.0))
     cell.env.process(_restart_at(cell, engine, 0.11, down_s=0.0))
-    cell.env.run(until=0.11 + SHUTDOWN_GRACE_S - 0.05)
-    assert short[0].ok
-    assert engine.accepting()  # both closes ended when the work did, not at the grace's end
+    cell.env.process(_generate(cell, engine, 3, later, at=0.25))  # the closes' graces would end at 0.31
+    cell.env.run(until=0.11 + 3 * SHUTDOWN_GRACE_S)
+    assert short[0].ok and later[0].ok
+    assert engine.state.identity.generation == 3  # two restarts, each once
+
+
+def test_a_death_s_exit_belongs_to_its_process() -> None:
+    """The exit timer of a dying engine survives a restart in place (same process) but not the process: a
+    kill and a respawn bring a process it must leave alone."""
+    cell, engine = _engine("http", itl_ms=5.0)
+    engine.die(exit_after_s=1.0)
+    cell.env.process(_restart_at(cell, engine, 0.3, down_s=0.0))
+    cell.env.run(until=0.6)
+    assert engine.exists and engine.accepting()
+    cell.env.run(until=1.5)
+    assert not engine.exists  # the same process: its exit came
+
+    cell2, engine2 = _engine("http", itl_ms=5.0)
+    engine2.die(exit_after_s=2.0)
+    engine2.die(exit_after_s=2.5)  # told twice: the first timer is no longer the engine's to cancel
+    cell2.env.process(_restart_at(cell2, engine2, 0.3, down_s=0.0))
+
+    def kill_then_respawn() -> Generator[Any, Any, None]:
+        yield cell2.env.timeout(0.8 - cell2.env.now)
+        engine2.kill()
+        yield cell2.env.timeout(0.2)
+        yield from engine2.respawn()
+
+    cell2.env.process(kill_then_respawn())
+    cell2.env.run(until=4.0)
+    assert engine2.exists and engine2.accepting() and engine2.pid == 101
 
 
 @pytest.mark.parametrize("grace_s", [5.0, 0.03])

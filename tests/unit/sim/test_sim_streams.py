@@ -17,6 +17,7 @@ from harness.scenario import (
     Crash,
     Expect,
     HealLink,
+    LinkLatency,
     LinkReset,
     Partition,
     Respawn,
@@ -92,3 +93,19 @@ async def test_a_link_fault_mid_stream_ends_streams_already_answered_with_an_err
               if err.startswith("decode-0 stream")]
     # The six clients' streams open at the fault; the requests after it fail before any answer.
     assert len(caught) == 6 and all(status == 200 and err == words for status, err in caught), caught
+
+
+async def test_a_stream_s_first_token_never_comes_after_its_last(tmp_path: Path) -> None:
+    """A latency fault gone while a stream runs makes its last message quicker than its first: the client
+    still reads them in order."""
+    s = SCENARIOS["decode_link_wedged"]
+    s = replace(s, name="decode_link_slow_then_healed", topologies=("1p1d",),
+                engines=replace(s.engines, ttft_ms=30.0, itl_ms=150.0),
+                workload=replace(s.workload, stream_fraction=1.0, concurrency=6, duration_s=4.0),
+                timeline=(Step("slow", LinkLatency("decode-0", "serve", 1500, stream="downstream"), At(1.0)),
+                          Step("heal", HealLink("decode-0"), At(1.2))),
+                expect=(Expect("nothing_lost"),))
+    await run_scenario(s, "1p1d", "nixl", "http", "reference", tmp_path, seed=1, world="sim",
+                       settings="scaled")
+    done = [r for r in read_jsonl(tmp_path / "history.jsonl") if r.get("type") == "request_completed"]
+    assert done and all(r["ttft_s"] <= r["latency_s"] for r in done)
