@@ -206,6 +206,7 @@ class SimEngine:
         if self.frozen:
             self.thaw()
         if not exists:
+            self._poke()  # a graceful stop waiting on this process sees it go
             # The process is gone, and its exit timer with it; a restart in place keeps the timer (the real
             # engine's exit task lives on in the same process).
             if self._exit is not None and self._exit.is_alive:
@@ -286,15 +287,24 @@ class SimEngine:
         if self.pid == pid and self.exists:
             self.kill()
 
-    def graceful_stop(self, grace_s: float) -> Generator[Any, Any, bool | None]:
-        """SIGTERM (call `state.begin_drain` first): wait until the core's drain says the process may end
-        (running requests and pending pulls done), then exit; killed when that takes longer than `grace_s`.
-        Returns whether it was killed; None when the process went another way first (crash, respawn)."""
-        start, pid = self.env.now, self.pid
+    def graceful_stop(self, grace_s: float, since: float | None = None) -> Generator[Any, Any, bool | None]:
+        """SIGTERM, sent at `since` (default now; call `state.begin_drain` then): wait until the core's
+        drain says the process may end (running requests and pending pulls done), then exit; killed when
+        that takes longer than `grace_s` from the signal. Returns whether it was killed; None when the
+        process went another way first (crash, respawn), noticed as it happens."""
+        start = self.env.now if since is None else since
+        pid = self.pid
         killed = False
         while True:
             if self.pid != pid or not self.exists or not self.state.draining:
                 return None
+            if self.frozen:
+                # A stopped process handles no signal until it is resumed: only the SIGKILL reaches it.
+                if self.env.now >= start + grace_s:
+                    killed = True
+                    break
+                yield self._thawed | self.env.timeout(start + grace_s - self.env.now)
+                continue
             if self.state.drained(self.env.now):
                 break
             if self.env.now >= start + grace_s:

@@ -473,11 +473,16 @@ class SimActions:
         elif isinstance(a, GracefulStop):
             pid = {"pid": {"old": eng.pid}}
             emit(e.FaultApplied(fid, "graceful_stop", eng.name, {"grace_s": a.grace_s}, pid))
-            eng.state.begin_drain(self.env.now)
+            sigterm = self.env.now
+            eng.state.begin_drain(sigterm)
+            # The drain goes on behind the timeline, as in real time, from the signal on (the SIGKILL after
+            # `grace_s` counts from it, not from the health probe below); its end is noted when it comes,
+            # after the verification.
+            verified_event = self.env.event()
+            self.env.process(self._stop_ended(fid, eng, a.grace_s, sigterm, verified_event))
             health = yield from self._health(eng)
             emit(e.FaultVerified(fid, health in ("ok:503", "refused"), {"health": health, "pid": eng.pid}))
-            # The drain goes on behind the timeline, as in real time; its end is noted when it comes.
-            self.env.process(self._stop_ended(fid, eng, a.grace_s))
+            verified_event.succeed()
         elif isinstance(a, Die):
             changed = eng.die(a.exit_after_s)
             emit(e.FaultApplied(fid, "die", eng.name, {"exit_after_s": a.exit_after_s}, changed))
@@ -538,14 +543,19 @@ class SimActions:
             raise ValueError(f"unknown action {a!r}")
         emit(e.ActionDone(fid, verified=verified, evidence=evidence))
 
-    def _stop_ended(self, fid: str, eng: SimEngine, grace_s: float) -> Generator[Any, Any, None]:
-        start = self.env.now
-        killed = yield from eng.graceful_stop(grace_s)
-        if killed is None:
-            return
+    def _stop_ended(self, fid: str, eng: SimEngine, grace_s: float, sigterm: float,
+                    verified: simpy.Event) -> Generator[Any, Any, None]:
+        pid = eng.pid
+        killed = yield from eng.graceful_stop(grace_s, since=sigterm)
+        if killed is None and eng.exists and eng.pid == pid:
+            return  # the drain was called off and the process lives on: nothing ended
+        ended = self.env.now
+        if not verified.triggered:
+            yield verified
+        # None: the process went another way first (a crash): it ended by SIGKILL all the same.
         self.emit(e.WorldNote(f"graceful stop of {eng.name} ended", {
-            "fault": fid, "engine": eng.name, "returncode": -9 if killed else 0,
-            "exited_after_s": round(self.env.now - start, 3), "killed_after_grace": killed}))
+            "fault": fid, "engine": eng.name, "returncode": 0 if killed is False else -9,
+            "exited_after_s": round(ended - sigterm, 3), "killed_after_grace": bool(killed)}))
 
     def _worker_api(self, fid: str, a: Any) -> Generator[Any, Any, None]:
         router = self.world._router()
