@@ -277,6 +277,8 @@ class SimEngine:
         (nothing when it already went another way)."""
         try:
             yield self.env.timeout(delay)
+            while self.frozen:  # a stopped process runs no timer until it is resumed
+                yield self._thawed
             if self.pid != pid or not self.exists:
                 return
             yield from self._close_servers()

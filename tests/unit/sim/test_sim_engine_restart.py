@@ -263,3 +263,19 @@ def test_a_graceful_stop_lets_the_tokens_still_going_out_finish_unless_killed_fi
         assert got[0].ok and outcome == [False]
     else:
         assert got[0].error == "reset" and outcome == [True]
+
+
+def test_a_stopped_process_exits_only_once_resumed() -> None:
+    cell, engine = _engine("http", itl_ms=5.0)
+    engine.die(exit_after_s=0.2)
+    engine.freeze()
+
+    def resume_later() -> Generator[Any, Any, None]:
+        yield cell.env.timeout(1.0)
+        engine.thaw()
+
+    cell.env.process(resume_later())
+    cell.env.run(until=1.0)
+    assert engine.exists  # its exit was due at 0.3, but the process was stopped
+    cell.env.run(until=1.5)
+    assert not engine.exists
