@@ -39,6 +39,9 @@ from harness.worlds.real.probes import http_probe, port_closed, port_open, proce
 from harness.worlds.real.processes import ManagedProcess
 from pdchaos.waiting import poll_until
 
+# How long a graceful stop's end waits for its verification to be said first.
+VERIFY_WAIT_S = 30.0
+
 Emit = Callable[[Event], None]
 
 
@@ -195,27 +198,37 @@ class EngineActions:
             return
         start = asyncio.get_running_loop().time()
         proc.signal(signal.SIGTERM)
-        health = "unknown"
-        for _ in range(10):  # the signal is handled within a few ms; look for 1 s at most
-            health = await self.fleet.serving_probe(name, 0.5)
-            if health in ("ok:503", "refused"):
-                break
-            await asyncio.sleep(0.1)
-        emit(FaultVerified(fid, health in ("ok:503", "refused"), {"health": health, "pid": proc.pid}))
-        task = asyncio.create_task(self._stop_ended(fid, name, proc, a.grace_s, start, emit))
+        # The SIGKILL after `grace_s` counts from the signal, as an orchestrator's does, whatever the
+        # verification below takes (a stopped process answers no probe); the end is noted after it.
+        verified = asyncio.Event()
+        task = asyncio.create_task(self._stop_ended(fid, name, proc, a.grace_s, start, verified, emit))
         self._waiters.add(task)
         task.add_done_callback(self._waiters.discard)
+        health = "unknown"
+        try:
+            for _ in range(10):  # the signal is handled within a few ms; look for 1 s at most
+                health = await self.fleet.serving_probe(name, 0.5)
+                if health in ("ok:503", "refused"):
+                    break
+                await asyncio.sleep(0.1)
+            emit(FaultVerified(fid, health in ("ok:503", "refused"), {"health": health, "pid": proc.pid}))
+        finally:
+            verified.set()
 
     async def _stop_ended(self, fid: str, name: str, proc: ManagedProcess, grace_s: float, start: float,
-                          emit: Emit) -> None:
+                          verified: asyncio.Event, emit: Emit) -> None:
         loop = asyncio.get_running_loop()
         code = await proc.wait(max(0.0, start + grace_s - loop.time()))
         killed = code is None
         if killed:
             proc.signal(signal.SIGKILL)
             code = await proc.wait(5.0)
+        ended = loop.time()
+        # The verification is bounded by its probes (10 x 0.6 s at most); the note never waits longer.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(verified.wait(), VERIFY_WAIT_S)
         emit(WorldNote(f"graceful stop of {name} ended", {
-            "fault": fid, "engine": name, "returncode": code, "exited_after_s": round(loop.time() - start, 3),
+            "fault": fid, "engine": name, "returncode": code, "exited_after_s": round(ended - start, 3),
             "killed_after_grace": killed}))
 
     def cancel_waiters(self) -> None:

@@ -128,6 +128,8 @@ class SimEngine:
         # Succeed when a handler ends, for the closes waiting for their servers' work to finish.
         self._work_waiters: list[simpy.Event] = []
         self._exit: simpy.Process | None = None
+        # How the last process ended: its pid and exit status (a signal as its negative number).
+        self.last_exit: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ the process
 
@@ -213,9 +215,16 @@ class SimEngine:
                 self._exit.interrupt("gone")
             self._exit = None
 
-    def kill(self) -> None:
-        """SIGKILL: the process is gone; a respawn brings a new one."""
+    def kill(self, exit_code: int = -9) -> None:
+        """The process is gone (by SIGKILL unless `exit_code` says it exited itself); a respawn brings a new
+        one."""
+        if self.exists:
+            self.last_exit = (self.pid, exit_code)
         self.stop(exists=False)
+
+    def exit_code(self, pid: int) -> int | None:
+        """How process `pid` ended, if it was the last to end."""
+        return self.last_exit[1] if self.last_exit is not None and self.last_exit[0] == pid else None
 
     def restart(self, down_s: float, engine_id: str | None = None) -> Generator[Any, Any, None]:
         pid = self.pid
@@ -287,18 +296,20 @@ class SimEngine:
         if self._exit is self.env.active_process:
             self._exit = None
         if self.pid == pid and self.exists:
-            self.kill()
+            self.kill(exit_code=1)
 
     def graceful_stop(self, grace_s: float, since: float | None = None) -> Generator[Any, Any, bool | None]:
-        """SIGTERM, sent at `since` (default now; call `state.begin_drain` then): wait until the core's
-        drain says the process may end (running requests and pending pulls done), then exit; killed when
-        that takes longer than `grace_s` from the signal. Returns whether it was killed; None when the
-        process went another way first (crash, respawn), noticed as it happens."""
+        """SIGTERM, sent at `since` (default now): the process's handler begins the drain (a stopped process
+        runs it once resumed), waits until the core's drain says the process may end (running requests
+        and pending pulls done), then exits; killed when that takes longer than `grace_s` from the signal.
+        Returns whether it was killed; None when the process went another way first (crash, respawn, a
+        death's exit), noticed as it happens."""
         start = self.env.now if since is None else since
         pid = self.pid
         killed = False
+        handled = False
         while True:
-            if self.pid != pid or not self.exists or not self.state.draining:
+            if self.pid != pid or not self.exists or (handled and not self.state.draining):
                 return None
             if self.frozen:
                 # A stopped process handles no signal until it is resumed: only the SIGKILL reaches it.
@@ -307,6 +318,9 @@ class SimEngine:
                     break
                 yield self._thawed | self.env.timeout(start + grace_s - self.env.now)
                 continue
+            if not handled:
+                self.state.begin_drain(self.env.now)
+                handled = True
             if self.state.drained(self.env.now):
                 break
             if self.env.now >= start + grace_s:
@@ -322,7 +336,7 @@ class SimEngine:
             if self.pid != pid or not self.exists:
                 return None
             killed = not in_time
-        self.kill()
+        self.kill(exit_code=-9 if killed else 0)
         return killed
 
     def _poke(self) -> None:

@@ -474,7 +474,6 @@ class SimActions:
             pid = {"pid": {"old": eng.pid}}
             emit(e.FaultApplied(fid, "graceful_stop", eng.name, {"grace_s": a.grace_s}, pid))
             sigterm = self.env.now
-            eng.state.begin_drain(sigterm)
             # The drain goes on behind the timeline, as in real time, from the signal on (the SIGKILL after
             # `grace_s` counts from it, not from the health probe below); its end is noted when it comes,
             # after the verification.
@@ -550,11 +549,11 @@ class SimActions:
         if killed is None and eng.exists and eng.pid == pid:
             return  # the drain was called off and the process lives on: nothing ended
         ended = self.env.now
+        code = eng.exit_code(pid)  # None: the process went another way first, said as it ended
         if not verified.triggered:
             yield verified
-        # None: the process went another way first (a crash): it ended by SIGKILL all the same.
         self.emit(e.WorldNote(f"graceful stop of {eng.name} ended", {
-            "fault": fid, "engine": eng.name, "returncode": 0 if killed is False else -9,
+            "fault": fid, "engine": eng.name, "returncode": -9 if code is None else code,
             "exited_after_s": round(ended - sigterm, 3), "killed_after_grace": bool(killed)}))
 
     def _worker_api(self, fid: str, a: Any) -> Generator[Any, Any, None]:
