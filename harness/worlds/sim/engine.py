@@ -272,6 +272,14 @@ class SimEngine:
         cut_work(self.env, work, self._stop)
         return not late
 
+    def wait_gone(self, timeout_s: float) -> Generator[Any, Any, bool]:
+        """Wait until the process ends by itself (a death's exit, a drained graceful stop), at most
+        `timeout_s`; whether it did."""
+        end = self.env.now + timeout_s
+        while self.exists and self.env.now < end:
+            yield self._activity | self.env.timeout(end - self.env.now)
+        return not self.exists
+
     def respawn(self) -> Generator[Any, Any, None]:
         self.pid += 1
         yield from self.start(restart=True)

@@ -109,6 +109,8 @@ def run_until(env: simpy.Environment, until: simpy.Event, stall_steps: int = STA
             raise SimStalled(f"the simulation stopped moving its clock at t={now:.6f} s "
                              f"({stall_steps} events at that instant)")
 PROBE_WINDOW_S = 0.3
+# How long a respawn lets a process still there end by itself before killing it (the real world's wait).
+RESPAWN_WAIT_S = 10.0
 
 
 class SimCell:
@@ -488,7 +490,10 @@ class SimActions:
             health = yield from self._health(eng)
             emit(e.FaultVerified(fid, health in ("ok:503", "refused"), {"health": health}))
         elif isinstance(a, Respawn):
-            eng.kill()
+            # As the real world: a process still there (dying, draining) may end by itself first; it holds
+            # its ports until it is gone.
+            if eng.exists and not (yield from eng.wait_gone(RESPAWN_WAIT_S)):
+                eng.kill()
             emit(e.FaultApplied(fid, "respawn", eng.name, {}))
             yield from eng.respawn()
             after = self._state(eng)

@@ -1,6 +1,6 @@
 """A graceful stop in simulated time ends as in real time: the SIGKILL after `grace_s` counts from the
 SIGTERM (not from the health probe the world verifies it with), and a process that a crash ends first is
-noted as ended by SIGKILL."""
+noted as ended by SIGKILL. A respawn, as the real world's, lets a process still there end by itself first."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from harness.runner import run_scenario
-from harness.scenario import At, Crash, Die, Expect, GracefulStop, Heal, Step, Wedge, load_scenarios
+from harness.scenario import At, Crash, Die, Expect, GracefulStop, Heal, Respawn, Step, Wedge, load_scenarios
 from pdchaos.jsonl import read_jsonl
 
 BASE = {s.name: s for s in load_scenarios()}["prefill_graceful_stop"]
@@ -88,3 +88,14 @@ async def test_a_stopped_process_begins_its_drain_once_resumed(tmp_path: Path) -
     frozen = [d for t, d in seen if zero + 1.6 <= t <= zero + 2.45]
     assert frozen and not any(frozen)  # signalled at 1.5, still stopped: no drain yet
     assert any(d for t, d in seen if zero + 2.5 <= t <= zero + 2.6)
+
+
+async def test_a_respawn_waits_for_a_dying_process_to_exit(tmp_path: Path) -> None:
+    s = replace(BASE, name="respawn_while_dying", expect=(Expect("nothing_lost"),),
+                timeline=(Step("die", Die("prefill-0", exit_after_s=1.0), At(1.0)),
+                          Step("back", Respawn("prefill-0"), At(1.3))))
+    await run_scenario(s, "2p1d", "mooncake", "http", "reference", tmp_path, world="sim", settings="scaled")
+    applied = {r["fault"]: r["t"] for r in read_jsonl(tmp_path / "history.jsonl")
+               if r.get("type") == "fault_applied"}
+    # Respawned once the dying process had exited (1.0 s after the death), not killed at 0.3 s.
+    assert applied["back"] - applied["die"] == pytest.approx(1.0, abs=0.01)
