@@ -2,8 +2,8 @@
 
 A world executes the session's commands (`harness.session.commands`) and reports what happened as events
 (`harness.session.events`). The session holds all of the run's logic; a world only moves bytes and time.
-Implementations: `harness.worlds.real` (OS processes on loopback, aiohttp, Toxiproxy, real gateways), and
-in time a simulated one (simpy, virtual clock) and remote engines. A world of this module's kind runs on an
+Implementations: `harness.worlds.real` (OS processes on loopback, aiohttp, Toxiproxy, real gateways, engines
+on Kubernetes) and `harness.worlds.sim` (simpy, virtual clock). A world of this module's kind runs on an
 asyncio event loop: it implements `execute`, and `interpret` (below) drives the session over it.
 """
 
@@ -27,6 +27,8 @@ Emit = Callable[[Event], None]
 MAX_WAIT_S = 1.0
 # Time allowed for the teardown a cut-short run still owes (processes killed, reports written).
 INTERRUPTED_TEARDOWN_S = 30.0
+# How long a respawn lets an engine process still there (dying, draining) end by itself before killing it.
+RESPAWN_WAIT_S = 10.0
 
 
 class World(abc.ABC):

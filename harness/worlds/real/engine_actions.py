@@ -34,6 +34,7 @@ from harness.scenario import (
 )
 from harness.session.events import ActionDone, EngineState, Event, FaultApplied, FaultVerified, WorldNote
 from harness.topology import Topology
+from harness.worlds.base import RESPAWN_WAIT_S
 from harness.worlds.real.engines import EngineFleet
 from harness.worlds.real.probes import http_probe, port_closed, port_open, process_state, sees_refused
 from harness.worlds.real.processes import ManagedProcess
@@ -246,7 +247,7 @@ class EngineActions:
     async def _respawn(self, fid: str, name: str, emit: Emit) -> None:
         proc = self.fleet.procs.get(name)
         # A dying engine (Die) may still be exiting: it holds the ports until it is gone.
-        if proc is not None and proc.alive and await proc.wait(10.0) is None:
+        if proc is not None and proc.alive and await proc.wait(RESPAWN_WAIT_S) is None:
             proc.signal(signal.SIGKILL)
             await proc.wait(5.0)
         emit(FaultApplied(fid, "respawn", name, {}))

@@ -260,10 +260,9 @@ class SimEngine:
         """Wait until the work that came in on `link` is done, at most SHUTDOWN_GRACE_S (and not past
         `deadline`), then cut the rest. False when the deadline cut work."""
         work = self._work[link]
-        end = self.env.now + SHUTDOWN_GRACE_S
-        cut_short = deadline is not None and deadline < end
-        if cut_short:
-            end = max(self.env.now, deadline or 0.0)
+        grace_end = self.env.now + SHUTDOWN_GRACE_S
+        end = grace_end if deadline is None else max(self.env.now, min(grace_end, deadline))
+        cut_short = end < grace_end
         while work and self.env.now < end:
             left = self.env.event()
             self._work_waiters.append(left)

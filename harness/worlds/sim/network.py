@@ -215,9 +215,9 @@ class SimNetwork:
     ) -> Generator[Any, Any, CallResult]:
         """One request/answer over `ref` (None: a hop no fault sits on) to `server` (an engine:
         `accepting(link)`, `epoch(link)`, `serve(handler, deadline, link, epoch)`), within `timeout_s`, inside
-        a caller whose own deadline is `outer`.
-        Runs in the caller's process: `result = yield from network.call(...)`. The caller's deadline passing
-        raises Deadline past this call; the call's own gives a "timeout" result."""
+        a caller whose own deadline is `outer`. Runs in the caller's process: `result = yield from
+        network.call(...)`. The caller's deadline passing raises Deadline past this call; the call's own
+        gives a "timeout" result."""
         env = self.env
         start = env.now
         own = None if timeout_s is None else start + max(0.0, timeout_s)

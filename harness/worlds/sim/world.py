@@ -52,7 +52,7 @@ from harness.session import CellPlan, ScenarioSession
 from harness.session import commands as c
 from harness.session import events as e
 from harness.topology import Topology
-from harness.worlds.base import Emit, World
+from harness.worlds.base import RESPAWN_WAIT_S, Emit, World
 from harness.worlds.sim.engine import SimEngine
 from harness.worlds.sim.network import HOP_S, CallResult, Deadline, SimNetwork
 from harness.worlds.sim.router import SimRouter
@@ -109,8 +109,6 @@ def run_until(env: simpy.Environment, until: simpy.Event, stall_steps: int = STA
             raise SimStalled(f"the simulation stopped moving its clock at t={now:.6f} s "
                              f"({stall_steps} events at that instant)")
 PROBE_WINDOW_S = 0.3
-# How long a respawn lets a process still there end by itself before killing it (the real world's wait).
-RESPAWN_WAIT_S = 10.0
 
 
 class SimCell:
