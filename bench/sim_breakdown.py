@@ -72,10 +72,9 @@ CORE_ENTRIES: tuple[tuple[Any, tuple[str, ...]], ...] = (
                    "on_pull_result", "on_deadline", "on_slept", "abort")),
     (EngineState, ("answer_side_channel", "bootstrap_answer")),
     (FaultState, ("gate_delay",)),
-    (sim_router, ("gen_request_from_openai", "new_request_id")),
-    (DispatchFlow, ("__init__", "retry_backoff_s", "pick", "release", "take_effects", "id_read_wait_s",
-                    "id_read_settled", "prefill_leg", "prefill_failed", "prefill_done", "regular_leg",
-                    "final_done")),
+    (sim_router, ("gen_request_from_openai",)),
+    (DispatchFlow, ("__init__", "start", "on_prepared", "on_id_read_waited", "on_leg_done", "on_backoff_done",
+                    "close", "id_read_settled")),
 )
 
 

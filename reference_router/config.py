@@ -1,12 +1,20 @@
-"""Router process settings (from the CLI), and how they become the core's HealthConfig, BreakerConfig and
-worker specs."""
+"""Router process settings (from the CLI), and how they become the core's HealthConfig, BreakerConfig,
+DispatchLimits, leg policies and worker specs; `argv()` is the command line that gives them back."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .core import BreakerConfig, HealthConfig, Role, WorkerSpec, make_worker_spec
+from .core import (
+    BreakerConfig,
+    DispatchLimits,
+    HealthConfig,
+    LegPolicies,
+    Role,
+    WorkerSpec,
+    make_worker_spec,
+)
 from .worker_urls import url_problem
 
 
@@ -62,6 +70,50 @@ class RouterConfig:
         return BreakerConfig(
             failure_threshold=self.cb_failure_threshold, open_s=self.cb_open_s, bugs=self.bugs
         )
+
+    def limits(self) -> DispatchLimits:
+        # A request waits for its prefill's running engine-id re-read as long as the read may take.
+        return DispatchLimits(self.request_timeout_s, id_read_wait_s=self.probe_timeout_s)
+
+    def policies(self) -> LegPolicies:
+        return LegPolicies.make(self.prefill_policy, self.decode_policy, self.seed, self.bugs)
+
+    def argv(self) -> list[str]:
+        """The `pdchaos-router` flags that give this configuration (`cli.config_from_args` reads them)."""
+        out = ["--host", self.host, "--port", str(self.port)]
+        optional = (("--model", self.model), ("--api-key", self.api_key), ("--events-file", self.events_file),
+                    ("--connector", self.connector), ("--seed", self.seed))
+        for flag, value in optional:
+            if value is not None:
+                out += [flag, str(value)]
+        if self.pd:
+            out.append("--pd-disaggregation")
+        for arg in self.prefill:
+            out += ["--prefill", arg.url, *(() if arg.bootstrap_port is None else (str(arg.bootstrap_port),))]
+        for url in self.decode:
+            out += ["--decode", url]
+        if self.regular:
+            out += ["--worker-urls", *self.regular]
+        out += [
+            "--max-body-bytes", str(self.max_body_bytes),
+            "--prefill-policy", self.prefill_policy,
+            "--decode-policy", self.decode_policy,
+            "--request-timeout-secs", repr(self.request_timeout_s),
+            "--health-check-interval-secs", repr(self.interval_s),
+            "--health-check-timeout-secs", repr(self.probe_timeout_s),
+            "--health-failure-threshold", str(self.failure_threshold),
+            "--health-success-threshold", str(self.success_threshold),
+            "--max-concurrent-health-checks", str(self.max_probes_in_flight),
+            "--identity-check-interval-secs", repr(self.identity_check_interval_s),
+            "--cb-timeout-duration-secs", repr(self.cb_open_s),
+        ]
+        if self.cb_failure_threshold is not None:
+            out += ["--cb-failure-threshold", str(self.cb_failure_threshold)]
+        for host in self.allowed_worker_hosts:
+            out += ["--allow-worker-host", host]
+        for bug in sorted(self.bugs):
+            out += ["--inject-bug", bug]
+        return out
 
     def validate(self) -> None:
         """ValueError for settings no router could serve with."""

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
 from aiohttp import web
 
@@ -24,18 +24,22 @@ from pdchaos.waiting import poll_until
 from .client_stream import CLIENT_WRITE_TIMEOUT_S, ClientStream
 from .config import RouterConfig
 from .core import (
+    ID_READ_POLL_S,
+    Answer,
+    AwaitIdRead,
+    Backoff,
     DispatchFlow,
-    DispatchLimits,
+    DispatchStep,
     Effects,
     ErrorAnswer,
-    FinalLeg,
-    LegPolicies,
-    PrefillLeg,
+    LegDone,
+    LegResult,
+    Prepare,
+    RunLeg,
     Transport,
     Worker,
     WorkerRegistry,
     dispatch_serialized,
-    new_request_id,
 )
 from .emit import emit
 from .errors import RouterError, UpstreamError
@@ -61,9 +65,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "pdchaos-fake"
 
-# How often a request waiting for its prefill's engine-id re-read looks again (the read takes milliseconds).
-_ID_READ_POLL_S = 0.005
-
 Prompt = tuple[str, list[int]]
 
 
@@ -85,8 +86,8 @@ class Dispatcher:
         self.metrics = metrics
         self._on_idle_draining = on_idle_draining
         self.clock = clock
-        self.policies = LegPolicies.make(cfg.prefill_policy, cfg.decode_policy, cfg.seed, cfg.bugs)
-        self.limits = DispatchLimits(cfg.request_timeout_s, id_read_wait_s=cfg.probe_timeout_s)
+        self.policies = cfg.policies()
+        self.limits = cfg.limits()
         self.breaker = cfg.breaker()
         self.contexts = HttpContextLengths(lambda: self.t.session, cfg.probe_timeout_s, clock)
         # Bug wedged_stalls_all only: one request at a time (core.dispatch_serialized).
@@ -107,45 +108,60 @@ class Dispatcher:
             return await self._handle(request, endpoint, body)
 
     async def _handle(self, request: web.Request, endpoint: str, body: dict[str, Any]) -> web.StreamResponse:
-        attempts = 0
-        while True:
-            attempts += 1
-            flow = DispatchFlow(new_request_id(), body, self.registry, self.policies, self.limits,
-                                pd=self.cfg.pd, breaker=self.breaker, bugs=self.cfg.bugs)
-            try:
-                return await self._dispatch(request, endpoint, body, flow)
-            except RouterError as exc:
-                backoff = flow.retry_backoff_s(attempts, exc.status)  # retry bugs only
-                if backoff is not None:
-                    log.warning("request %s failed (%d): running it again whole in %.3f s (attempt %d)",
-                                flow.request_id, exc.status, backoff, attempts + 1)
-                    await asyncio.sleep(backoff)
-                    continue
-                if not flow.masks_errors:
-                    raise
-                stream = bool(body.get("stream"))
-                return await _error_as_200(request, endpoint, flow.request_id, self._model(body), exc, stream,
-                                           self.client_write_timeout_s)
+        flow = DispatchFlow(body, self.registry, self.policies, self.limits, pd=self.cfg.pd,
+                            breaker=self.breaker, bugs=self.cfg.bugs)
+        try:
+            return await self._run(request, endpoint, body, flow)
+        finally:
+            idle, effects = flow.close()
+            self._idle(idle)
+            self._record(effects)
 
-    async def _dispatch(
+    async def _run(
         self, request: web.Request, endpoint: str, body: dict[str, Any], flow: DispatchFlow
     ) -> web.StreamResponse:
-        refused = flow.pick(self.clock())
-        if refused is not None:
-            raise RouterError.from_answer(refused)
+        """Do what the request's flow says, step by step, until it answers."""
+        prompt: Prompt | None = None
+        relayed: web.StreamResponse | None = None
+        step = flow.start(self.clock())
+        while True:
+            self._record(step.effects)
+            self._idle(step.idle)
+            match step:
+                case Prepare():
+                    prompt, problem = await self._prepare(endpoint, body, step.workers)
+                    step = flow.on_prepared(problem, self.clock())
+                case AwaitIdRead():
+                    await poll_until(flow.id_read_settled, step.timeout_s, ID_READ_POLL_S, clock=self.clock)
+                    step = flow.on_id_read_waited(self.clock())
+                case RunLeg(final=False):
+                    result = await self._prefill_leg(step, endpoint, prompt, flow.request_id)
+                    step = flow.on_leg_done(result, self.clock())
+                case RunLeg():
+                    relayed, step = await self._final_leg(request, flow, step, endpoint, prompt)
+                case Backoff():
+                    await asyncio.sleep(step.seconds)
+                    step = flow.on_backoff_done(self.clock())
+                case Answer():
+                    if step.error is None:
+                        assert relayed is not None
+                        return relayed
+                    if not step.as_200:
+                        raise RouterError.from_answer(step.error)
+                    return await self._error_as_200(request, endpoint, flow.request_id, body, step.error)
+                case _:
+                    assert_never(step)
+
+    async def _prepare(
+        self, endpoint: str, body: dict[str, Any], workers: tuple[Worker, ...]
+    ) -> tuple[Prompt | None, ErrorAnswer | None]:
+        """Tokenize once for the request's workers and check it fits their contexts, before any leg."""
         try:
-            if not flow.pd:
-                leg = flow.regular_leg()
-                self._record(leg.effects)
-                return await self._final_leg(request, flow, leg, endpoint, None)
-            assert flow.prefill is not None and flow.decode is not None
-            prompt = await self._prompt(endpoint, body, flow.prefill, flow.decode)
-            self._check_budget(endpoint, body, prompt, flow.prefill, flow.decode)
-            final = await self._prefill_until_done(flow, endpoint, prompt)
-            return await self._final_leg(request, flow, final, endpoint, prompt)
-        finally:
-            self._idle(flow.release())
-            self._record(flow.take_effects())
+            prompt = await self._prompt(endpoint, body, *workers)
+            self._check_budget(endpoint, body, prompt, *workers)
+        except RouterError as exc:
+            return None, ErrorAnswer(exc.status, exc.code, exc.message, exc.type)
+        return prompt, None
 
     def _check_budget(
         self, endpoint: str, body: dict[str, Any], prompt: Prompt | None, *workers: Worker
@@ -159,38 +175,6 @@ class Dispatcher:
             codec = self.t.grpc(worker).known_codec
             return None if codec is None else codec.context_length
         return self.contexts.get(worker)
-
-    async def _prefill_until_done(self, flow: DispatchFlow, endpoint: str, prompt: Prompt | None) -> FinalLeg:
-        """Run the prefill leg (again elsewhere while the flow says so); the decode leg it leads to."""
-        while True:
-            wait_s = flow.id_read_wait_s()
-            if wait_s > 0:
-                await poll_until(flow.id_read_settled, wait_s, _ID_READ_POLL_S, clock=self.clock)
-            leg = flow.prefill_leg(self.clock())
-            self._record(leg.effects)
-            try:
-                returned = await self._prefill_leg(leg, endpoint, prompt, flow.request_id)
-            except UpstreamError as exc:
-                failed = flow.prefill_failed(exc.leg_error(), self.clock())
-                self._record(failed.effects)
-                self._idle(failed.idle)
-                if failed.decode_anyway is not None:  # bug legs_joined
-                    self._record(failed.decode_anyway.effects)
-                    return failed.decode_anyway
-                if failed.answer is not None:
-                    raise RouterError.from_answer(failed.answer) from exc
-                continue
-            final = flow.prefill_done(returned)
-            self._record(final.effects)
-            return final
-
-    def _finish(
-        self, flow: DispatchFlow, exc: UpstreamError | None = None, after_headers: bool = False
-    ) -> ErrorAnswer | None:
-        done = flow.final_done(None if exc is None else exc.leg_error(), after_headers=after_headers,
-                               now=self.clock())
-        self._record(done.effects)
-        return done.answer
 
     async def _prompt(self, endpoint: str, body: dict[str, Any], *workers: Worker) -> Prompt | None:
         """Tokenize once (with the first gRPC worker's tokenizer that can be had) so both legs see the same
@@ -210,60 +194,54 @@ class Dispatcher:
         return None
 
     async def _prefill_leg(
-        self, leg: PrefillLeg, endpoint: str, prompt: Prompt | None, request_id: str
-    ) -> dict[str, Any] | None:
-        """Run one prefill leg; returns the kv_transfer_params its answer carried (None when none)."""
+        self, leg: RunLeg, endpoint: str, prompt: Prompt | None, request_id: str
+    ) -> LegResult:
+        """Run one prefill leg: the kv_transfer_params its answer carried, or how it failed."""
         worker, leg_body = leg.worker, leg.body
-        if worker.spec.transport is Transport.GRPC:
-            assert prompt is not None
-            req = build_generate_request(
-                leg_body, prompt[1], prompt[0], leg_body.get("kv_transfer_params"), f"{request_id}-p",
-                chat=endpoint == CHAT,
-            )
-            req.sampling_params.ignore_eos = True
-            complete = await self.t.grpc(worker).generate_complete(req, leg.timeout_s)
-            return complete_kv_params(complete)
-        payload = await post_json(self.t.session, f"{worker.spec.url}{endpoint}", leg_body, leg.timeout_s)
+        try:
+            if worker.spec.transport is Transport.GRPC:
+                assert prompt is not None
+                req = build_generate_request(
+                    leg_body, prompt[1], prompt[0], leg_body.get("kv_transfer_params"), f"{request_id}-p",
+                    chat=endpoint == CHAT,
+                )
+                req.sampling_params.ignore_eos = True
+                complete = await self.t.grpc(worker).generate_complete(req, leg.timeout_s)
+                return LegDone(complete_kv_params(complete))
+            payload = await post_json(self.t.session, f"{worker.spec.url}{endpoint}", leg_body, leg.timeout_s)
+        except UpstreamError as exc:
+            return exc.leg_error()
         params = payload.get("kv_transfer_params")
-        return params if isinstance(params, dict) else None
+        return LegDone(params if isinstance(params, dict) else None)
 
     async def _final_leg(
-        self, request: web.Request, flow: DispatchFlow, leg: FinalLeg, endpoint: str, prompt: Prompt | None
-    ) -> web.StreamResponse:
-        """The leg whose answer the client sees (decode, or the only leg in regular mode)."""
+        self, request: web.Request, flow: DispatchFlow, leg: RunLeg, endpoint: str, prompt: Prompt | None
+    ) -> tuple[web.StreamResponse | None, DispatchStep]:
+        """The leg whose answer the client sees (decode, or the only leg in regular mode): the answer relayed
+        (None: it failed before any of it went out) and the flow's next step."""
         worker, leg_body = leg.worker, leg.body
         stream = bool(leg_body.get("stream"))
         try:
             if worker.spec.transport is Transport.GRPC:
-                if prompt is None:
-                    prompt = await self._prompt(endpoint, leg_body, worker)
-                    assert prompt is not None
-                    self._check_budget(endpoint, leg_body, prompt, worker)
                 assert prompt is not None
                 if stream:
                     return await self._grpc_stream(request, flow, leg, endpoint, prompt)
                 answer = await self._grpc_complete(leg, endpoint, prompt, flow.request_id)
-                self._finish(flow)
-                return web.json_response(answer)
+                return web.json_response(answer), flow.on_leg_done(LegDone(), self.clock())
             url = f"{worker.spec.url}{endpoint}"
-            if prompt is None:
-                self._check_budget(endpoint, leg_body, None, worker)
             if stream:
                 return await self._http_stream(request, flow, leg, url)
             payload = await post_json(self.t.session, url, leg_body, leg.timeout_s)
-            self._finish(flow)
-            return web.json_response(payload)
+            return web.json_response(payload), flow.on_leg_done(LegDone(), self.clock())
         except UpstreamError as exc:
-            failed = self._finish(flow, exc)
-            assert failed is not None
-            raise RouterError.from_answer(failed) from exc
+            return None, flow.on_leg_done(exc.leg_error(), self.clock())
 
     def _model(self, body: dict[str, Any]) -> str:
         model = body.get("model")
         return model if isinstance(model, str) and model else (self.cfg.model or DEFAULT_MODEL)
 
     async def _grpc_complete(
-        self, leg: FinalLeg, endpoint: str, prompt: Prompt, request_id: str
+        self, leg: RunLeg, endpoint: str, prompt: Prompt, request_id: str
     ) -> dict[str, Any]:
         client = self.t.grpc(leg.worker)
         body = leg.body
@@ -278,8 +256,8 @@ class Dispatcher:
         )
 
     async def _grpc_stream(
-        self, request: web.Request, flow: DispatchFlow, leg: FinalLeg, endpoint: str, prompt: Prompt
-    ) -> web.StreamResponse:
+        self, request: web.Request, flow: DispatchFlow, leg: RunLeg, endpoint: str, prompt: Prompt
+    ) -> tuple[web.StreamResponse, DispatchStep]:
         client = self.t.grpc(leg.worker)
         codec = await client.codec(self.cfg.request_timeout_s)
         body, request_id = leg.body, flow.request_id
@@ -315,19 +293,19 @@ class Dispatcher:
             await resp.write(stream_event(endpoint, request_id, model, "", finish or "stop"))
             if wants_usage(body):
                 await resp.write(usage_event(endpoint, request_id, model, len(prompt[1]), used or streamed))
-            self._finish(flow)
+            step = flow.on_leg_done(LegDone(), self.clock())
         except UpstreamError as exc:
             await resp.write(sse({"error": {"message": str(exc), "type": "server_error", "code": exc.code}}))
-            self._finish(flow, exc, after_headers=True)
+            step = flow.on_leg_done(exc.leg_error(), self.clock(), after_headers=True)
         finally:
             with contextlib.suppress(Exception):
                 await messages.aclose()
         await resp.write(SSE_DONE)
-        return await resp.write_eof()
+        return await resp.write_eof(), step
 
     async def _http_stream(
-        self, request: web.Request, flow: DispatchFlow, leg: FinalLeg, url: str
-    ) -> web.StreamResponse:
+        self, request: web.Request, flow: DispatchFlow, leg: RunLeg, url: str
+    ) -> tuple[web.StreamResponse, DispatchStep]:
         upstream = await open_stream(self.t.session, url, leg.body, leg.timeout_s)
         resp = ClientStream(request, self.client_write_timeout_s)
         await resp.prepare()
@@ -338,29 +316,29 @@ class Dispatcher:
                 tail = (tail + data)[-64:]
                 await resp.write(data)
             saw_done = b"[DONE]" in tail
-            self._finish(flow)
+            step = flow.on_leg_done(LegDone(), self.clock())
         except UpstreamError as exc:
             err = {"error": {"message": str(exc), "type": "server_error", "code": exc.code}}
             await resp.write(b"\n" + sse(err))
-            self._finish(flow, exc, after_headers=True)
+            step = flow.on_leg_done(exc.leg_error(), self.clock(), after_headers=True)
         finally:
             upstream.close()
         if not saw_done:
             await resp.write(SSE_DONE)
+        return await resp.write_eof(), step
+
+
+    async def _error_as_200(
+        self, request: web.Request, endpoint: str, request_id: str, body: dict[str, Any], error: ErrorAnswer
+    ) -> web.StreamResponse:
+        """Bug error_as_200: an error answered as a 200 completion with finish_reason "error" and no
+        content."""
+        log.warning("answering %s %s as 200 (bug error_as_200)", error.status, error.message)
+        model = self._model(body)
+        if not body.get("stream"):
+            return web.json_response(completion_response(endpoint, request_id, model, "", "error", 0, 0))
+        resp = ClientStream(request, self.client_write_timeout_s)
+        await resp.prepare()
+        await resp.write(stream_event(endpoint, request_id, model, "", "error"))
+        await resp.write(SSE_DONE)
         return await resp.write_eof()
-
-
-async def _error_as_200(
-    request: web.Request, endpoint: str, request_id: str, model: str, exc: RouterError, stream: bool,
-    write_timeout_s: float,
-) -> web.StreamResponse:
-    """Bug error_as_200: an error answered as a 200 completion with finish_reason "error" and no content."""
-    log.warning("answering %s %s as 200 (bug error_as_200)", exc.status, exc)
-    if not stream:
-        return web.json_response(completion_response(endpoint, request_id, model, "", "error", 0, 0))
-    resp = ClientStream(request, write_timeout_s)
-    await resp.prepare()
-    await resp.write(stream_event(endpoint, request_id, model, "", "error"))
-    await resp.write(SSE_DONE)
-    return await resp.write_eof()
-

@@ -3,12 +3,37 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import aiohttp
 
-from harness.routers.base import READY_PREFIX, RUN_API_KEY, RouterAdapter, RouterLaunch, fmt_seconds
+from harness.routers.base import READY_PREFIX, RUN_API_KEY, RouterAdapter, RouterLaunch
 from harness.scenario import RouterSettings
 from harness.topology import Topology
+from reference_router.config import RouterConfig, WorkerArg
+from reference_router.core.bugs import validate_bugs
+
+
+def reference_config(settings: RouterSettings, extra_bugs: tuple[str, ...] = ()) -> RouterConfig:
+    """What the reference router is told for a scenario's router settings (no workers: the caller adds
+    what it registers), in either world: the real one passes it as flags, the simulated one runs it."""
+    defaults = RouterConfig()
+    identity = settings.identity_check_interval_s
+    return RouterConfig(
+        pd=True,
+        prefill_policy=settings.prefill_policy,
+        decode_policy=settings.decode_policy,
+        request_timeout_s=settings.request_timeout_s,
+        interval_s=settings.health_interval_s,
+        probe_timeout_s=settings.health_timeout_s,
+        failure_threshold=settings.failure_threshold,
+        success_threshold=settings.success_threshold,
+        max_probes_in_flight=settings.max_concurrent_health_checks or defaults.max_probes_in_flight,
+        identity_check_interval_s=defaults.identity_check_interval_s if identity is None else identity,
+        cb_failure_threshold=settings.circuit_breaker_failures,
+        cb_open_s=settings.circuit_breaker_open_s,
+        bugs=validate_bugs((*settings.inject_bugs, *extra_bugs)),
+    )
 
 
 def _router_executable() -> list[str]:
@@ -31,41 +56,21 @@ class ReferenceRouter(RouterAdapter):
     def launch(
         self, topo: Topology, settings: RouterSettings, registered: list[str], events_file: str
     ) -> RouterLaunch:
-        argv = [*_router_executable(), "--host", "127.0.0.1", "--port", str(topo.router_port)]
-        argv += ["--pd-disaggregation", "--connector", topo.connector]
-        for spec in topo.prefills:
-            if spec.name not in registered:
-                continue
-            argv += ["--prefill", spec.url(topo.transport)]
-            if topo.connector == "mooncake":
-                argv.append(str(spec.bootstrap_port))
-        for spec in topo.decodes:
-            if spec.name in registered:
-                argv += ["--decode", spec.url(topo.transport)]
-        argv += [
-            "--health-check-interval-secs", fmt_seconds(settings.health_interval_s),
-            "--health-check-timeout-secs", fmt_seconds(settings.health_timeout_s),
-            "--health-failure-threshold", str(settings.failure_threshold),
-            "--health-success-threshold", str(settings.success_threshold),
-            "--prefill-policy", settings.prefill_policy,
-            "--decode-policy", settings.decode_policy,
-            "--request-timeout-secs", fmt_seconds(settings.request_timeout_s),
-            "--events-file", events_file,
-        ]
-        if settings.max_concurrent_health_checks is not None:
-            argv += ["--max-concurrent-health-checks", str(settings.max_concurrent_health_checks)]
-        if settings.identity_check_interval_s is not None:
-            argv += ["--identity-check-interval-secs", fmt_seconds(settings.identity_check_interval_s)]
-        if settings.circuit_breaker_failures is not None:
-            argv += ["--cb-failure-threshold", str(settings.circuit_breaker_failures),
-                     "--cb-timeout-duration-secs", fmt_seconds(settings.circuit_breaker_open_s)]
-        if self.api_key:
-            argv += ["--api-key", self.api_key]
-        bugs = [*settings.inject_bugs, *self.extra_bugs]
-        for bug in dict.fromkeys(bugs):
-            argv += ["--inject-bug", bug]
-        argv += list(settings.extra_args)
-        return RouterLaunch(argv=argv, ready_prefix=READY_PREFIX)
+        cfg = replace(
+            reference_config(settings, extra_bugs=self.extra_bugs),
+            port=topo.router_port,
+            api_key=self.api_key,
+            events_file=events_file,
+            connector=topo.connector,
+            prefill=tuple(
+                WorkerArg(p.url(topo.transport), p.bootstrap_port if topo.connector == "mooncake" else None)
+                for p in topo.prefills
+                if p.name in registered
+            ),
+            decode=tuple(d.url(topo.transport) for d in topo.decodes if d.name in registered),
+        )
+        return RouterLaunch(argv=[*_router_executable(), *cfg.argv(), *settings.extra_args],
+                            ready_prefix=READY_PREFIX)
 
     async def wait_ready(self, session: aiohttp.ClientSession, topo: Topology, timeout_s: float) -> None:
         # The ready line already said so (the supervisor waited for it); one /health answer confirms the port.

@@ -12,9 +12,10 @@ record), registry (worker table), bugs (test-only zoo switches).
 
 A driver (the asyncio shell, a simulated world) runs health_tick's steps: start_tick() every
 tick_period_s(), then on_probe_done() / on_reread_done() / on_identity_done() as answers come; and one
-DispatchFlow per request: pick(), id_read_wait_s(), prefill_leg(), prefill_failed() or prefill_done(),
-final_done(), release(), take_effects(). Each step returns the Effects (event records, counter increments,
-warnings) the driver records. A circuit breaker is on when DispatchFlow gets breaker=BreakerConfig(n, open_s).
+DispatchFlow per request: start(), then the on_*() that answers each step it hands out (Prepare, AwaitIdRead,
+RunLeg, Backoff) until an Answer, and close() on every exit path. Each step carries the Effects (event
+records, counter increments, warnings) the driver records. A circuit breaker is on when DispatchFlow gets
+breaker=BreakerConfig(n, open_s).
 """
 
 from .answers import ErrorAnswer, LegError
@@ -59,12 +60,17 @@ from .connectors import (
     sanitize_prefill_body,
 )
 from .dispatch_flow import (
+    ID_READ_POLL_S,
+    Answer,
+    AwaitIdRead,
+    Backoff,
     DispatchFlow,
     DispatchLimits,
-    FinalLeg,
-    Finished,
-    PrefillFailed,
-    PrefillLeg,
+    DispatchStep,
+    LegDone,
+    LegResult,
+    Prepare,
+    RunLeg,
     dispatch_serialized,
     new_request_id,
 )
@@ -177,6 +183,7 @@ from .workers import (
 __all__ = [
     "BREAKER_TRANSITIONS_TOTAL",
     "DISPATCHES_TOTAL",
+    "ID_READ_POLL_S",
     "KNOWN_BUGS",
     "KV_LOAD_FAILED",
     "LEG_RETRIES_TOTAL",
@@ -201,6 +208,9 @@ __all__ = [
     "REASON_WORKER_RECOVERED",
     "ROUTER_BUGS",
     "STALE_ENGINE_ID",
+    "Answer",
+    "AwaitIdRead",
+    "Backoff",
     "BreakerConfig",
     "BreakerRuntime",
     "BreakerState",
@@ -209,13 +219,12 @@ __all__ = [
     "Delivery",
     "DispatchFlow",
     "DispatchLimits",
+    "DispatchStep",
     "DuplicateWorkerError",
     "Effects",
     "EngineIdDecision",
     "ErrorAnswer",
     "Expired",
-    "FinalLeg",
-    "Finished",
     "HandoffPlan",
     "HealthConfig",
     "IdentityDone",
@@ -223,13 +232,14 @@ __all__ = [
     "IdentityStart",
     "IdentityVerdict",
     "LeastLoad",
+    "LegDone",
     "LegError",
     "LegPolicies",
+    "LegResult",
     "MetadataRead",
     "MetricInc",
     "PowerOfTwo",
-    "PrefillFailed",
-    "PrefillLeg",
+    "Prepare",
     "ProbeDone",
     "ProbePlan",
     "ProbeResult",
@@ -242,6 +252,7 @@ __all__ = [
     "Role",
     "RoundRobin",
     "RouterEvent",
+    "RunLeg",
     "SelectionPolicy",
     "Status",
     "TickPlan",

@@ -1,39 +1,42 @@
-"""One client request's dispatch as a step object: every decision, none of the I/O.
+"""One client request's dispatch as a state machine that hands out steps: every decision, none of the I/O.
 
-The driver (the asyncio Dispatcher, a simulated router) performs the legs and calls back in this order:
+The shell (the asyncio Dispatcher, the simulated router) makes a flow per client request, takes its first
+step from `start(now)`, does what the step names and reports back through the matching `on_*`, which returns
+the next step, until an `Answer`:
 
-    flow = DispatchFlow(request_id, body, registry, policies, limits, pd=True)
-    answer = flow.pick(now)                  # an ErrorAnswer (503): answer it, run no leg
-    try:
-        PD:  loop: wait up to flow.id_read_wait_s() while not flow.id_read_settled()
-                   leg = flow.prefill_leg(now); run leg.body on leg.worker within leg.timeout_s
-                   failed: f = flow.prefill_failed(LegError, now); loop again if f.retry_on, else answer
-                           f.answer
-                   answered: final = flow.prefill_done(the kv_transfer_params it carried); stop looping
-        regular: final = flow.regular_leg()
-        run final.body on final.worker within final.timeout_s, relay its answer
-        done = flow.final_done(error or None, after_headers=whether the client already got a 200 stream,
-                               now=now)
-    finally:
-        flow.release()                       # workers left idle: a Draining one may now be removed
-        flow.take_effects()                  # what no later step handed out (a request that ended early)
+    Prepare(workers)        tokenize for these workers and check the context budget -> on_prepared
+    AwaitIdRead(timeout_s)  the prefill's engine-id re-read is running: wait while not id_read_settled(),
+                            at most timeout_s -> on_id_read_waited
+    RunLeg(worker, body, timeout_s, final)
+                            run the leg (final: the one whose answer the client sees, relayed as it comes)
+                            -> on_leg_done(LegDone | LegError, now, after_headers=...)
+    Backoff(seconds)        bugs retry_failed_requests / retry_transport_failures only: wait, then
+                            on_backoff_done; the request runs again whole under a new request id
+    Answer(error)           final: error None, the final leg's answer went through; else answer this error
 
-Sequential by design: a prefill failure is answered at once, never after the decode's deadline (bug #9). A
-prefill leg that never reached its worker runs again on another Ready prefill within the request's deadline,
-at most once per prefill (core.retry); the decode leg never runs twice. Every step returns the Effects to
-record (the `dispatch` record once the outcome is known).
+Every step carries the Effects to record (events, counters, warnings) and the workers it left idle (a
+Draining one may now be removed). A result for a step not handed out is refused (RuntimeError). A shell that
+gives up on a request (the client left, an exception) calls `close()` on every exit path: it releases the
+workers the flow still holds and returns what nothing handed out yet.
+
+Order, the router's request contract in one place (`_after_pick`, `_after_prefill`, `_after_final`):
+pick both workers before any leg (a leg with no Ready worker is a prompt 503); the prefill leg, sanitised,
+with freshly minted KV params once the prefill's id read has settled; a prefill leg that never reached its
+worker runs again on another Ready prefill within the request's deadline, at most once per prefill
+(core.retry); any other prefill failure is answered at once, never after the decode's deadline (bug #9); the
+decode leg with the minted (Mooncake) or relayed (NIXL) params, never twice; release both workers.
 
 With a circuit breaker configured (`breaker=BreakerConfig(...)`, core.breaker) picking skips workers it keeps
-out, pick() takes a half-open worker's one trial, every leg's outcome is recorded into its worker's breaker
-and release() frees a trial the request did not use. pick() has no Effects of its own: what it changed (a
-breaker going half-open) rides on the next step's Effects, or take_effects() when no step follows.
+out and takes a half-open worker's one trial, every leg's outcome is recorded into its worker's breaker and
+the release frees a trial the request did not use. What the pick changed (a breaker going half-open) rides on
+the first leg's Effects.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -82,6 +85,8 @@ from .retry import (
 )
 from .workers import Connector, Role, Worker
 
+# How often a shell waiting out an AwaitIdRead looks again (the read takes milliseconds).
+ID_READ_POLL_S = 0.005
 _MIN_LEG_TIMEOUT_S = 0.001
 # Bug no_request_timeout: a leg "without" a deadline (the shells all take a number; nothing waits this long).
 _NO_DEADLINE_S = 1e6
@@ -110,73 +115,124 @@ class DispatchLimits:
         return _NO_DEADLINE_S if NO_REQUEST_TIMEOUT in bugs else self.request_timeout_s
 
 
+# -- steps ---------------------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
-class PrefillLeg:
-    """Send `body` (sanitised, with the prefill's KV params) to `worker` within `timeout_s`."""
+class Prepare:
+    """Tokenize the request for `workers` (the first gRPC one whose tokenizer can be had) and refuse it when
+    it cannot fit the smallest context they report; then `on_prepared(problem, now)`. A shell with nothing
+    to prepare answers at once."""
+
+    workers: tuple[Worker, ...]
+    effects: Effects = field(default_factory=Effects)
+    idle: tuple[Worker, ...] = ()
+
+
+@dataclass(frozen=True)
+class AwaitIdRead:
+    """The prefill turned Ready at the probe that promoted it, before the engine-id re-read that follows
+    ended: a request minting now would name the dead engine's id (a transfer timeout) or none. Wait while
+    `id_read_settled()` is False, at most `timeout_s` (the read's own deadline); then `on_id_read_waited`."""
+
+    timeout_s: float
+    effects: Effects = field(default_factory=Effects)
+    idle: tuple[Worker, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunLeg:
+    """Send `body` to `worker` within `timeout_s`; then `on_leg_done`. `final`: the leg whose answer the
+    client sees (the decode, or the only leg of a regular request); else a prefill leg (sanitised, with its
+    KV params), whose answer only feeds the decode's params."""
 
     worker: Worker
     body: dict[str, Any]
     timeout_s: float
+    final: bool
     effects: Effects = field(default_factory=Effects)
+    idle: tuple[Worker, ...] = ()
 
 
 @dataclass(frozen=True)
-class PrefillFailed:
-    """Exactly one of `retry_on` (run the prefill leg again, on that worker) and `answer` (final) is set; or,
-    under bug legs_joined, neither and `decode_anyway` (the decode leg runs all the same)."""
+class Backoff:
+    """Bugs retry_failed_requests / retry_transport_failures only: wait `seconds`, then `on_backoff_done`;
+    the failed request runs again whole, under a new request id. Correct: a failure is answered."""
 
-    effects: Effects
-    retry_on: Worker | None = None
-    answer: ErrorAnswer | None = None
-    idle: tuple[Worker, ...] = ()  # released workers with no request left (a Draining one may go now)
-    decode_anyway: FinalLeg | None = None
-
-
-@dataclass(frozen=True)
-class FinalLeg:
-    """The leg whose answer the client sees (the decode, or the only leg in regular mode)."""
-
-    worker: Worker
-    body: dict[str, Any]
-    timeout_s: float
+    seconds: float
     effects: Effects = field(default_factory=Effects)
+    idle: tuple[Worker, ...] = ()
 
 
 @dataclass(frozen=True)
-class Finished:
-    effects: Effects
-    answer: ErrorAnswer | None = None  # the error to answer with (None: the leg's answer went through)
+class Answer:
+    """Final. `error` None: the final leg's answer went through (relay it, or it was relayed). Else answer
+    `error`; `before_legs`: the router refused the request before any leg ran (no Ready worker). `as_200`:
+    bug error_as_200, the error is answered as a 200 completion with finish_reason "error" and no content."""
+
+    error: ErrorAnswer | None
+    effects: Effects = field(default_factory=Effects)
+    idle: tuple[Worker, ...] = ()
+    before_legs: bool = False
+    as_200: bool = False
+
+
+DispatchStep = Prepare | AwaitIdRead | RunLeg | Backoff | Answer
+
+
+@dataclass(frozen=True)
+class LegDone:
+    """A leg that answered. A prefill's `kv_transfer_params`: what its answer carried (None when none)."""
+
+    kv_transfer_params: Mapping[str, Any] | None = None
+
+
+LegResult = LegDone | LegError
 
 
 class _Phase(Enum):
     NEW = "new"
-    PICKED = "picked"  # workers held, a prefill leg (or the regular leg) is next
+    PREPARE = "prepare"  # workers held, the shell prepares the prompt
+    ID_READ = "id_read"  # waiting for the prefill's id read
     PREFILL = "prefill"  # a prefill leg is out
     FINAL = "final"  # the final leg is out
+    BACKOFF = "backoff"  # bugs retry_*: waiting to run the request again
     DONE = "done"
 
 
 class DispatchFlow:
     def __init__(
         self,
-        request_id: str,
         body: Mapping[str, Any],
         registry: WorkerRegistry,
         policies: LegPolicies,
         limits: DispatchLimits,
         *,
         pd: bool = True,
+        request_id: str | None = None,
         new_uuid: UuidFactory = uuid.uuid4,
         breaker: BreakerConfig | None = None,
         bugs: frozenset[str] = frozenset(),
     ) -> None:
-        self.request_id = request_id
         self.body = body
-        self.pd = pd
+        self._pd_mode = pd
         self._registry = registry
         self._policies = policies
         self._limits = limits
         self._new_uuid = new_uuid
+        self._breaker = breaker if breaker is not None else BreakerConfig()
+        self._bugs = bugs  # test-only zoo switches (core.bugs)
+        self._phase = _Phase.NEW
+        self._pending = Effects()  # changes made by the pick, handed out with the first leg's Effects
+        self._now = 0.0  # the latest `now` a step was given
+        self.attempts = 0
+        self._reset(request_id if request_id is not None else new_request_id(new_uuid))
+
+    def _reset(self, request_id: str) -> None:
+        """A new attempt of the request (the first, or a whole rerun under bugs retry_*)."""
+        self.request_id = request_id
+        self.attempts += 1
+        self.pd = self._pd_mode
         self.prefill: Worker | None = None
         # The worker whose answer the client sees (regular mode: the only one), as the dispatch record has it.
         self.decode: Worker | None = None
@@ -185,45 +241,84 @@ class DispatchFlow:
         self._plan: HandoffPlan | None = None
         self._record: dict[str, Any] = {}
         self._held: list[Worker] = []
-        self._phase = _Phase.NEW
-        self._breaker = breaker if breaker is not None else BreakerConfig()
-        self._pending = Effects()  # changes made by pick(), handed out with the next step's Effects
-        self._now = 0.0  # the latest `now` a step was given (final_done's when its driver gives none)
-        self._bugs = bugs  # test-only zoo switches (core.bugs)
-        # Bug error_as_200: the shell answers this request's error as a 200 completion with finish_reason
-        # "error" and no content. Correct: the error's own status and JSON body.
-        self.masks_errors = ERROR_AS_200 in bugs
         # How far the leg the request failed in got (None: no leg failed, e.g. refused before any leg ran),
         # and whether that leg was the final (decode) one.
         self.failed_delivery: Delivery | None = None
         self.final_leg_failed = False
 
-    def retry_backoff_s(self, attempts_done: int, status: int) -> float | None:
-        """Bugs retry_failed_requests / retry_transport_failures only: the wait before the shell runs this
-        failed request again whole, in a new flow (None: answer the failure, as the correct router always
-        does)."""
-        if RETRY_FAILED_REQUESTS in self._bugs:
-            return request_retry_backoff_s(attempts_done, status, self.failed_delivery)
-        if RETRY_TRANSPORT_FAILURES in self._bugs and self.final_leg_failed:
-            return request_retry_backoff_s(attempts_done, status, self.failed_delivery, transport_only=True)
-        return None
+    # ---- the steps: the request's order ------------------------------------------------------------------
 
-    # ---- workers ---------------------------------------------------------------------------------------
+    def start(self, now: float) -> DispatchStep:
+        """Pick (and hold) the request's workers: its first step."""
+        self._expect(_Phase.NEW)
+        return self._pick_step(now)
 
-    def pick(self, now: float) -> ErrorAnswer | None:
+    def on_prepared(self, problem: ErrorAnswer | None, now: float) -> DispatchStep:
+        """The prompt is ready (None), or cannot be had or does not fit (`problem`: answer it)."""
+        self._expect(_Phase.PREPARE)
+        self._now = now
+        if problem is not None:
+            return self._finish(problem)
+        if not self.pd:
+            return self._regular_leg()
+        return self._to_prefill_leg(now)
+
+    def on_id_read_waited(self, now: float) -> DispatchStep:
+        """The id read settled, or the wait for it ran out: mint with the id in force now."""
+        self._expect(_Phase.ID_READ)
+        return self._prefill_leg(now)
+
+    def on_leg_done(self, result: LegResult, now: float, *, after_headers: bool = False) -> DispatchStep:
+        """The leg handed out last ended. A final leg's failure after a 200 stream began (`after_headers`)
+        is still a 200 to the client: the shell ends the stream with an error chunk."""
+        if self._phase is _Phase.PREFILL:
+            if isinstance(result, LegError):
+                return self._prefill_failed(result, now)
+            return self._prefill_done(result.kv_transfer_params, now)
+        self._expect(_Phase.FINAL)
+        return self._final_done(None if isinstance(result, LegDone) else result, after_headers, now)
+
+    def on_backoff_done(self, now: float) -> DispatchStep:
+        """Bugs retry_*: the request runs again whole, under a new request id."""
+        self._expect(_Phase.BACKOFF)
+        self._reset(new_request_id(self._new_uuid))
+        return self._pick_step(now)
+
+    def close(self) -> tuple[tuple[Worker, ...], Effects]:
+        """Let go of the workers still held (idempotent; a breaker trial the request holds without a verdict
+        goes to the next request) and take what no step handed out: the workers left idle and the Effects."""
+        self._phase = _Phase.DONE
+        idle = self._release_all()
+        out, self._pending = self._pending, Effects()
+        return idle, out
+
+    def id_read_settled(self) -> bool:
+        return self.prefill is None or not id_read_pending(self.prefill)
+
+    # ---- picking -----------------------------------------------------------------------------------------
+
+    def _pick_step(self, now: float) -> DispatchStep:
+        self._now = now
+        refused = self._pick(now)
+        if refused is not None:
+            self._phase = _Phase.DONE
+            idle = self._release_all()
+            return Answer(refused, self._take(), idle, before_legs=True, as_200=self._as_200())
+        self._phase = _Phase.PREPARE
+        if self.pd:
+            assert self.prefill is not None and self.decode is not None
+            return Prepare((self.prefill, self.decode))
+        assert self.decode is not None
+        return Prepare((self.decode,))
+
+    def _pick(self, now: float) -> ErrorAnswer | None:
         """Choose (and hold) the request's workers; the 503 answer when a leg has no Ready worker, decided
         before any leg runs."""
-        self._expect(_Phase.NEW)
-        self._phase = _Phase.DONE
-        self._now = now
         if not self.pd:
             worker = pick_worker(self._registry, Role.REGULAR, self._policies.regular, now)
             if worker is None:
                 return self._no_worker(Role.REGULAR)
-            self.decode = worker
-            self._hold(worker)
-            self._pending.extend(breaker_pick(worker, self.request_id, now))
-            self._phase = _Phase.PICKED
+            self._hold_alone(worker, now)
             return None
         self.deadline = now + self._limits.leg_timeout_s(self._bugs)
         prefill = pick_worker(self._registry, Role.PREFILL, self._policies.prefill, now)
@@ -242,7 +337,6 @@ class DispatchFlow:
         # Trials are taken only once both legs have a worker: a refused request holds none.
         self._pending.extend(breaker_pick(prefill, self.request_id, now))
         self._pending.extend(breaker_pick(decode, self.request_id, now))
-        self._phase = _Phase.PICKED
         return None
 
     def _pick_decode_alone(self, now: float) -> ErrorAnswer | None:
@@ -252,11 +346,13 @@ class DispatchFlow:
         if decode is None:
             return self._no_worker(Role.PREFILL)
         self.pd = False
-        self.decode = decode
-        self._hold(decode)
-        self._pending.extend(breaker_pick(decode, self.request_id, now))
-        self._phase = _Phase.PICKED
+        self._hold_alone(decode, now)
         return None
+
+    def _hold_alone(self, worker: Worker, now: float) -> None:
+        self.decode = worker
+        self._hold(worker)
+        self._pending.extend(breaker_pick(worker, self.request_id, now))
 
     def _no_worker(self, role: Role) -> ErrorAnswer:
         if NO_WORKER_404 in self._bugs:
@@ -265,70 +361,36 @@ class DispatchFlow:
         # pick_worker finds none among Ready workers only when breakers keep every one out.
         return no_worker_answer(role, breaker_open=bool(self._registry.ready(role)))
 
-    def release(self) -> tuple[Worker, ...]:
-        """Stop counting the request on its workers (idempotent); returns those left with none. A breaker
-        trial the request holds without a verdict (its leg never ran) goes to the next request."""
-        return tuple(w for w in list(self._held) if self._release(w))
+    # ---- the prefill leg ---------------------------------------------------------------------------------
 
-    def take_effects(self) -> Effects:
-        """What pick() changed that no later step handed out yet (a request that ended before its first leg,
-        e.g. its tokenizer could not be had); empty once a step has."""
-        out, self._pending = self._pending, Effects()
-        return out
+    def _to_prefill_leg(self, now: float, out: Effects | None = None, idle: tuple[Worker, ...] = ()
+                        ) -> DispatchStep:
+        """The prefill leg now, or a wait for its worker's running id read first."""
+        if self.id_read_settled():
+            return self._prefill_leg(now, out, idle)
+        self._phase = _Phase.ID_READ
+        return AwaitIdRead(self._limits.id_read_wait_s, out or Effects(), idle)
 
-    def _step_effects(self, now: float | None = None) -> Effects:
-        if now is not None:
-            self._now = now
-        return self.take_effects()
-
-    def _hold(self, worker: Worker, first: bool = False) -> None:
-        worker.runtime.in_flight_requests += 1
-        # The prefill stays first, so release() lets go of the workers in the order they served.
-        self._held.insert(0 if first else len(self._held), worker)
-
-    def _release(self, worker: Worker) -> bool:
-        self._held.remove(worker)
-        breaker_release(worker, self.request_id)
-        rt = worker.runtime
-        rt.in_flight_requests -= 1
-        if rt.in_flight_requests <= 0:
-            rt.in_flight_requests = 0
-            return True
-        return False
-
-    # ---- prefill ---------------------------------------------------------------------------------------
-
-    def id_read_wait_s(self) -> float:
-        """How long to wait before the prefill leg, while id_read_settled() is False (0: go at once).
-
-        A worker turns Ready at the probe that promotes it, before the engine-id re-read that follows ends.
-        A request in that window would mint the id from before the outage (the dead engine's: a transfer
-        timeout) or none at all; it waits for the read instead, bounded by the read's own deadline."""
-        self._expect(_Phase.PICKED, pd=True)
-        return 0.0 if self.id_read_settled() else self._limits.id_read_wait_s
-
-    def id_read_settled(self) -> bool:
-        return self.prefill is None or not id_read_pending(self.prefill)
-
-    def prefill_leg(self, now: float) -> PrefillLeg:
+    def _prefill_leg(self, now: float, earlier: Effects | None = None, idle: tuple[Worker, ...] = ()
+                     ) -> RunLeg:
         """The handoff for the current prefill (minted now, after any id-read wait), and its leg."""
-        self._expect(_Phase.PICKED, pd=True)
         prefill, decode = self._chosen()
         plan = plan_handoff(prefill, new_uuid=self._new_uuid)
         self._plan = plan
         self._record = pd_record(self.request_id, prefill, decode, plan, self.retried_from)
-        out = self._step_effects(now)
+        out = earlier or Effects()
+        out.extend(self._take(now))
         if plan.mint_skipped:
             record_mint_skipped(out, plan.mint_skipped, self.request_id, prefill)
         self._phase = _Phase.PREFILL
         timeout = max(self.deadline - now, _MIN_LEG_TIMEOUT_S)
-        return PrefillLeg(prefill, sanitize_prefill_body(self.body, plan.prefill_params), timeout, out)
+        body = sanitize_prefill_body(self.body, plan.prefill_params)
+        return RunLeg(prefill, body, timeout, final=False, effects=out, idle=idle)
 
-    def prefill_failed(self, error: LegError, now: float) -> PrefillFailed:
+    def _prefill_failed(self, error: LegError, now: float) -> DispatchStep:
         """Retry on another Ready prefill when the leg never reached its worker, else fail the request."""
-        self._expect(_Phase.PREFILL)
         failed, _ = self._chosen()
-        out = self._step_effects(now)
+        out = self._take(now)
         suspect = error.delivery is Delivery.NOT_SENT and NO_SUSPECT_PROBE not in self._bugs
         if suspect and mark_suspect(failed, now):
             record_suspect(out, failed, error.message)
@@ -343,14 +405,13 @@ class DispatchFlow:
         elif error.delivery is Delivery.NOT_SENT:
             record_leg_retry(out, decision.reason)
         if nxt is None and LEGS_JOINED in self._bugs:
-            final = self.prefill_done(None)
-            out.extend(final.effects)
-            return PrefillFailed(Effects(), decode_anyway=replace(final, effects=out))
+            # Bug legs_joined: the decode leg runs all the same, as if the prefill had answered. Correct: the
+            # failure is answered at once.
+            return self._prefill_done(None, now, out)
         if nxt is None:
             record_dispatch(out, self._record, error.status, "prefill_failed", error.message)
-            self._phase = _Phase.DONE
             self.failed_delivery = error.delivery
-            return PrefillFailed(out, answer=error.answer("prefill"))
+            return self._finish(error.answer("prefill"), out)
         record_leg_retry(out, "retried")
         out.warn(f"prefill leg to {failed.id} never reached it ({error.message}): retrying on {nxt.id}")
         self.retried_from.append(failed.id)
@@ -358,71 +419,124 @@ class DispatchFlow:
         self.prefill = nxt
         self._hold(nxt, first=True)
         out.extend(breaker_pick(nxt, self.request_id, now))
-        self._phase = _Phase.PICKED
-        return PrefillFailed(out, retry_on=nxt, idle=idle)
+        return self._to_prefill_leg(now, out, idle)
 
-    def prefill_done(self, kv_transfer_params: Mapping[str, Any] | None) -> FinalLeg:
+    def _prefill_done(
+        self, kv_transfer_params: Mapping[str, Any] | None, now: float, out: Effects | None = None
+    ) -> RunLeg:
+        prefill, _ = self._chosen()
+        out = out if out is not None else Effects()
+        out.extend(self._take(now))
+        out.extend(breaker_success(prefill, self.request_id, self._breaker))
+        return self._decode_leg(kv_transfer_params, out)
+
+    # ---- the final leg -----------------------------------------------------------------------------------
+
+    def _decode_leg(self, kv_transfer_params: Mapping[str, Any] | None, out: Effects) -> RunLeg:
         """The decode leg once the prefill answered (`kv_transfer_params`: what its answer carried, if any):
         Mooncake gets the minted params, NIXL the prefill's verbatim."""
-        self._expect(_Phase.PREFILL)
         prefill, decode = self._chosen()
         assert self._plan is not None
         params = self._plan.decode_params(kv_transfer_params)
         if NIXL_NOT_RELAYED in self._bugs and self._plan.connector is Connector.NIXL:
             params = None
-        out = self._step_effects()
-        out.extend(breaker_success(prefill, self.request_id, self._breaker))
         if self._plan.connector is Connector.NIXL and params is None:
             problem = HandoffPlan.nixl_relay_problem(kv_transfer_params)
             if problem:
                 record_mint_skipped(out, problem, self.request_id, prefill)
         self._phase = _Phase.FINAL
-        return FinalLeg(decode, decode_body(self.body, params), self._limits.leg_timeout_s(self._bugs), out)
+        body = decode_body(self.body, params)
+        return RunLeg(decode, body, self._limits.leg_timeout_s(self._bugs), final=True, effects=out)
 
-    # ---- final leg -------------------------------------------------------------------------------------
-
-    def regular_leg(self) -> FinalLeg:
+    def _regular_leg(self) -> RunLeg:
         """Regular mode's only leg: the client's body as is, no handoff params."""
-        self._expect(_Phase.PICKED, pd=False)
         assert self.decode is not None
         self._record = regular_record(self.request_id, self.decode)
         self._phase = _Phase.FINAL
-        return FinalLeg(
-            self.decode, dict(self.body), self._limits.leg_timeout_s(self._bugs), self._step_effects()
-        )
+        timeout = self._limits.leg_timeout_s(self._bugs)
+        return RunLeg(self.decode, dict(self.body), timeout, final=True, effects=self._take())
 
-    def final_done(
-        self, error: LegError | None = None, *, after_headers: bool = False, now: float | None = None
-    ) -> Finished:
-        """The request's outcome: ok, or the final leg's failure. A failure after a 200 stream began
-        (`after_headers`) is still a 200 to the client: the shell ends the stream with an error chunk.
-        `now`: when the leg ended (an opened breaker's period starts then); without it, the last step's."""
-        self._expect(_Phase.FINAL)
-        self._phase = _Phase.DONE
-        out = self._step_effects(now)
+    def _final_done(self, error: LegError | None, after_headers: bool, now: float) -> DispatchStep:
+        """The request's outcome: ok, or the final leg's failure (`now`: when the leg ended; an opened
+        breaker's period starts then)."""
+        out = self._take(now)
         assert self.decode is not None
         if error is None:
             out.extend(breaker_success(self.decode, self.request_id, self._breaker))
             record_dispatch(out, self._record, 200, "ok")
-            return Finished(out)
+            return self._finish(None, out)
         out.extend(breaker_failure(self.decode, self.request_id, error, self._now, self._breaker))
         if after_headers:
             record_dispatch(out, self._record, 200, "decode_stream_failed", error.message)
-            return Finished(out)
+            return self._finish(None, out)
         record_dispatch(out, self._record, error.status, "decode_failed", error.message)
         self.failed_delivery = error.delivery
         self.final_leg_failed = True
-        return Finished(out, error.answer("decode"))
+        return self._finish(error.answer("decode"), out)
 
-    # ---- state -----------------------------------------------------------------------------------------
+    # ---- the end -----------------------------------------------------------------------------------------
+
+    def _finish(self, error: ErrorAnswer | None, out: Effects | None = None) -> Answer | Backoff:
+        """Release the workers; answer, or (bugs retry_*) run the failed request again after a backoff."""
+        out = out if out is not None else self._take()
+        idle = self._release_all()
+        out.extend(self._take())
+        backoff = None if error is None else self._retry_backoff_s(error.status)
+        if backoff is not None:
+            self._phase = _Phase.BACKOFF
+            assert error is not None
+            out.warn(f"request {self.request_id} failed ({error.status}): running it again whole in "
+                     f"{backoff:.3f} s (attempt {self.attempts + 1})")
+            return Backoff(backoff, out, idle)
+        self._phase = _Phase.DONE
+        return Answer(error, out, idle, as_200=error is not None and self._as_200())
+
+    def _retry_backoff_s(self, status: int) -> float | None:
+        """Bugs retry_failed_requests / retry_transport_failures only: the wait before the request runs
+        again whole (None: answer the failure, as the correct router always does)."""
+        if RETRY_FAILED_REQUESTS in self._bugs:
+            return request_retry_backoff_s(self.attempts, status, self.failed_delivery)
+        if RETRY_TRANSPORT_FAILURES in self._bugs and self.final_leg_failed:
+            return request_retry_backoff_s(self.attempts, status, self.failed_delivery, transport_only=True)
+        return None
+
+    def _as_200(self) -> bool:
+        # Bug error_as_200: the shell answers the error as a 200 completion with finish_reason "error" and no
+        # content. Correct: the error's own status and JSON body.
+        return ERROR_AS_200 in self._bugs
+
+    # ---- holding workers ---------------------------------------------------------------------------------
+
+    def _take(self, now: float | None = None) -> Effects:
+        if now is not None:
+            self._now = now
+        out, self._pending = self._pending, Effects()
+        return out
+
+    def _hold(self, worker: Worker, first: bool = False) -> None:
+        worker.runtime.in_flight_requests += 1
+        # The prefill stays first, so the release lets go of the workers in the order they served.
+        self._held.insert(0 if first else len(self._held), worker)
+
+    def _release_all(self) -> tuple[Worker, ...]:
+        return tuple(w for w in list(self._held) if self._release(w))
+
+    def _release(self, worker: Worker) -> bool:
+        self._held.remove(worker)
+        breaker_release(worker, self.request_id)
+        rt = worker.runtime
+        rt.in_flight_requests -= 1
+        if rt.in_flight_requests <= 0:
+            rt.in_flight_requests = 0
+            return True
+        return False
 
     def _chosen(self) -> tuple[Worker, Worker]:
         assert self.prefill is not None and self.decode is not None
         return self.prefill, self.decode
 
-    def _expect(self, phase: _Phase, pd: bool | None = None) -> None:
-        if self._phase is not phase or (pd is not None and pd != self.pd):
+    def _expect(self, phase: _Phase) -> None:
+        if self._phase is not phase:
             mode = "PD" if self.pd else "regular"
             raise RuntimeError(f"dispatch flow of {self.request_id}: step not valid in phase "
                                f"{self._phase.value} ({mode} mode)")
-

@@ -13,12 +13,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, assert_never
 
 import simpy
 
 from fake_engines.core.gen_request import GenRequest, GenResult, RequestError, gen_request_from_openai
 from fake_engines.core.request_flow import Reject
+from harness.routers.reference import reference_config
 from harness.scenario import RouterSettings
 from harness.scenario.links import LinkRef
 from harness.session.requests import RequestPlan
@@ -26,20 +27,24 @@ from harness.worlds.sim.cell import CellView
 from harness.worlds.sim.engine import SimEngine, StreamMarks
 from harness.worlds.sim.network import HOP_S, CallResult, Reply, SimNetwork, wait, wait_event
 from reference_router.core import (
-    BreakerConfig,
+    ID_READ_POLL_S,
+    Answer,
+    AwaitIdRead,
+    Backoff,
     Delivery,
     DispatchFlow,
-    DispatchLimits,
     Effects,
     ErrorAnswer,
-    HealthConfig,
     IdentityStart,
+    LegDone,
     LegError,
-    LegPolicies,
+    LegResult,
     MetadataRead,
+    Prepare,
     ProbeStart,
     ReadOutcome,
     Role,
+    RunLeg,
     Status,
     Transport,
     Worker,
@@ -47,7 +52,6 @@ from reference_router.core import (
     abandon_identity_check,
     dispatch_serialized,
     make_worker_spec,
-    new_request_id,
     on_identity_done,
     on_probe_done,
     on_reread_done,
@@ -58,12 +62,7 @@ from reference_router.core import (
     tick_period_s,
     worker_api_dict,
 )
-from reference_router.core.bugs import validate_bugs
 
-# The real router's default identity-check interval when none is given (reference_router CLI).
-DEFAULT_IDENTITY_INTERVAL_S = 30.0
-# The real dispatcher's poll while a request waits for its prefill's engine-id re-read.
-ID_READ_POLL_S = 0.005
 # Bytes of a stream's first message (headers, a token's chunk): what its trip to the router is timed by.
 STREAM_CHUNK_BYTES = 128
 
@@ -84,20 +83,6 @@ class ClientAnswer:
         return self.status == 200 and self.error is None and self.text is not None
 
 
-def health_config(settings: RouterSettings) -> HealthConfig:
-    bugs = validate_bugs(settings.inject_bugs)
-    return HealthConfig(
-        failure_threshold=settings.failure_threshold,
-        success_threshold=settings.success_threshold,
-        probe_timeout_s=settings.health_timeout_s,
-        interval_s=settings.health_interval_s,
-        max_probes_in_flight=settings.max_concurrent_health_checks or 128,
-        metadata_timeout_s=settings.health_timeout_s,
-        identity_check_interval_s=settings.identity_check_interval_s or DEFAULT_IDENTITY_INTERVAL_S,
-        bugs=bugs,
-    )
-
-
 class SimRouter:
     def __init__(
         self,
@@ -110,18 +95,19 @@ class SimRouter:
         self.env: simpy.Environment = cell.env
         self.net: SimNetwork = cell.net
         self.settings = settings
-        self.cfg = health_config(settings)
+        router_cfg = replace(reference_config(settings), seed=cell.seed)
+        self.cfg = router_cfg.health()
         self.transport = cell.topology.transport
         self.connector = cell.topology.connector
         self.new_uuid = new_uuid
         self.registry = WorkerRegistry(self.cfg.bugs)
         self.events: list[dict[str, Any]] = []
-        bugs = self.cfg.bugs
-        self.policies = LegPolicies.make(settings.prefill_policy, settings.decode_policy, cell.seed, bugs)
-        self.limits = DispatchLimits(settings.request_timeout_s, id_read_wait_s=settings.health_timeout_s)
-        self.breaker = BreakerConfig(settings.circuit_breaker_failures, settings.circuit_breaker_open_s, bugs)
+        self.policies = router_cfg.policies()
+        self.limits = router_cfg.limits()
+        self.breaker = router_cfg.breaker()
         # Bug wedged_stalls_all only: one request at a time (core.dispatch_serialized).
-        self._one_at_a_time = simpy.Resource(self.env, capacity=1) if dispatch_serialized(bugs) else None
+        serialized = dispatch_serialized(router_cfg.bugs)
+        self._one_at_a_time = simpy.Resource(self.env, capacity=1) if serialized else None
         self._probes: dict[str, simpy.Process] = {}
         self._loop: simpy.Process | None = None
         for name in registered:
@@ -364,121 +350,91 @@ class SimRouter:
     def _handle(
         self, plan: RequestPlan, client_deadline: float, t0: float
     ) -> Generator[Any, Any, ClientAnswer]:
-        attempts = 0
-        while True:
-            attempts += 1
-            flow = DispatchFlow(
-                new_request_id(self.new_uuid),
-                dict(plan.body),
-                self.registry,
-                self.policies,
-                self.limits,
-                pd=True,
-                new_uuid=self.new_uuid,
-                breaker=self.breaker,
-                bugs=self.cfg.bugs,
-            )
-            answer = yield from self._dispatch(flow, plan, client_deadline, t0)
-            backoff = None if answer.status == 200 else flow.retry_backoff_s(attempts, answer.status)
-            if backoff is None:  # retry_failed_requests, retry_transport_failures: run again whole
-                break
-            yield from wait(self.env, backoff, client_deadline)
-        if flow.masks_errors and answer.status != 200:
-            # Bug error_as_200: a 200 completion with finish_reason "error" and no content.
-            return ClientAnswer(200, "", None, ttft_s=answer.ttft_s, latency_s=answer.latency_s)
-        return answer
+        flow = DispatchFlow(dict(plan.body), self.registry, self.policies, self.limits,
+                            new_uuid=self.new_uuid, breaker=self.breaker, bugs=self.cfg.bugs)
+        try:
+            return (yield from self._run(flow, plan, client_deadline, t0))
+        finally:
+            idle, effects = flow.close()
+            self._remove_idle(idle)
+            self.record(effects)
 
-    def _dispatch(
+    def _run(
         self, flow: DispatchFlow, plan: RequestPlan, client_deadline: float, t0: float
     ) -> Generator[Any, Any, ClientAnswer]:
-        refused = flow.pick(self.env.now)
-        if refused is not None:
-            yield from wait(self.env, 2 * HOP_S, client_deadline)
-            return _error_answer(refused, self.env.now - t0)
-        try:
-            if not flow.pd:  # bug prefill_on_decode: the decode runs the request alone
-                leg = flow.regular_leg()
-                self.record(leg.effects)
-                return (
-                    yield from self._final_leg(
-                        flow, leg.worker, leg.body, plan, leg.timeout_s, t0, client_deadline
+        """Do what the request's flow says, step by step, until it answers."""
+        relayed: ClientAnswer | None = None
+        step = flow.start(self.env.now)
+        while True:
+            self.record(step.effects)
+            self._remove_idle(step.idle)
+            match step:
+                case Prepare():  # nothing to tokenize: the simulated engines take the text
+                    step = flow.on_prepared(None, self.env.now)
+                case AwaitIdRead():
+                    waited = 0.0
+                    while not flow.id_read_settled() and waited < step.timeout_s:
+                        yield from wait(self.env, ID_READ_POLL_S, client_deadline)
+                        waited += ID_READ_POLL_S
+                    step = flow.on_id_read_waited(self.env.now)
+                case RunLeg(final=False):
+                    result = yield from self._prefill_leg(step, plan.chat, f"{flow.request_id}-p",
+                                                          client_deadline)
+                    step = flow.on_leg_done(result, self.env.now)
+                case RunLeg():
+                    result, after_headers, relayed = yield from self._final_leg(
+                        flow, step, plan, t0, client_deadline
                     )
-                )
-            while True:
-                wait_s = flow.id_read_wait_s()
-                waited = 0.0
-                while wait_s > 0 and not flow.id_read_settled() and waited < wait_s:
-                    yield from wait(self.env, ID_READ_POLL_S, client_deadline)
-                    waited += ID_READ_POLL_S
-                leg = flow.prefill_leg(self.env.now)
-                self.record(leg.effects)
-                result = yield from self._leg(
-                    leg.worker, leg.body, plan.chat, leg.timeout_s, f"{flow.request_id}-p", client_deadline
-                )
-                if isinstance(result, LegError):
-                    failed = flow.prefill_failed(result, self.env.now)
-                    self.record(failed.effects)
-                    for w in failed.idle:
-                        self._maybe_remove(w)
-                    if failed.decode_anyway is not None:  # bug legs_joined
-                        final = failed.decode_anyway
-                        self.record(final.effects)
-                        break
-                    if failed.answer is not None:
-                        return _error_answer(failed.answer, self.env.now - t0)
-                    continue
-                final = flow.prefill_done(result.kv_transfer_params)
-                self.record(final.effects)
-                break
-            return (
-                yield from self._final_leg(
-                    flow, final.worker, final.body, plan, final.timeout_s, t0, client_deadline
-                )
-            )
-        finally:
-            for w in flow.release():
-                self._maybe_remove(w)
-            self.record(flow.take_effects())
+                    step = flow.on_leg_done(result, self.env.now, after_headers=after_headers)
+                case Backoff():
+                    yield from wait(self.env, step.seconds, client_deadline)
+                    step = flow.on_backoff_done(self.env.now)
+                case Answer():
+                    if step.error is None:
+                        assert relayed is not None
+                        return relayed
+                    if step.before_legs:
+                        yield from wait(self.env, 2 * HOP_S, client_deadline)
+                    answer = _error_answer(step.error, self.env.now - t0)
+                    if step.as_200:  # bug error_as_200: a 200 completion with finish_reason "error"
+                        return ClientAnswer(200, "", None, ttft_s=answer.ttft_s, latency_s=answer.latency_s)
+                    return answer
+                case _:
+                    assert_never(step)
+
+    def _remove_idle(self, workers: tuple[Worker, ...]) -> None:
+        for w in workers:
+            self._maybe_remove(w)
 
     def _final_leg(
-        self,
-        flow: DispatchFlow,
-        worker: Worker,
-        body: dict[str, Any],
-        plan: RequestPlan,
-        timeout_s: float,
-        t0: float,
-        client_deadline: float,
-    ) -> Generator[Any, Any, ClientAnswer]:
-        engine = self.engine_of(worker)
-        marks = StreamMarks(self._reach(engine)) if body.get("stream") else None
+        self, flow: DispatchFlow, leg: RunLeg, plan: RequestPlan, t0: float, client_deadline: float
+    ) -> Generator[Any, Any, tuple[LegResult, bool, ClientAnswer | None]]:
+        """The leg whose answer the client sees: how it ended for the flow, whether the client already had
+        its 200 when it failed, and what the client got (None: an error not answered yet)."""
+        engine = self.engine_of(leg.worker)
+        marks = StreamMarks(self._reach(engine)) if leg.body.get("stream") else None
         result = yield from self._call_generate(
-            engine, body, plan.chat, timeout_s, flow.request_id, client_deadline, marks
+            engine, leg.body, plan.chat, leg.timeout_s, flow.request_id, client_deadline, marks
         )
         now = self.env.now
         if isinstance(result, Reply) and isinstance(result.value, GenResult):
-            self.record(flow.final_done(now=now).effects)
             gen: GenResult = result.value
             first = _first_token(marks, now)
-            return ClientAnswer(200, gen.text, None, ttft_s=first - t0, latency_s=now - t0)
+            return LegDone(), False, ClientAnswer(200, gen.text, None, ttft_s=first - t0, latency_s=now - t0)
         error = result if isinstance(result, LegError) else _rejected(result.value, self.transport)
         if marks is not None and self.transport == "http" and isinstance(result, Reply):
             # The engine had answered 200 and streams the error as a chunk; the router relays it as is.
-            self.record(flow.final_done(now=now).effects)
             err = result.value
-            return ClientAnswer(200, None, err.message, ttft_s=now - t0, latency_s=now - t0)
+            return LegDone(), False, ClientAnswer(200, None, err.message, ttft_s=now - t0, latency_s=now - t0)
         if marks is not None and isinstance(result, LegError) and self._answer_started(marks):
             # The client already has its 200 (HTTP: the engine's headers, relayed; gRPC: the router's, sent
             # with the first token): the stream ends with an error chunk.
             if self.transport == "http":
-                error = _broken_stream(error, engine, timeout_s)
-            self.record(flow.final_done(error, after_headers=True, now=now).effects)
-            return ClientAnswer(200, None, error.message, ttft_s=_first_token(marks, now) - t0,
-                                latency_s=now - t0)
-        done = flow.final_done(error, now=now)
-        self.record(done.effects)
-        assert done.answer is not None
-        return _error_answer(done.answer, now - t0)
+                error = _broken_stream(error, engine, leg.timeout_s)
+            relayed = ClientAnswer(200, None, error.message, ttft_s=_first_token(marks, now) - t0,
+                                   latency_s=now - t0)
+            return error, True, relayed
+        return error, False, None
 
     def _reach(self, engine: SimEngine | None) -> Callable[[float], float | None]:
         """When a stream's small message the engine sends at a time reaches the router (None: never)."""
@@ -491,21 +447,17 @@ class SimRouter:
         reached = marks.started_reached if self.transport == "http" else marks.first_token_reached
         return reached is not None and reached <= self.env.now
 
-    def _leg(
-        self,
-        worker: Worker,
-        body: dict[str, Any],
-        chat: bool,
-        timeout_s: float,
-        grpc_id: str,
-        client_deadline: float,
-    ) -> Generator[Any, Any, GenResult | LegError]:
-        engine = self.engine_of(worker)
-        result = yield from self._call_generate(engine, body, chat, timeout_s, grpc_id, client_deadline, None)
+    def _prefill_leg(
+        self, leg: RunLeg, chat: bool, grpc_id: str, client_deadline: float
+    ) -> Generator[Any, Any, LegResult]:
+        engine = self.engine_of(leg.worker)
+        result = yield from self._call_generate(
+            engine, leg.body, chat, leg.timeout_s, grpc_id, client_deadline, None
+        )
         if isinstance(result, LegError):
             return result
         if isinstance(result.value, GenResult):
-            return result.value
+            return LegDone(result.value.kv_transfer_params)
         return _rejected(result.value, self.transport)
 
     def _call_generate(
@@ -604,4 +556,4 @@ def is_role(worker: Worker, role: Role) -> bool:
     return worker.spec.role is role
 
 
-__all__ = ["ClientAnswer", "GenRequest", "SimRouter", "health_config"]
+__all__ = ["ClientAnswer", "GenRequest", "SimRouter"]

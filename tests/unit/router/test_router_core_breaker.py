@@ -5,26 +5,33 @@ records (CONTRACTS §2)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
 import pytest
+from helpers.dispatch_steps import OK, effects_of, first_leg, run, steps_to_decode
 
 from reference_router.cli import build_parser, config_from_args
 from reference_router.core import (
     BREAKER_TRANSITIONS_TOTAL,
+    Answer,
     BreakerConfig,
     BreakerState,
     Delivery,
     DispatchFlow,
     DispatchLimits,
+    DispatchStep,
     Effects,
     ErrorAnswer,
     HealthConfig,
     LegError,
     LegPolicies,
+    LegResult,
     MetricInc,
+    Prepare,
     Role,
+    RunLeg,
     Status,
     Worker,
     WorkerRegistry,
@@ -76,37 +83,38 @@ class Driver:
 
     def flow(self) -> DispatchFlow:
         self.seq += 1
-        return DispatchFlow(f"req-{self.seq}", BODY, self.reg, self.policies, LIMITS,
+        return DispatchFlow(BODY, self.reg, self.policies, LIMITS, request_id=f"req-{self.seq}",
                             new_uuid=lambda: uuid.UUID(int=7), breaker=self.breaker)
 
     def request(
         self, now: float, *, decode_error: LegError | None = None, prefill_error: LegError | None = None
     ) -> tuple[DispatchFlow, ErrorAnswer | None]:
         f = self.flow()
-        refused = f.pick(now)
-        if refused is not None:
-            f.release()
-            self.effects.extend(f.take_effects())
-            return f, refused
-        answer = self.legs(f, now, decode_error=decode_error, prefill_error=prefill_error)
-        f.release()
-        self.effects.extend(f.take_effects())
-        return f, answer
+        first = f.start(now)
+        self.effects.extend(first.effects)
+        if isinstance(first, Answer):  # refused at the pick
+            return f, self.finish(f, first, now)
+        return f, self.legs(f, first, now, decode_error=decode_error, prefill_error=prefill_error)
 
     def legs(
-        self, f: DispatchFlow, now: float, *, decode_error: LegError | None = None,
+        self, f: DispatchFlow, step: DispatchStep, now: float, *, decode_error: LegError | None = None,
         prefill_error: LegError | None = None,
     ) -> ErrorAnswer | None:
-        self.effects.extend(f.prefill_leg(now).effects)
-        if prefill_error is not None:
-            failed = f.prefill_failed(prefill_error, now)
-            self.effects.extend(failed.effects)
-            assert failed.retry_on is None  # these tests script one prefill attempt
-            return failed.answer
-        self.effects.extend(f.prefill_done(None).effects)
-        done = f.final_done(decode_error, now=now)
-        self.effects.extend(done.effects)
-        return done.answer
+        """The rest of a request the flow handed `step` out for; these tests script one prefill attempt."""
+        legs = [prefill_error] if prefill_error is not None else [OK, decode_error or OK]
+        return self.finish(f, step, now, legs)
+
+    def finish(
+        self, f: DispatchFlow, step: DispatchStep, now: float, legs: Sequence[LegResult] = ()
+    ) -> ErrorAnswer | None:
+        """Run the flow on from `step` (handed out, its effects collected) to its Answer, then close it."""
+        steps = run(f, now, legs, step=step)
+        self.effects.extend(effects_of(steps))
+        idle, rest = f.close()
+        assert idle == () and rest == Effects()  # the Answer released the workers and handed everything out
+        answer = (steps or [step])[-1]
+        assert isinstance(answer, Answer)
+        return answer.error
 
     def breaker_events(self) -> list[dict[str, Any]]:
         return [dict(e) for e in self.effects.of_type("breaker")]
@@ -185,16 +193,15 @@ def test_prefill_failures_count_and_a_refused_prefill_is_retried_elsewhere() -> 
     p0, p1 = prefill(reg, 0), prefill(reg, 1)
     drv = Driver(reg, BreakerConfig(failure_threshold=1, open_s=10.0))
     f = drv.flow()
-    assert f.pick(0.0) is None and f.prefill is p0
-    drv.effects.extend(f.prefill_leg(0.0).effects)
-    failed = f.prefill_failed(REFUSED, 0.1)
-    assert failed.retry_on is p1
+    leg = first_leg(f)
+    assert leg.worker is p0 and f.prefill is p0
+    drv.effects.extend(leg.effects)
+    again = f.on_leg_done(REFUSED, 0.1)
+    assert isinstance(again, RunLeg) and again.worker is p1
     assert p0.runtime.breaker.state is BreakerState.OPEN
-    assert [(e["worker"], e["to"]) for e in failed.effects.of_type("breaker")] == [(p0.id, "open")]
-    drv.effects.extend(f.prefill_leg(0.1).effects)
-    drv.effects.extend(f.prefill_done(None).effects)
-    drv.effects.extend(f.final_done(now=0.2).effects)
-    f.release()
+    assert [(e["worker"], e["to"]) for e in again.effects.of_type("breaker")] == [(p0.id, "open")]
+    drv.effects.extend(again.effects)
+    assert drv.finish(f, again, 0.2, [OK, OK]) is None
     # The refused prefill stays out (its probe, not the breaker, says whether it is Ready).
     assert [drv.request(1.0 + i)[0].prefill for i in range(3)] == [p1, p1, p1]
 
@@ -206,11 +213,10 @@ def test_a_prefill_retry_skips_prefills_whose_breaker_is_open() -> None:
     p1.runtime.breaker.open_until = 100.0
     drv = Driver(reg)
     f = drv.flow()
-    assert f.pick(0.0) is None and f.prefill is p0
-    f.prefill_leg(0.0)
-    failed = f.prefill_failed(REFUSED, 0.1)
-    assert failed.retry_on is None and failed.answer is not None  # p1 is Ready but kept out
-    f.release()
+    assert first_leg(f).worker is p0
+    failed = f.on_leg_done(REFUSED, 0.1)
+    assert isinstance(failed, Answer) and failed.error is not None  # p1 is Ready but kept out
+    assert failed.idle == (p0, decode(reg)) and f.close() == ((), Effects())
 
 
 # ---- which failures are the worker's own ---------------------------------------------------------------
@@ -316,13 +322,13 @@ def test_half_open_after_open_s_then_the_trials_success_closes_it() -> None:
     assert answer is not None and answer.status == 503
 
     trial = drv.flow()
-    assert trial.pick(11.0) is None and trial.decode is d
+    picked = trial.start(11.0)
+    assert isinstance(picked, Prepare) and trial.decode is d
     assert d.runtime.breaker.state is BreakerState.HALF_OPEN and worker_api_dict(d)["breaker"] == "half_open"
     # Only one trial at a time: a second request meanwhile finds no decode it may use.
     _, answer = drv.request(11.1)
     assert answer is not None and answer.status == 503
-    drv.legs(trial, 11.2)
-    trial.release()
+    assert drv.legs(trial, picked, 11.2) is None
     assert d.runtime.breaker.state is BreakerState.CLOSED and d.runtime.breaker.failures == 0
     assert transitions(drv)[1:] == [
         (d.id, "open", "half_open", "open_elapsed"), (d.id, "half_open", "closed", "trial_succeeded"),
@@ -379,40 +385,38 @@ def test_outcomes_of_requests_sent_before_it_opened_do_not_move_it() -> None:
     reg = cluster()
     d = decode(reg)
     drv = Driver(reg)
-    early: list[DispatchFlow] = []
+    early: list[tuple[DispatchFlow, RunLeg]] = []
     for _ in range(2):
         f = drv.flow()
-        assert f.pick(0.0) is None and f.decode is d
-        drv.effects.extend(f.prefill_leg(0.0).effects)
-        drv.effects.extend(f.prefill_done(None).effects)
-        early.append(f)
+        steps = steps_to_decode(f, 0.0)
+        assert f.decode is d
+        drv.effects.extend(effects_of(steps))
+        early.append((f, steps[-1]))
     _opened(drv, d, 1.0)
-    drv.effects.extend(early[0].final_done(now=2.0).effects)  # a late success while open
-    early[0].release()
+    assert drv.finish(*early[0], 2.0, [OK]) is None  # a late success while open
     assert d.runtime.breaker.state is BreakerState.OPEN
 
     trial = drv.flow()
-    assert trial.pick(11.0) is None and trial.decode is d
-    drv.effects.extend(early[1].final_done(ANSWERED_500, now=11.1).effects)  # a late failure while half-open
-    early[1].release()
+    picked = trial.start(11.0)
+    assert isinstance(picked, Prepare) and trial.decode is d
+    assert drv.finish(*early[1], 11.1, [ANSWERED_500]) is not None  # a late failure while half-open
     assert d.runtime.breaker.state is BreakerState.HALF_OPEN
     assert d.runtime.breaker.trial_request == trial.request_id
-    drv.legs(trial, 11.2)
-    trial.release()
+    drv.legs(trial, picked, 11.2)
     assert d.runtime.breaker.state is BreakerState.CLOSED
 
 
-def test_final_done_without_now_opens_from_the_last_steps_clock() -> None:
+def test_a_failed_final_leg_opens_from_when_it_ended_not_an_earlier_steps_clock() -> None:
     reg = cluster()
     d = decode(reg)
     drv = Driver(reg, BreakerConfig(failure_threshold=1, open_s=5.0))
     f = drv.flow()
-    f.pick(3.0)
-    f.prefill_leg(4.0)
-    f.prefill_done(None)
-    f.final_done(ANSWERED_500)
-    f.release()
-    assert d.runtime.breaker.open_until == 9.0
+    assert isinstance(f.start(3.0), Prepare)
+    assert isinstance(f.on_prepared(None, 4.0), RunLeg)
+    final = f.on_leg_done(OK, 5.0)
+    assert isinstance(final, RunLeg)
+    assert drv.finish(f, final, 6.0, [ANSWERED_500]) is not None
+    assert d.runtime.breaker.open_until == 11.0
 
 
 # ---- health tick ---------------------------------------------------------------------------------------

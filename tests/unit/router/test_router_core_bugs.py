@@ -3,27 +3,37 @@ zoo entry names (the correct decision is pinned by the other core tests)."""
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from typing import Any
 
 import pytest
+from helpers.dispatch_steps import OK, decode_leg, effects_of, first_leg, idle_of, of_kind, run
 
 from pdchaos.bugs import list_text
 from reference_router.cli import main as router_main
 from reference_router.core import (
     LEG_RETRIES_TOTAL,
+    Answer,
+    Backoff,
     BreakerConfig,
     Counters,
     Delivery,
     DispatchFlow,
     DispatchLimits,
+    DispatchStep,
+    Effects,
+    ErrorAnswer,
     HealthConfig,
     LegError,
     LegPolicies,
+    LegResult,
     MetadataRead,
     MetricInc,
+    Prepare,
     ReadOutcome,
     Role,
+    RunLeg,
     Status,
     Worker,
     WorkerRegistry,
@@ -40,6 +50,7 @@ from reference_router.core import (
 )
 from reference_router.core import bugs as b
 from reference_router.core.health_tick import on_probe_done, start_tick
+from reference_router.core.retry import REQUEST_ATTEMPTS
 
 LIMITS = DispatchLimits(request_timeout_s=10.0, id_read_wait_s=0.5)
 BODY: dict[str, Any] = {"prompt": "x", "max_tokens": 5}
@@ -67,10 +78,17 @@ def _cluster(connector: str = "mooncake", prefills: int = 1, decodes: int = 1,
     return reg
 
 
-def _flow(reg: WorkerRegistry, *bugs: str) -> DispatchFlow:
+def _flow(reg: WorkerRegistry, *bugs: str, new_uuid: Any = lambda: uuid.UUID(int=7)) -> DispatchFlow:
     on = frozenset(bugs)
-    return DispatchFlow("req-1", BODY, reg, LegPolicies.make("round_robin", "round_robin", bugs=on), LIMITS,
-                        new_uuid=lambda: uuid.UUID(int=7), bugs=on)
+    return DispatchFlow(BODY, reg, LegPolicies.make("round_robin", "round_robin", bugs=on), LIMITS,
+                        request_id="req-1", new_uuid=new_uuid, bugs=on)
+
+
+def _refused(f: DispatchFlow) -> ErrorAnswer:
+    """The answer of a request refused at the pick."""
+    answer = f.start(0.0)
+    assert isinstance(answer, Answer) and answer.before_legs and answer.error is not None
+    return answer.error
 
 
 # ---------------------------------------------------------------- the catalogue
@@ -149,110 +167,227 @@ def test_patch_drops_kv_config_loses_connector_and_bootstrap_port() -> None:
 
 def test_no_worker_404_answers_404_instead_of_503() -> None:
     reg = _cluster(prefills=0)
-    answer = _flow(reg).pick(0.0)
-    assert answer is not None and answer.status == 503
-    answer = _flow(_cluster(prefills=0), b.NO_WORKER_404).pick(0.0)
-    assert answer is not None and (answer.status, answer.code) == (404, "model_not_found")
+    assert _refused(_flow(reg)).status == 503
+    answer = _refused(_flow(_cluster(prefills=0), b.NO_WORKER_404))
+    assert (answer.status, answer.code) == (404, "model_not_found")
     assert (answer.message, answer.type) == ("no prefill worker serves this model", "not_found")
     # prefill_on_decode with no decode either: the missing prefill is what the client hears about.
-    alone = _flow(_cluster(prefills=0, decodes=0), b.PREFILL_ON_DECODE, b.NO_WORKER_404).pick(0.0)
-    assert alone is not None and alone.message == "no prefill worker serves this model"
+    alone = _refused(_flow(_cluster(prefills=0, decodes=0), b.PREFILL_ON_DECODE, b.NO_WORKER_404))
+    assert alone.message == "no prefill worker serves this model"
 
 
 def test_prefill_on_decode_runs_the_request_on_the_decode_alone() -> None:
     reg = _cluster(prefills=0)
+    (d,) = reg.by_role(Role.DECODE)
     f = _flow(reg, b.PREFILL_ON_DECODE)
-    assert f.pick(0.0) is None and f.pd is False
-    leg = f.regular_leg()
+    prepare = f.start(0.0)
+    assert isinstance(prepare, Prepare) and prepare.workers == (d,) and f.pd is False
+    leg = f.on_prepared(None, 0.0)  # no prefill leg: the decode's is the only one
+    assert isinstance(leg, RunLeg) and leg.final and leg.worker is d
     assert leg.worker.role is Role.DECODE and "kv_transfer_params" not in leg.body
+    answer = f.on_leg_done(OK, 0.1)
+    assert isinstance(answer, Answer) and answer.error is None and answer.idle == (d,)
+    assert _refused(_flow(_cluster(prefills=0))).status == 503  # correct: a prompt 503
 
 
 def test_no_prefill_retry_fails_a_refused_leg_another_prefill_could_serve() -> None:
     for bugs, retried in (((), True), ((b.NO_PREFILL_RETRY,), False)):
         f = _flow(_cluster(prefills=2), *bugs)
-        f.pick(0.0)
-        f.prefill_leg(0.0)
-        failed = f.prefill_failed(REFUSED, 0.1)
-        assert (failed.retry_on is not None) is retried
-        assert (failed.answer is not None) is not retried
+        first_leg(f)
+        step = f.on_leg_done(REFUSED, 0.1)
+        assert isinstance(step, RunLeg) is retried
+        assert (isinstance(step, Answer) and step.error is not None) is not retried
 
 
-def _failed_decode(error: LegError, *bugs: str) -> DispatchFlow:
-    """A flow whose decode leg just failed with `error`."""
+# ---- bugs retry_failed_requests / retry_transport_failures: a failed request runs again whole
+
+BROKEN = LegError(502, "upstream_error", "stream broke", Delivery.MAYBE_SENT)
+# What SMG's request retry waits before each attempt after the first (core.retry).
+BACKOFFS_S = [0.05, 0.075, 0.1125, 0.16875]
+
+
+def _counting_uuids() -> Any:
+    n = itertools.count(1)
+    return lambda: uuid.UUID(int=next(n))
+
+
+def _failed_decode(error: LegError, *bugs: str) -> DispatchStep:
+    """What a flow hands out when its decode leg fails with `error`: an Answer, or (bugs retry_*) a
+    Backoff."""
     f = _flow(_cluster(), *bugs)
-    f.pick(0.0)
-    f.prefill_leg(0.0)
-    f.prefill_done(None)
-    assert f.final_done(error, now=0.2).answer is not None
-    return f
+    decode_leg(f)
+    return f.on_leg_done(error, 0.2)
 
 
 def test_retry_failed_requests_runs_a_failed_leg_again_whole_with_smgs_backoff() -> None:
-    assert _failed_decode(KV_FAILED).retry_backoff_s(1, 502) is None  # the correct router answers the failure
-    f = _failed_decode(KV_FAILED, b.RETRY_FAILED_REQUESTS)
-    waits = [f.retry_backoff_s(n, 502) for n in range(1, 6)]
-    assert waits[:4] == pytest.approx([0.05, 0.075, 0.1125, 0.16875])
-    assert waits[4] is None  # five attempts in all
-    assert f.retry_backoff_s(1, 400) is None  # a client error is not transient
+    correct = _failed_decode(KV_FAILED)  # the correct router answers the failure
+    assert isinstance(correct, Answer) and correct.error is not None
+    reg = _cluster()
+    (p,), (d,) = reg.by_role(Role.PREFILL), reg.by_role(Role.DECODE)
+    f = _flow(reg, b.RETRY_FAILED_REQUESTS, new_uuid=_counting_uuids())
+    steps = run(f, 0.0, [OK, KV_FAILED] * REQUEST_ATTEMPTS)
+    backoffs = of_kind(steps, Backoff)
+    assert [s.seconds for s in backoffs] == pytest.approx(BACKOFFS_S)
+    # Each attempt is released before its backoff, and picked again whole after it.
+    assert [s.idle for s in backoffs] == [(p, d)] * (REQUEST_ATTEMPTS - 1)
+    assert [type(s) for s in steps[:6]] == [Prepare, RunLeg, RunLeg, Backoff, Prepare, RunLeg]
+    answer = steps[-1]  # five attempts in all: the last failure is answered
+    assert isinstance(answer, Answer) and answer.error is not None and answer.error.status == 502
+    assert answer.idle == (p, d) and f.attempts == REQUEST_ATTEMPTS
+    assert (p.runtime.in_flight_requests, d.runtime.in_flight_requests) == (0, 0)
+    # A new request id per attempt (the uuids in between mint each attempt's transfer id).
+    ids = ["req-1", *(f"req-{uuid.UUID(int=n).hex}" for n in (2, 4, 6, 8))]
+    records = effects_of(steps).of_type("dispatch")
+    assert [(r["request_id"], r["outcome"]) for r in records] == [(i, "decode_failed") for i in ids]
+    assert f.request_id == ids[-1]
+    assert [w for s in backoffs for w in s.effects.warnings] == [
+        f"request {rid} failed (502): running it again whole in {secs:.3f} s (attempt {n + 2})"
+        for n, (rid, secs) in enumerate(zip(ids[:-1], BACKOFFS_S, strict=True))
+    ]
+
+
+@pytest.mark.parametrize("bug", [b.RETRY_FAILED_REQUESTS, b.RETRY_TRANSPORT_FAILURES])
+def test_a_retried_request_that_then_succeeds_is_answered_under_its_last_request_id(bug: str) -> None:
+    f = _flow(_cluster(), bug, new_uuid=_counting_uuids())
+    steps = run(f, 0.0, [OK, BROKEN, OK, OK])
+    assert [s.seconds for s in of_kind(steps, Backoff)] == pytest.approx(BACKOFFS_S[:1])
+    answer = steps[-1]
+    assert isinstance(answer, Answer) and answer.error is None and f.attempts == 2
+    records = effects_of(steps).of_type("dispatch")
+    assert [(r["request_id"], r["outcome"]) for r in records] == [
+        ("req-1", "decode_failed"), (f"req-{uuid.UUID(int=2).hex}", "ok")]
+    assert f.close() == ((), Effects())
+
+
+@pytest.mark.parametrize("bug", [b.RETRY_FAILED_REQUESTS, b.RETRY_TRANSPORT_FAILURES])
+def test_after_a_backoff_the_request_is_picked_again_and_may_be_refused(bug: str) -> None:
+    reg = _cluster()
+    f = _flow(reg, bug)
+    decode_leg(f)
+    backoff = f.on_leg_done(BROKEN, 0.2)
+    assert isinstance(backoff, Backoff) and backoff.seconds == pytest.approx(0.05)
+    with pytest.raises(RuntimeError):
+        f.on_leg_done(OK, 0.25)  # no leg is out while it waits
+    for w in reg.by_role(Role.PREFILL):
+        w.runtime.status = Status.NOT_READY
+    answer = f.on_backoff_done(0.25)
+    assert isinstance(answer, Answer) and answer.before_legs and answer.error is not None
+    assert answer.error.status == 503 and f.attempts == 2
+    with pytest.raises(RuntimeError):
+        f.on_backoff_done(0.3)
+
+
+def test_retry_failed_requests_does_not_rerun_a_client_error_a_refusal_or_a_prompt_problem() -> None:
+    bad_request = LegError(400, "invalid_request", "bad params", Delivery.ANSWERED, worker_status=400)
+    answer = _failed_decode(bad_request, b.RETRY_FAILED_REQUESTS)  # a client error is not transient
+    assert isinstance(answer, Answer) and answer.error is not None and answer.error.status == 400
     refused = _flow(_cluster(prefills=0), b.RETRY_FAILED_REQUESTS)
-    answer = refused.pick(0.0)
-    assert answer is not None and refused.retry_backoff_s(1, answer.status) is None  # no leg ran
+    assert _refused(refused).status == 503 and refused.attempts == 1  # no leg ran
+    f = _flow(_cluster(), b.RETRY_FAILED_REQUESTS)
+    steps = run(f, 0.0, problem=ErrorAnswer(503, "tokenizer_unavailable", "no tokenizer"))
+    assert [type(s) for s in steps] == [Prepare, Answer] and f.attempts == 1
 
 
-def test_retry_transport_failures_reruns_only_decode_legs_the_transport_broke() -> None:
-    broken = LegError(502, "upstream_error", "stream broke", Delivery.MAYBE_SENT)
-    for error in (broken, REFUSED):
-        assert _failed_decode(error).retry_backoff_s(1, error.status) is None
-        f = _failed_decode(error, b.RETRY_TRANSPORT_FAILURES)
-        waits = [f.retry_backoff_s(n, error.status) for n in range(1, 6)]
-        assert waits[:4] == pytest.approx([0.05, 0.075, 0.1125, 0.16875]) and waits[4] is None
+def test_retry_failed_requests_reruns_a_failed_prefill_too() -> None:
+    f = _flow(_cluster(), b.RETRY_FAILED_REQUESTS)
+    first_leg(f)
+    backoff = f.on_leg_done(KV_FAILED, 0.1)
+    assert isinstance(backoff, Backoff) and backoff.seconds == pytest.approx(0.05)
+    assert [r["outcome"] for r in backoff.effects.of_type("dispatch")] == ["prefill_failed"]
+
+
+@pytest.mark.parametrize("error", [BROKEN, REFUSED], ids=["broken", "refused"])
+def test_retry_transport_failures_reruns_only_decode_legs_the_transport_broke(error: LegError) -> None:
+    correct = _failed_decode(error)
+    assert isinstance(correct, Answer) and correct.error is not None
+    f = _flow(_cluster(), b.RETRY_TRANSPORT_FAILURES)
+    steps = run(f, 0.0, [OK, error] * REQUEST_ATTEMPTS)
+    assert [s.seconds for s in of_kind(steps, Backoff)] == pytest.approx(BACKOFFS_S)
+    assert isinstance(steps[-1], Answer) and f.attempts == REQUEST_ATTEMPTS
+
+
+def test_retry_transport_failures_answers_the_engines_own_error_and_a_failed_prefill() -> None:
     # The engine's own answer (a failed KV load) is final; the older switch retries it too.
-    assert _failed_decode(KV_FAILED, b.RETRY_TRANSPORT_FAILURES).retry_backoff_s(1, 502) is None
-    assert _failed_decode(KV_FAILED, b.RETRY_FAILED_REQUESTS).retry_backoff_s(1, 502) == pytest.approx(0.05)
+    assert isinstance(_failed_decode(KV_FAILED, b.RETRY_TRANSPORT_FAILURES), Answer)
+    retried = _failed_decode(KV_FAILED, b.RETRY_FAILED_REQUESTS)
+    assert isinstance(retried, Backoff) and retried.seconds == pytest.approx(0.05)
     f = _flow(_cluster(prefills=1), b.RETRY_TRANSPORT_FAILURES)
-    f.pick(0.0)
-    f.prefill_leg(0.0)
-    assert f.prefill_failed(REFUSED, 0.1).answer is not None  # no other prefill: the request fails...
-    assert f.retry_backoff_s(1, 502) is None  # ...and is answered: only a decode's transport is retried
+    first_leg(f)
+    # No other prefill: the request fails, and is answered: only a decode's transport is retried.
+    answer = f.on_leg_done(REFUSED, 0.1)
+    assert isinstance(answer, Answer) and answer.error is not None and answer.error.status == 502
+
+
+@pytest.mark.parametrize(
+    "legs",
+    [(KV_FAILED,), (OK, KV_FAILED), (OK, BROKEN), (OK, REFUSED), (OK, TIMED_OUT)],
+    ids=["prefill_500", "decode_kv_failed", "decode_broken", "decode_refused", "decode_timed_out"],
+)
+def test_the_correct_router_never_backs_off(legs: tuple[LegResult, ...]) -> None:
+    reg = _cluster()
+    f = _flow(reg)
+    steps = run(f, 0.0, legs)
+    assert of_kind(steps, Backoff) == [] and f.attempts == 1
+    answer = steps[-1]
+    assert isinstance(answer, Answer) and answer.error is not None and not answer.as_200
+    assert f.request_id == "req-1"
+    assert idle_of(steps) == [*reg.by_role(Role.PREFILL), *reg.by_role(Role.DECODE)]
 
 
 def test_legs_joined_sends_the_decode_after_a_failed_prefill() -> None:
     f = _flow(_cluster(), b.LEGS_JOINED)
-    f.pick(0.0)
-    f.prefill_leg(0.0)
-    failed = f.prefill_failed(LegError(502, "upstream_error", "answered 500"), 0.1)
-    assert failed.answer is None and failed.retry_on is None and failed.decode_anyway is not None
-    assert failed.decode_anyway.worker.role is Role.DECODE
-    assert failed.decode_anyway.body["kv_transfer_params"]["do_remote_prefill"] is True
+    first_leg(f)
+    leg = f.on_leg_done(LegError(502, "upstream_error", "answered 500"), 0.1)
+    assert isinstance(leg, RunLeg) and leg.final and leg.idle == ()
+    assert leg.worker.role is Role.DECODE and leg.worker is f.decode
+    assert leg.body["kv_transfer_params"]["do_remote_prefill"] is True
     correct = _flow(_cluster())
-    correct.pick(0.0)
-    correct.prefill_leg(0.0)
-    assert correct.prefill_failed(LegError(502, "upstream_error", "answered 500"), 0.1).decode_anyway is None
+    first_leg(correct)
+    answer = correct.on_leg_done(LegError(502, "upstream_error", "answered 500"), 0.1)
+    assert isinstance(answer, Answer) and answer.error is not None
 
 
 def test_nixl_not_relayed_drops_the_prefill_params() -> None:
     params = {"do_remote_prefill": True, "remote_engine_id": "e", "remote_host": "h", "remote_port": 1}
     for bugs, relayed in (((), True), ((b.NIXL_NOT_RELAYED,), False)):
-        f = _flow(_cluster("nixl"), *bugs)
-        f.pick(0.0)
-        f.prefill_leg(0.0)
-        final = f.prefill_done(params)
+        final = decode_leg(_flow(_cluster("nixl"), *bugs), 0.0, params)
         assert ("kv_transfer_params" in final.body) is relayed
 
 
 def test_no_request_timeout_gives_legs_no_real_deadline() -> None:
     f = _flow(_cluster(), b.NO_REQUEST_TIMEOUT)
-    f.pick(0.0)
-    assert f.prefill_leg(0.0).timeout_s > 1e5
-    assert f.prefill_done(None).timeout_s > 1e5
-    g = _flow(_cluster())
-    g.pick(0.0)
-    assert g.prefill_leg(0.0).timeout_s == 10.0
+    assert first_leg(f).timeout_s > 1e5
+    final = f.on_leg_done(OK, 0.0)
+    assert isinstance(final, RunLeg) and final.timeout_s > 1e5
+    assert first_leg(_flow(_cluster())).timeout_s == 10.0
 
 
 def test_error_as_200_and_wedged_stalls_all_are_asked_of_the_shells() -> None:
-    assert _flow(_cluster(), b.ERROR_AS_200).masks_errors and not _flow(_cluster()).masks_errors
+    masked = run(_flow(_cluster(), b.ERROR_AS_200), 0.0, [OK, KV_FAILED])[-1]
+    assert isinstance(masked, Answer) and masked.error is not None and masked.as_200
+    answered = run(_flow(_cluster()), 0.0, [OK, KV_FAILED])[-1]
+    assert isinstance(answered, Answer) and answered.error is not None and not answered.as_200
     assert dispatch_serialized(frozenset({b.WEDGED_STALLS_ALL})) and not dispatch_serialized(frozenset())
+
+
+@pytest.mark.parametrize(
+    ("prefills", "legs", "problem"),
+    [
+        (0, (), None),  # refused at the pick
+        (1, (), ErrorAnswer(400, "invalid_request", "prompt too long")),
+        (1, (KV_FAILED,), None),
+        (1, (OK, TIMED_OUT), None),
+    ],
+    ids=["refused_at_pick", "prepare_problem", "prefill_failed", "decode_failed"],
+)
+def test_error_as_200_marks_every_error_answer_and_no_success(
+    prefills: int, legs: tuple[LegResult, ...], problem: ErrorAnswer | None
+) -> None:
+    for bugs, as_200 in (((b.ERROR_AS_200,), True), ((), False)):
+        answer = run(_flow(_cluster(prefills=prefills), *bugs), 0.0, legs, problem=problem)[-1]
+        assert isinstance(answer, Answer) and answer.error is not None and answer.as_200 is as_200
+    ok = run(_flow(_cluster(), b.ERROR_AS_200), 0.0, [OK, OK])[-1]
+    assert isinstance(ok, Answer) and ok.error is None and not ok.as_200
 
 
 def test_shared_policy_uses_one_cursor_for_both_legs() -> None:
@@ -263,11 +398,10 @@ def test_shared_policy_uses_one_cursor_for_both_legs() -> None:
     reg = _cluster(prefills=1, decodes=2)
     decodes = set()
     for i in range(6):
-        f = DispatchFlow(f"r{i}", BODY, reg, shared, LIMITS)
-        f.pick(0.0)
-        assert f.decode is not None
+        f = DispatchFlow(BODY, reg, shared, LIMITS, request_id=f"r{i}")
+        assert isinstance(f.start(0.0), Prepare) and f.decode is not None
         decodes.add(f.decode.id)
-        f.release()
+        f.close()
     assert len(decodes) == 1  # every other worker: the second decode never gets a request
 
 
@@ -331,9 +465,9 @@ def test_an_injected_engine_id_decision_is_whole_and_says_it_is_injected(
 
 def test_no_prefill_retry_counts_the_refused_leg_as_having_no_other_worker() -> None:
     f = _flow(_cluster(prefills=2), b.NO_PREFILL_RETRY)
-    f.pick(0.0)
-    f.prefill_leg(0.0)
-    failed = f.prefill_failed(REFUSED, 0.1)
+    first_leg(f)
+    failed = f.on_leg_done(REFUSED, 0.1)
+    assert isinstance(failed, Answer)
     assert MetricInc(LEG_RETRIES_TOTAL, {"leg": "prefill", "outcome": "no_other_ready_worker"}) in (
         failed.effects.metrics
     )
@@ -342,23 +476,26 @@ def test_no_prefill_retry_counts_the_refused_leg_as_having_no_other_worker() -> 
 
 def test_legs_joined_hands_the_failed_prefills_effects_to_the_decode_leg() -> None:
     f = _flow(_cluster(), b.LEGS_JOINED)
-    f.pick(0.0)
-    f.prefill_leg(0.0)
-    failed = f.prefill_failed(REFUSED, 0.1)
-    assert failed.effects.events == [] and failed.effects.metrics == []
-    assert failed.decode_anyway is not None
-    # The refused leg's own evidence (its worker is suspect) travels with the decode leg's effects.
-    suspects = failed.decode_anyway.effects.of_type("worker_suspect")
+    first_leg(f)
+    leg = f.on_leg_done(REFUSED, 0.1)
+    assert isinstance(leg, RunLeg) and leg.final
+    # The refused leg's own evidence (its worker is suspect) travels with the decode leg's effects; the
+    # failure is not answered (no dispatch record).
+    suspects = leg.effects.of_type("worker_suspect")
     assert [e["error"] for e in suspects] == ["connection refused"]
+    assert MetricInc(LEG_RETRIES_TOTAL, {"leg": "prefill", "outcome": "no_other_ready_worker"}) in (
+        leg.effects.metrics
+    )
+    assert leg.effects.of_type("dispatch") == []
 
 
 def test_a_retried_prefill_leg_warns_naming_both_workers() -> None:
     reg = _cluster(prefills=2)
     p0, p1 = reg.by_role(Role.PREFILL)
     f = _flow(reg)
-    f.pick(0.0)
-    f.prefill_leg(0.0)
-    failed = f.prefill_failed(REFUSED, 0.1)
-    assert failed.effects.warnings == [
+    first_leg(f)
+    again = f.on_leg_done(REFUSED, 0.1)
+    assert isinstance(again, RunLeg) and again.worker is p1
+    assert again.effects.warnings == [
         f"prefill leg to {p0.id} never reached it (connection refused): retrying on {p1.id}"
     ]

@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 import pytest
+from helpers.dispatch_steps import OK, answer_leg, decode_leg, first_leg
 
 from reference_router.core import (
     METADATA_READS_TOTAL,
@@ -21,6 +22,7 @@ from reference_router.core import (
     PROBES_TOTAL,
     REASON_TRIAL_FAILED,
     STALE_ENGINE_ID,
+    Answer,
     BreakerConfig,
     BreakerState,
     Connector,
@@ -31,15 +33,18 @@ from reference_router.core import (
     HealthConfig,
     IdentityKind,
     LeastLoad,
+    LegDone,
     LegError,
     LegPolicies,
     MetadataRead,
     MetricInc,
     PowerOfTwo,
+    Prepare,
     ProbeStage,
     ReadOutcome,
     RetryDecision,
     Role,
+    RunLeg,
     Status,
     Worker,
     WorkerRegistry,
@@ -120,8 +125,8 @@ def cluster(prefills: int = 1, decodes: int = 1, connector: str = "nixl", regula
 
 def flow(reg: WorkerRegistry, rid: str = "req-1", pd: bool = True,
          breaker: BreakerConfig | None = None) -> DispatchFlow:
-    return DispatchFlow(rid, BODY, reg, LegPolicies.make("round_robin", "round_robin"), LIMITS, pd=pd,
-                        new_uuid=lambda: uuid.UUID(int=7), breaker=breaker)
+    return DispatchFlow(BODY, reg, LegPolicies.make("round_robin", "round_robin"), LIMITS, pd=pd,
+                        request_id=rid, new_uuid=lambda: uuid.UUID(int=7), breaker=breaker)
 
 
 # ---- workers: validation and POST /workers bodies ----------------------------------------------------------
@@ -259,19 +264,16 @@ def test_pd_record_of_an_unknown_connector() -> None:
 def test_mint_skipped_counter_carries_the_reason() -> None:
     reg = cluster(connector="mooncake")  # the prefill has no engine id yet
     f = flow(reg)
-    assert f.pick(0.0) is None
-    leg = f.prefill_leg(0.0)
+    leg = first_leg(f)
     assert MetricInc(MINT_SKIPPED_TOTAL, {"reason": MINT_NO_ENGINE_ID}) in leg.effects.metrics
-    # prefill_done does not count a Mooncake request that was not minted a second time (as NIXL's "no params")
-    final = f.prefill_done(None)
-    assert final.effects.of_type("mint_skipped") == []
+    # The prefill's answer does not count a Mooncake request that was not minted a second time (as NIXL's
+    # "no params")
+    final = f.on_leg_done(OK, 0.0)
+    assert isinstance(final, RunLeg) and final.effects.of_type("mint_skipped") == []
 
 
 def test_nixl_prefill_without_params_is_recorded_for_its_request() -> None:
-    f = flow(cluster())
-    f.pick(0.0)
-    f.prefill_leg(0.0)
-    (ev,) = f.prefill_done(None).effects.of_type("mint_skipped")
+    (ev,) = decode_leg(flow(cluster())).effects.of_type("mint_skipped")
     assert (ev["reason"], ev["request_id"]) == (NIXL_NO_PARAMS, "req-1")
     assert HandoffPlan.nixl_relay_problem({"x": 1}) is None
 
@@ -564,39 +566,40 @@ def test_avoid_suspects() -> None:
 
 def test_refused_requests_hold_no_worker() -> None:
     f = flow(WorkerRegistry(), pd=False)
-    answer = f.pick(0.0)
-    assert answer is not None and (answer.status, answer.message) == (503, "no Ready regular worker")
+    answer = f.start(0.0)
+    assert isinstance(answer, Answer) and answer.error is not None and answer.idle == ()
+    assert (answer.error.status, answer.error.message) == (503, "no Ready regular worker")
     assert f.prefill is None and f.decode is None
     g = flow(cluster(regular=1), pd=False)
-    assert g.pick(0.0) is None and g.prefill is None and g.deadline == math.inf
+    assert isinstance(g.start(0.0), Prepare) and g.prefill is None and g.deadline == math.inf
 
 
 def test_steps_of_the_other_mode_are_refused() -> None:
     regular = flow(cluster(regular=1), pd=False)
-    regular.pick(0.0)
-    with pytest.raises(RuntimeError, match=r"step not valid in phase picked \(regular mode\)"):
-        regular.id_read_wait_s()
+    regular.start(0.0)
+    with pytest.raises(RuntimeError, match=r"step not valid in phase prepare \(regular mode\)"):
+        regular.on_id_read_waited(0.0)
     pd = flow(cluster())
-    pd.pick(0.0)
-    with pytest.raises(RuntimeError, match=r"req-1: step not valid in phase picked \(PD mode\)"):
-        pd.regular_leg()
+    pd.start(0.0)
+    with pytest.raises(RuntimeError, match=r"req-1: step not valid in phase prepare \(PD mode\)"):
+        pd.on_leg_done(OK, 0.0)
 
 
-def test_regular_mode_takes_a_half_open_trial_and_opens_at_the_pick_time() -> None:
+def test_regular_mode_takes_a_half_open_trial_and_opens_when_its_leg_ended() -> None:
     cfg = BreakerConfig(failure_threshold=1, open_s=10.0)
     reg = cluster(prefills=0, decodes=0, regular=1)
     (w,) = reg.ready(Role.REGULAR)
     opened(w, until=5.0)
     f = flow(reg, pd=False, breaker=cfg)
-    assert f.pick(7.0) is None
+    assert isinstance(f.start(7.0), Prepare)
     assert (w.runtime.breaker.state, w.runtime.breaker.trial_request) == (BreakerState.HALF_OPEN, "req-1")
-    leg = f.regular_leg()
-    assert leg.timeout_s == LIMITS.request_timeout_s
+    leg = f.on_prepared(None, 7.5)
+    assert isinstance(leg, RunLeg) and leg.timeout_s == LIMITS.request_timeout_s
     assert [e["to"] for e in leg.effects.of_type("breaker")] == ["half_open"]
-    f.final_done(ANSWERED_500)  # no `now`: the pick's
-    assert (w.runtime.breaker.state, w.runtime.breaker.open_until) == (BreakerState.OPEN, 17.0)
+    answer_leg(f, ANSWERED_500, 8.0)
+    assert (w.runtime.breaker.state, w.runtime.breaker.open_until) == (BreakerState.OPEN, 18.0)
     with pytest.raises(RuntimeError):
-        f.final_done()
+        f.on_leg_done(OK, 9.0)
 
 
 def test_pd_breaker_trials_follow_the_request() -> None:
@@ -605,10 +608,11 @@ def test_pd_breaker_trials_follow_the_request() -> None:
     p0, _ = reg.ready(Role.PREFILL)
     opened(p0, until=5.0)
     f = flow(reg, breaker=cfg)
-    assert f.pick(7.0) is None and f.prefill is p0  # round robin starts at p0; its period is over
+    # Round robin starts at p0; its period is over.
+    assert isinstance(f.start(7.0), Prepare) and f.prefill is p0
     assert (p0.runtime.breaker.state, p0.runtime.breaker.trial_request) == (BreakerState.HALF_OPEN, "req-1")
-    f.prefill_leg(7.0)
-    f.prefill_failed(ANSWERED_500, 8.0)  # the trial's own failure reopens it
+    assert isinstance(f.on_prepared(None, 7.0), RunLeg)
+    assert isinstance(f.on_leg_done(ANSWERED_500, 8.0), Answer)  # the trial's own failure reopens it
     assert (p0.runtime.breaker.state, p0.runtime.breaker.open_until) == (BreakerState.OPEN, 18.0)
 
 
@@ -620,24 +624,19 @@ def test_a_retried_prefill_takes_the_trial_of_its_new_worker() -> None:
     ready(reg2.add(make_worker_spec("http://127.0.0.1:8200", "decode", connector="nixl")))
     q0.runtime.in_flight_requests = 1  # another request still runs on q0
     h = flow(reg2, rid="req-2", breaker=cfg)
-    h.pick(7.0)
-    assert h.prefill is q0
-    h.prefill_leg(7.0)
-    failed = h.prefill_failed(REFUSED, 8.0)  # never reached q0: retried on q1, whose period is over
-    assert failed.retry_on is q1 and failed.idle == ()
+    assert first_leg(h, 7.0).worker is q0 and h.prefill is q0
+    again = h.on_leg_done(REFUSED, 8.0)  # never reached q0: retried on q1, whose period is over
+    assert isinstance(again, RunLeg) and again.worker is q1 and again.idle == ()
     assert (q1.runtime.breaker.state, q1.runtime.breaker.trial_request) == (BreakerState.HALF_OPEN, "req-2")
-    h.prefill_leg(8.0)
-    h.prefill_done({"remote_engine_id": "x"})  # the trial succeeded
+    h.on_leg_done(LegDone({"remote_engine_id": "x"}), 8.0)  # the trial succeeded
     assert q1.runtime.breaker.state is BreakerState.CLOSED
 
 
-def test_final_done_opens_the_decode_breaker_at_its_own_time() -> None:
+def test_a_failed_final_leg_opens_the_decode_breaker_at_its_own_time() -> None:
     cfg = BreakerConfig(failure_threshold=1, open_s=10.0)
     reg = cluster()
     f = flow(reg, breaker=cfg)
-    f.pick(0.0)
-    f.prefill_leg(0.0)
-    f.prefill_done({"remote_engine_id": "x"})
-    f.final_done(ANSWERED_500, now=50.0)
+    decode_leg(f, 0.0, {"remote_engine_id": "x"})
+    answer_leg(f, ANSWERED_500, 50.0)
     (d,) = reg.ready(Role.DECODE)
     assert d.runtime.breaker.open_until == 60.0
