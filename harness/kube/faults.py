@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 from harness.kube import manifests as m
 from harness.kube.presets import CONTROL_PORT, TOXIPROXY_API_PORT
 from harness.scenario import (
+    Action,
     AddWorker,
     Crash,
     Die,
     EngineFault,
+    GracefulStop,
     Heal,
     PatchWorker,
     RemoveWorker,
@@ -196,65 +198,70 @@ def check_proxiable(ctx: m.CellContext, link: str) -> None:
 # ---------------------------------------------------------------- the mapping
 
 
-def actions_for(action: Any, ctx: m.CellContext, step: str = "fault") -> list[ClusterAction]:
+def actions_for(action: Action, ctx: m.CellContext, step: str = "fault") -> list[ClusterAction]:
     """The cluster actions that carry out one scenario action (Unsupported: why they cannot). `step`: the
     step's name, which names its toxics (so that its heal removes exactly them)."""
-    target = getattr(action, "target", "")
-    if isinstance(action, Restart):
-        out = kill_engine(ctx, target) if action.mode == "process" else delete_pod(ctx, target, None)
-        if action.down_s:
-            out.append(ClusterAction("sleep", "", params={"seconds": action.down_s}))
-        return [*out, *create_pod(ctx, target)]
-    if isinstance(action, SlowStart):
-        return [*delete_pod(ctx, target, None), *create_pod(ctx, target, refuse_s=action.refuse_s)]
-    if isinstance(action, Crash):
-        return kill_engine(ctx, target)
-    if isinstance(action, Respawn | StartEngine):
-        return create_pod(ctx, target)
-    if isinstance(action, Die):
-        return [signal_engine(ctx, target, "TERM", note=f"the engine shuts down (asked: exit after "
-                                                      f"{action.exit_after_s:g} s)")]
-    if isinstance(action, Wedge):
-        if action.mode == "sigstop":
-            return [signal_engine(ctx, target, "STOP")]
-        body = {"fault": "wedge", "surface": action.surface}
-        return [_control(ctx, target, "POST", "/control/fault", body)]
-    if isinstance(action, EngineFault):
-        body = {"fault": action.kind, **dict(action.params)}
-        return [_control(ctx, target, "POST", "/control/fault", body)]
-    if isinstance(action, Heal):
-        out = [signal_engine(ctx, target, "CONT", note="harmless when the engine was not stopped")]
-        if ctx.options.preset.kind == "fake":
-            path = "/control/clear" if action.kind is None else f"/control/fault/{action.kind}"
-            out.append(_control(ctx, target, "POST" if action.kind is None else "DELETE", path))
-        return out
-    if isinstance(action, PatchWorker | AddWorker | RemoveWorker):
-        verb = {PatchWorker: "PATCH", AddWorker: "POST", RemoveWorker: "DELETE"}[type(action)]
-        return [ClusterAction("router", f"{verb} /workers ({target} at {ctx.host(target)})",
-                              note="the router's worker API, as on loopback")]
-    if isinstance(action, Partition):
-        if action.mode == "down":
+    target = action.target
+    match action:
+        case Restart():
+            out = kill_engine(ctx, target) if action.mode == "process" else delete_pod(ctx, target, None)
+            if action.down_s:
+                out.append(ClusterAction("sleep", "", params={"seconds": action.down_s}))
+            return [*out, *create_pod(ctx, target)]
+        case SlowStart():
+            return [*delete_pod(ctx, target, None), *create_pod(ctx, target, refuse_s=action.refuse_s)]
+        case Crash():
+            return kill_engine(ctx, target)
+        case Respawn() | StartEngine():
+            return create_pod(ctx, target)
+        case Die():
+            return [signal_engine(ctx, target, "TERM", note=f"the engine shuts down (asked: exit after "
+                                                          f"{action.exit_after_s:g} s)")]
+        case Wedge():
+            if action.mode == "sigstop":
+                return [signal_engine(ctx, target, "STOP")]
+            body = {"fault": "wedge", "surface": action.surface}
+            return [_control(ctx, target, "POST", "/control/fault", body)]
+        case EngineFault():
+            body = {"fault": action.kind, **dict(action.params)}
+            return [_control(ctx, target, "POST", "/control/fault", body)]
+        case Heal():
+            out = [signal_engine(ctx, target, "CONT", note="harmless when the engine was not stopped")]
+            if ctx.options.preset.kind == "fake":
+                path = "/control/clear" if action.kind is None else f"/control/fault/{action.kind}"
+                out.append(_control(ctx, target, "POST" if action.kind is None else "DELETE", path))
+            return out
+        case PatchWorker() | AddWorker() | RemoveWorker():
+            verb = {PatchWorker: "PATCH", AddWorker: "POST", RemoveWorker: "DELETE"}[type(action)]
+            return [ClusterAction("router", f"{verb} /workers ({target} at {ctx.host(target)})",
+                                  note="the router's worker API, as on loopback")]
+        case Partition():
+            if action.mode == "down":
+                check_proxiable(ctx, action.link)
+                return [_proxy_call(ctx, target, action.link, "POST", "", {"enabled": False},
+                                    note="connections refused, as on loopback")]
+            if (target, action.link) in ctx.proxied:
+                return [_proxy_call(ctx, target, action.link, "POST", "/toxics", toxic_body(t),
+                                    note="accepted, nothing answers: as on loopback")
+                        for t in toxics_for(action, step)]
+            pol = m.cut_policy(ctx, target, action.link)
+            return [ClusterAction(
+                "apply", pol["metadata"]["name"], "NetworkPolicy", body=pol,
+                note="packets to the link's port are dropped: connections wait, as a wedge")]
+        case LinkLatency() | LinkReset() | LinkBandwidth():
             check_proxiable(ctx, action.link)
-            return [_proxy_call(ctx, target, action.link, "POST", "", {"enabled": False},
-                                note="connections refused, as on loopback")]
-        if (target, action.link) in ctx.proxied:
-            return [_proxy_call(ctx, target, action.link, "POST", "/toxics", toxic_body(t),
-                                note="accepted, nothing answers: as on loopback")
+            return [_proxy_call(ctx, target, action.link, "POST", "/toxics", toxic_body(t))
                     for t in toxics_for(action, step)]
-        pol = m.cut_policy(ctx, target, action.link)
-        return [ClusterAction("apply", pol["metadata"]["name"], "NetworkPolicy", body=pol,
-                              note="packets to the link's port are dropped: connections wait, as a wedge")]
-    if isinstance(action, LinkLatency | LinkReset | LinkBandwidth):
-        check_proxiable(ctx, action.link)
-        return [_proxy_call(ctx, target, action.link, "POST", "/toxics", toxic_body(t))
-                for t in toxics_for(action, step)]
-    if isinstance(action, LinkFlap):
-        check_proxiable(ctx, action.link)
-        return [_proxy_call(ctx, target, action.link, "POST", "", {"enabled": False}),
-                _proxy_call(ctx, target, action.link, "POST", "", {"enabled": True})] * action.cycles
-    if isinstance(action, HealLink):
-        return _heal_links(ctx, target, action.link)
-    raise Unsupported(f"no cluster action for {type(action).__name__}")
+        case LinkFlap():
+            check_proxiable(ctx, action.link)
+            return [_proxy_call(ctx, target, action.link, "POST", "", {"enabled": False}),
+                    _proxy_call(ctx, target, action.link, "POST", "", {"enabled": True})] * action.cycles
+        case HealLink():
+            return _heal_links(ctx, target, action.link)
+        case GracefulStop():
+            raise Unsupported(f"no cluster action for {type(action).__name__}")
+        case _:
+            assert_never(action)
 
 
 def toxic_body(t: Any) -> dict[str, Any]:

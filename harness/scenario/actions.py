@@ -138,7 +138,7 @@ Action = EngineAction | WorkerApiAction | NetworkAction
 ONE_SHOT: tuple[type, ...] = (Restart, SlowStart, StartEngine, PatchWorker, AddWorker, RemoveWorker)
 
 
-def action_kind(action: Any) -> str:
+def action_kind(action: Action) -> str:
     """Short lower-case name used in history records (`restart`, `wedge`, `fault:no_engine_id`...)."""
     if isinstance(action, EngineFault):
         return f"fault:{action.kind}"
@@ -146,7 +146,7 @@ def action_kind(action: Any) -> str:
     return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
 
 
-def action_problems(action: Any) -> list[str]:
+def action_problems(action: Action) -> list[str]:
     """What is wrong with an action's own fields (network actions check themselves: `problems`)."""
     if isinstance(action, EngineFault):
         if action.kind not in ENGINE_FAULT_KINDS:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 LinkName = Literal["serve", "bootstrap", "side_channel"]
 LINKS: tuple[str, ...] = ("serve", "bootstrap", "side_channel")
@@ -133,7 +133,7 @@ NetworkAction = LinkFault | HealLink
 NETWORK_ACTIONS: tuple[type, ...] = (Partition, LinkLatency, LinkReset, LinkBandwidth, LinkFlap, HealLink)
 
 
-def is_network_action(action: object) -> bool:
+def is_network_action(action: object) -> TypeGuard[NetworkAction]:
     return isinstance(action, NETWORK_ACTIONS)
 
 
@@ -233,7 +233,7 @@ def link_applies(engine: str, link: str, connector: str) -> str | None:
     return None
 
 
-def _link_problems(action: Any, scenario: Any) -> list[str]:
+def _link_problems(action: NetworkAction, scenario: Any) -> list[str]:
     link = action.link
     if link not in LINKS:
         return [f"unknown link {link!r} (known: {', '.join(LINKS)})"]

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from harness.scenario.actions import Action
 from harness.scenario.conditions import After, AllOf, At, Condition
 from harness.scenario.settings import EngineSettings, RouterSettings, Workload
 
@@ -140,7 +141,7 @@ def _condition(c: Condition, k: float) -> Condition:
     return c
 
 
-def _action(a: Any, k: float) -> Any:
+def _action(a: Action, k: float) -> Action:
     changes = {name: getattr(a, name) * k for name in ACTION_TIMES if hasattr(a, name)}
     return replace(a, **changes) if changes else a
 

@@ -7,9 +7,10 @@ or are missed now, and when it next needs to be asked (`next_due`), so its inter
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from harness.scenario.actions import Action
 from harness.scenario.conditions import Condition, Observed, condition_time, earliest, holds
+from harness.scenario.typecheck import CHECKED_APART
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,8 @@ class Step:
     time), the step is missed and the run's verdict cannot be a pass."""
 
     name: str
-    action: Any
+    # The scenario's check names the step in what it says of a wrong action (`model._type_problems`).
+    action: Action = field(metadata={CHECKED_APART: True})
     when: Condition
     deadline_s: float | None = None
 

@@ -17,6 +17,8 @@ from functools import cache
 from typing import Any
 
 _MAX_SHOWN = 60
+# Field metadata key: the field's owner checks it itself (with more to say of where it is than its path).
+CHECKED_APART = "pdchaos.typecheck.checked_apart"
 
 
 def _show(value: Any) -> str:
@@ -121,10 +123,13 @@ def _plain_problems(value: Any, tp: Any, where: str) -> list[str]:
 
 
 def fields_problems(obj: Any, where: str = "") -> list[str]:
-    """Every field of a dataclass instance against its annotation (nested dataclasses included)."""
+    """Every field of a dataclass instance against its annotation (nested dataclasses included), but those
+    marked `CHECKED_APART`."""
     hints = _hints(type(obj))
     out: list[str] = []
     prefix = f"{where}." if where else ""
     for f in dataclasses.fields(obj):
+        if f.metadata.get(CHECKED_APART):
+            continue
         out += type_problems(getattr(obj, f.name), hints.get(f.name, Any), f"{prefix}{f.name}")
     return out

@@ -12,7 +12,7 @@ from typing import Any
 
 from fake_engines.core.fault_state import FaultState
 from fake_engines.core.gen_request import MAX_MODEL_LEN
-from harness.scenario.actions import Die, EngineFault, Restart, SlowStart
+from harness.scenario.actions import Action, Die, EngineFault, Restart, SlowStart
 from harness.scenario.settings import EngineSettings, RouterSettings, Workload
 from harness.scenario.typecheck import type_problems
 from reference_router.core.policies import POLICY_NAMES
@@ -112,7 +112,7 @@ def workload_problems(w: Workload) -> list[str]:
     return out
 
 
-def action_value_problems(action: Any) -> list[str]:
+def action_value_problems(action: Action) -> list[str]:
     """Ranges of an engine action's own numbers (type checks come first: `typecheck`)."""
     if isinstance(action, Restart):
         return _at_least("down_s", action.down_s, 0)

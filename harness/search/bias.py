@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.scenario import (
+    Action,
     After,
     At,
     Crash,
@@ -43,7 +44,7 @@ _FAULT_KIND = {"fail_server_info": "fail_server_info", "no_engine_id": "no_engin
                "fail_requests": "fail_requests", "latency": "latency_fault", "wedge": "wedge"}
 
 
-def search_kind(action: Any) -> str | None:
+def search_kind(action: Action) -> str | None:
     """The search's fault kind for a timeline action (None: not a fault the search draws)."""
     if isinstance(action, Restart):
         return "process_restart" if action.mode == "process" else "restart"
@@ -113,14 +114,15 @@ def _step_times(timeline: tuple[Step, ...]) -> dict[str, float]:
     return out
 
 
-def _heals(fault: Any, kind: str, heal: Any) -> bool:
+def _heals(fault: Action, kind: str, heal: Action) -> bool:
     """Whether `heal` ends the fault `fault` (of search kind `kind`)."""
     if getattr(heal, "target", None) != fault.target:
         return False
     if isinstance(heal, Respawn):
         return kind in ("crash", "die", "graceful_stop")
     if isinstance(heal, HealLink):
-        return getattr(fault, "link", None) is not None and heal.link in (None, fault.link)
+        link = getattr(fault, "link", None)
+        return link is not None and heal.link in (None, link)
     if isinstance(heal, Heal):
         if heal.kind is None:
             return True
@@ -130,30 +132,32 @@ def _heals(fault: Any, kind: str, heal: Any) -> bool:
     return False
 
 
-def _params(a: Any, kind: str) -> tuple[tuple[str, Any], ...]:
-    """The fault's parameters as the search writes them (`harness.search.faults`)."""
-    if kind == "wedge":
-        return (("surface", a.surface),)
-    if kind == "fail_requests":
-        return (("count", int(a.params.get("count", 1))), ("status", int(a.params.get("status", 500))))
-    if kind == "latency_fault":
-        return (("surface", str(a.params.get("surface", "all"))), ("ms", int(a.params.get("ms", 100))))
-    if kind == "link_latency":
-        return (("ms", a.latency_ms),)
-    if kind == "link_reset":
-        return (("ms", a.timeout_ms),)
-    if kind == "link_bandwidth":
-        return (("kb_s", a.rate_kb_s),)
-    if kind == "link_flap":
-        return (("cycles", a.cycles),)
-    if kind == "patch_worker":
-        return (("priority", int(a.body.get("priority", 1))),)
-    if kind == "graceful_stop":
-        return (("long_grace", a.grace_s >= LONG_GRACE_S),)
+def _params(a: Action, kind: str) -> tuple[tuple[str, Any], ...]:
+    """The fault's parameters as the search writes them (`harness.search.faults`); `kind`: the action's
+    `search_kind`."""
+    match a:
+        case Wedge() if kind == "wedge":
+            return (("surface", a.surface),)
+        case EngineFault() if kind == "fail_requests":
+            return (("count", int(a.params.get("count", 1))), ("status", int(a.params.get("status", 500))))
+        case EngineFault() if kind == "latency_fault":
+            return (("surface", str(a.params.get("surface", "all"))), ("ms", int(a.params.get("ms", 100))))
+        case LinkLatency():
+            return (("ms", a.latency_ms),)
+        case LinkReset():
+            return (("ms", a.timeout_ms),)
+        case LinkBandwidth():
+            return (("kb_s", a.rate_kb_s),)
+        case LinkFlap():
+            return (("cycles", a.cycles),)
+        case PatchWorker():
+            return (("priority", int(a.body.get("priority", 1))),)
+        case GracefulStop():
+            return (("long_grace", a.grace_s >= LONG_GRACE_S),)
     return ()
 
 
-def _length(a: Any, kind: str, start: float, step: Step, timeline: tuple[Step, ...],
+def _length(a: Action, kind: str, start: float, step: Step, timeline: tuple[Step, ...],
             times: dict[str, float]) -> float | None:
     if isinstance(a, Restart):
         return a.down_s

@@ -5,15 +5,16 @@ addresses are the world's business."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from harness.scenario import RouterSettings
+from harness.scenario.actions import Action
 from harness.session.requests import RequestPlan
 
 
 @dataclass(frozen=True)
-class StartEngine:
-    """Start an engine (first start: with its loading delay, if any). Answer: `EngineUp` or `EngineFailed`."""
+class LaunchEngine:
+    """Start an engine (first start: with its loading delay, if any). Answer: `EngineUp` or `EngineFailed`.
+    The set-up's own start, not the timeline action `StartEngine` of a deferred engine (an `ApplyAction`)."""
 
     name: str
     first_start: bool = True
@@ -63,7 +64,7 @@ class ApplyAction:
     `FaultVerified`, `WorldNote` as they happen, then `ActionDone`."""
 
     fault: str
-    action: Any
+    action: Action
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class CollectHandoffs:
 
 
 Command = (
-    StartEngine
+    LaunchEngine
     | LaunchRouter
     | PollWorkers
     | PollRouterEvents

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.session.commands import Command
+
 
 @dataclass(frozen=True)
 class EngineUp:
@@ -165,7 +167,7 @@ class HandoffsCollected:
 class CommandFailed:
     """A command broke inside the world in a way it has no answer for (a bug in the world, not a fault)."""
 
-    command: Any
+    command: Command
     error: str
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from harness.history import HistoryRecorder
 from harness.scenario import (
+    Action,
     Crash,
     Die,
     GracefulStop,
@@ -73,7 +74,7 @@ class FaultLedger:
         self.history.fault_verified(fault, False, {"error": error})
         self.failures.append(f"{fault}: {error}")
 
-    def action_done(self, fault: str, action: Any, verified: bool, evidence: Mapping[str, Any]) -> None:
+    def action_done(self, fault: str, action: Action, verified: bool, evidence: Mapping[str, Any]) -> None:
         """Apply the heal rules once an action has been carried out."""
         target = action.target
         if isinstance(action, (Restart, SlowStart)):

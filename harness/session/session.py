@@ -25,12 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from harness.checkers import run_checks
 from harness.history import HistoryRecorder, ManualClock
 from harness.result import time_unit
-from harness.scenario import LinkFlap, Observed, Scenario, Timeline, links_in
+from harness.scenario import Action, LinkFlap, Observed, Scenario, Step, Timeline, links_in
 from harness.scenario.links import LinkRef, flap_schedule
 from harness.scenario.presets import ACTION_TIMES
 from harness.session import commands as c
@@ -61,7 +61,7 @@ LOAD_SLACK_S = 5.0
 IDLE_WAKE_S = 1.0
 
 
-def _action_budget(action: Any, engine_start_s: float = ENGINES_UP_S) -> float:
+def _action_budget(action: Action, engine_start_s: float = ENGINES_UP_S) -> float:
     """How long an action may take before the session gives up on the world's answer: its own outage time
     (a restart's down time, a slow start's refusal...) plus a margin for the world's checks, and never less
     than an engine start on these engines (a restart of a real engine waits for it to serve again)."""
@@ -210,8 +210,8 @@ class ScenarioSession:
         self.timeline = Timeline(tuple(scenario.timeline))
         self._planned_end = 0.0
         self._applied: list[str] = []
-        self._queued_steps: list[Any] = []
-        self._action: tuple[str, Any, float] | None = None  # (fault, action, started)
+        self._queued_steps: list[Step] = []
+        self._action: tuple[str, Action, float] | None = None  # (fault, action, started)
         self._flaps: dict[str, _Flap] = {}
         self._rng = random.Random(seed)
         self._seq = 0
@@ -258,7 +258,7 @@ class ScenarioSession:
         self._waiting = {n for n in self.plan.start_now if s.engines.load_time(n) <= 0}
         self._loading = {n for n in self.plan.start_now if s.engines.load_time(n) > 0}
         # Engines that load start in the background: the router meets them while they load.
-        cmds: list[c.Command] = [c.StartEngine(n) for n in self.plan.start_now]
+        cmds: list[c.Command] = [c.LaunchEngine(n) for n in self.plan.start_now]
         if not self._waiting:
             cmds += self._launch_router(now)
         return cmds
@@ -464,31 +464,36 @@ class ScenarioSession:
         )
 
     def _command_failed(self, now: float, ev: e.CommandFailed) -> list[c.Command]:
+        """The answer the failed command owes, said for it (a command that owes none: nothing)."""
         cmd = ev.command
         self._h.note(f"world error on {type(cmd).__name__}: {ev.error}")
-        if isinstance(cmd, c.PollWorkers):
-            return self._on(e.WorkersSeen(None), now)
-        if isinstance(cmd, c.PollRouterEvents):
-            self._events_in_flight = False
-            self._events_poll_at = now + self._events_poll_s
-            return self._final_events(now) if self.phase is Phase.FINAL_EVENTS else []
-        if isinstance(cmd, c.CheckRoutable):
-            return self._on(e.RoutableSeen(False), now)
-        if isinstance(cmd, c.SendRequest):
-            return self._on(e.RequestDone(cmd.plan.seq, error=f"harness error: {ev.error}"), now)
-        if isinstance(cmd, c.ApplyAction):
-            return self._on(e.ActionDone(cmd.fault, error=ev.error), now)
-        if isinstance(cmd, c.SetLinkEnabled):
-            return self._on(e.LinkToggled(cmd.fault, cmd.engine, cmd.link, cmd.enabled), now)
-        if isinstance(cmd, c.Teardown):
-            return self._on(e.TornDown(), now)
-        if isinstance(cmd, c.CollectHandoffs):
-            return self._on(e.HandoffsCollected(error=ev.error), now)
-        if isinstance(cmd, c.StartEngine):
-            return self._on(e.EngineFailed(cmd.name, ev.error), now)
-        if isinstance(cmd, c.LaunchRouter):
-            return self._on(e.RouterFailed(ev.error), now)
-        return []
+        match cmd:
+            case c.PollWorkers():
+                return self._on(e.WorkersSeen(None), now)
+            case c.PollRouterEvents():
+                self._events_in_flight = False
+                self._events_poll_at = now + self._events_poll_s
+                return self._final_events(now) if self.phase is Phase.FINAL_EVENTS else []
+            case c.CheckRoutable():
+                return self._on(e.RoutableSeen(False), now)
+            case c.SendRequest():
+                return self._on(e.RequestDone(cmd.plan.seq, error=f"harness error: {ev.error}"), now)
+            case c.ApplyAction():
+                return self._on(e.ActionDone(cmd.fault, error=ev.error), now)
+            case c.SetLinkEnabled():
+                return self._on(e.LinkToggled(cmd.fault, cmd.engine, cmd.link, cmd.enabled), now)
+            case c.Teardown():
+                return self._on(e.TornDown(), now)
+            case c.CollectHandoffs():
+                return self._on(e.HandoffsCollected(error=ev.error), now)
+            case c.LaunchEngine():
+                return self._on(e.EngineFailed(cmd.name, ev.error), now)
+            case c.LaunchRouter():
+                return self._on(e.RouterFailed(ev.error), now)
+            case c.CancelRequests():
+                return []
+            case _:
+                assert_never(cmd)
 
     # ------------------------------------------------------------------ set-up and readiness
 

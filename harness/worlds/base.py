@@ -3,8 +3,13 @@
 A world executes the session's commands (`harness.session.commands`) and reports what happened as events
 (`harness.session.events`). The session holds all of the run's logic; a world only moves bytes and time.
 Implementations: `harness.worlds.real` (OS processes on loopback, aiohttp, Toxiproxy, real gateways, engines
-on Kubernetes) and `harness.worlds.sim` (simpy, virtual clock). A world of this module's kind runs on an
-asyncio event loop: it implements `execute`, and `interpret` (below) drives the session over it.
+on Kubernetes) and `harness.worlds.sim` (simpy, virtual clock).
+
+The two differ in who holds the clock, so they share `World` (set up, run a session to its end, release)
+and not how commands are carried out. A `CommandWorld` runs on the asyncio event loop and executes one
+command at a time as the session asks (`execute`); `interpret` (below) drives the session over it. The
+simulated world is a plain `World`: its commands are simpy processes, and it drives the session itself
+from inside virtual time, where no asyncio task can wait.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from types import TracebackType
+from typing import Self
 
 from harness.session import ScenarioSession
 from harness.session.commands import Command
@@ -32,10 +38,35 @@ RESPAWN_WAIT_S = 10.0
 
 
 class World(abc.ABC):
-    """One cell's systems: set up by `__aenter__`, driven through `execute`, released by `__aexit__` (which
-    must leave nothing behind, whatever happened)."""
+    """One cell's systems: set up by `__aenter__`, made to run a session by `run`, released by `__aexit__`
+    (which must leave nothing behind, whatever happened)."""
 
     kind: str = "world"
+
+    @abc.abstractmethod
+    async def run(self, session: ScenarioSession) -> None:
+        """Carry out the session's commands and tell it their events until it is done. A cancellation
+        (Ctrl-C) still lets the session tear down before it goes on."""
+
+    @abc.abstractmethod
+    def clock(self) -> float:
+        """The world's time (seconds, monotonic)."""
+
+    @abc.abstractmethod
+    def wall(self) -> float:
+        """Wall-clock seconds at `clock()` (for records stamped with wall time)."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        return None
+
+
+class CommandWorld(World):
+    """A world on the asyncio event loop that executes commands one by one as the session asks for them;
+    `interpret` runs the session over it."""
 
     @abc.abstractmethod
     async def execute(self, command: Command, emit: Emit) -> None:
@@ -47,22 +78,12 @@ class World(abc.ABC):
         return []
 
     def clock(self) -> float:
-        """The world's time (seconds, monotonic)."""
         return asyncio.get_running_loop().time()
 
     def wall(self) -> float:
-        """Wall-clock seconds at `clock()` (for records stamped with wall time)."""
         return time.time()
 
-    async def __aenter__(self) -> World:
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        return None
-
     async def run(self, session: ScenarioSession) -> None:
-        """Drive `session` until it is done."""
         await interpret(session, self)
 
 
@@ -77,7 +98,7 @@ async def next_event(queue: asyncio.Queue[Event], wait_s: float) -> Event | None
         return None
 
 
-async def interpret(session: ScenarioSession, world: World) -> None:
+async def interpret(session: ScenarioSession, world: CommandWorld) -> None:
     """The asyncio interpreter: executes the session's commands on `world`, feeds the events back, wakes the
     session when it asks to. Only this waits; the session decides. A cancelled run (Ctrl-C) still tears
     down through the session before the cancellation goes on."""

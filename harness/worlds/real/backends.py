@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.scenario import (
+    Action,
     Crash,
     Die,
     EngineFault,
@@ -167,7 +168,7 @@ def make_fleet(choice: EngineChoice, topo: Topology, settings: Any, supervisor: 
     return EngineFleet(topo, settings, supervisor, out_dir, token=token, ready_timeout_s=ready_timeout_s)
 
 
-def _control_only(action: Any) -> str | None:
+def _control_only(action: Action) -> str | None:
     """Why an action needs the fakes' control API (None: a process or network fault any engine takes)."""
     if isinstance(action, EngineFault):
         return f"protocol fault {action.kind!r}"

@@ -11,16 +11,17 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
 import aiohttp
 
 from fake_engines.control_client import ControlError
 from harness.routers import RouterAdapter
-from harness.scenario import (
+from harness.scenario.actions import (
     AddWorker,
     Crash,
     Die,
+    EngineAction,
     EngineFault,
     GracefulStop,
     Heal,
@@ -31,6 +32,7 @@ from harness.scenario import (
     SlowStart,
     StartEngine,
     Wedge,
+    WorkerApiAction,
 )
 from harness.session.events import ActionDone, EngineState, Event, FaultApplied, FaultVerified, WorldNote
 from harness.topology import Topology
@@ -60,40 +62,44 @@ class EngineActions:
         self.stopped: set[str] = set()  # engines under SIGSTOP
         self._waiters: set[asyncio.Task[None]] = set()  # graceful stops still draining
 
-    async def apply(self, fid: str, a: Any, emit: Emit) -> None:
+    async def apply(self, fid: str, a: EngineAction | WorkerApiAction, emit: Emit) -> None:
         """Carry out one action; `ActionDone` last. An exception propagates (the caller reports it)."""
         evidence: dict[str, Any] = {}
         verified = True
-        if isinstance(a, Restart):
-            # Without a control API (a real engine) every restart is a process restart with a new id.
-            await (self._restart_control(fid, a, emit) if a.mode == "control" and self.fleet.has_control()
-                   else self._restart_process(fid, a, emit))
-        elif isinstance(a, SlowStart):
-            await self._slow_start(fid, a, emit)
-        elif isinstance(a, Crash):
-            await self._crash(fid, a, emit)
-        elif isinstance(a, GracefulStop):
-            await self._graceful_stop(fid, a, emit)
-        elif isinstance(a, Respawn):
-            await self._respawn(fid, a.target, emit)
-        elif isinstance(a, StartEngine):
-            await self._start_engine(fid, a.target, emit)
-        elif isinstance(a, Die):
-            await self._die(fid, a, emit)
-        elif isinstance(a, Wedge):
-            await (self._wedge_control(fid, a, emit) if a.mode == "control" else self._sigstop(fid, a, emit))
-        elif isinstance(a, EngineFault):
-            await self._engine_fault(fid, a, emit)
-        elif isinstance(a, Heal):
-            verified, evidence = await self._heal(a, emit)
-        elif isinstance(a, PatchWorker):
-            await self._patch(fid, a, emit)
-        elif isinstance(a, AddWorker):
-            await self._add_worker(fid, a, emit)
-        elif isinstance(a, RemoveWorker):
-            await self._remove_worker(fid, a, emit)
-        else:
-            raise TypeError(f"unknown action {a!r}")
+        match a:
+            case Restart(mode="control") if self.fleet.has_control():
+                await self._restart_control(fid, a, emit)
+            case Restart():
+                # Without a control API (a real engine) every restart is a process restart with a new id.
+                await self._restart_process(fid, a, emit)
+            case SlowStart():
+                await self._slow_start(fid, a, emit)
+            case Crash():
+                await self._crash(fid, a, emit)
+            case GracefulStop():
+                await self._graceful_stop(fid, a, emit)
+            case Respawn():
+                await self._respawn(fid, a.target, emit)
+            case StartEngine():
+                await self._start_engine(fid, a.target, emit)
+            case Die():
+                await self._die(fid, a, emit)
+            case Wedge(mode="control"):
+                await self._wedge_control(fid, a, emit)
+            case Wedge():
+                await self._sigstop(fid, a, emit)
+            case EngineFault():
+                await self._engine_fault(fid, a, emit)
+            case Heal():
+                verified, evidence = await self._heal(a, emit)
+            case PatchWorker():
+                await self._patch(fid, a, emit)
+            case AddWorker():
+                await self._add_worker(fid, a, emit)
+            case RemoveWorker():
+                await self._remove_worker(fid, a, emit)
+            case _:
+                assert_never(a)
         emit(ActionDone(fid, verified=verified, evidence=evidence))
 
     async def _state(self, name: str, emit: Emit, given: Any = None) -> dict[str, Any] | None:

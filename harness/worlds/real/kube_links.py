@@ -23,6 +23,7 @@ from harness.scenario.links import (
     LinkFlap,
     LinkRef,
     Partition,
+    ToxicPlan,
 )
 from harness.session.events import WorldNote
 from harness.topology import Topology
@@ -89,7 +90,8 @@ class KubeLinks(LinkFaults):
         if not self._proxied(ref):
             raise KubeLinkError(f"link {ref.label} has no proxy sidecar in this cell")
 
-    async def _put(self, fid: str, ref: LinkRef, action: Any, toxics: list[Any]) -> dict[str, Any]:
+    async def _put(self, fid: str, ref: LinkRef, action: LinkFault,
+                   toxics: list[ToxicPlan]) -> dict[str, Any]:
         if isinstance(action, LinkFlap):  # the session toggles it from here on (set_enabled)
             await self.set_enabled(ref, False)
         else:

@@ -24,14 +24,20 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, assert_never
 
 from harness.scenario import EngineSettings
 from harness.scenario.links import (
     HealLink,
+    LinkBandwidth,
     LinkFault,
+    LinkFlap,
+    LinkLatency,
     LinkRef,
+    LinkReset,
+    NetworkAction,
     Partition,
+    ToxicPlan,
     fault_kind,
     fault_params,
     toxics_for,
@@ -174,12 +180,18 @@ class LinkFaults:
     report `FaultApplied`, `FaultVerified` with what was seen (`_verify`) and `ActionDone` last. A backend
     says how: Toxiproxy on this host (`NetworkLinks`), a sidecar in a pod (`kube_links.KubeLinks`)."""
 
-    async def apply(self, fid: str, action: Any, emit: Emit) -> None:
+    async def apply(self, fid: str, action: NetworkAction, emit: Emit) -> None:
         """Put one network fault in place (or heal), verify it, `ActionDone` last."""
-        if isinstance(action, HealLink):
-            ok, evidence = await self._heal(action)
-            emit(ActionDone(fid, verified=ok, evidence=evidence))
-            return
+        match action:
+            case HealLink():
+                ok, evidence = await self._heal(action)
+                emit(ActionDone(fid, verified=ok, evidence=evidence))
+            case Partition() | LinkLatency() | LinkReset() | LinkBandwidth() | LinkFlap():
+                await self._fault(fid, action, emit)
+            case _:
+                assert_never(action)
+
+    async def _fault(self, fid: str, action: LinkFault, emit: Emit) -> None:
         ref = LinkRef(action.target, action.link)
         await self._check(ref)
         toxics = toxics_for(action, fid)
@@ -198,11 +210,12 @@ class LinkFaults:
         """Raise when the link cannot be faulted in this cell."""
         raise NotImplementedError
 
-    async def _put(self, fid: str, ref: LinkRef, action: Any, toxics: list[Any]) -> dict[str, Any]:
+    async def _put(self, fid: str, ref: LinkRef, action: LinkFault,
+                   toxics: list[ToxicPlan]) -> dict[str, Any]:
         """Put the fault in place; what to add to the fault's recorded params."""
         raise NotImplementedError
 
-    async def _verify(self, ref: LinkRef, action: Any, toxics: tuple[str, ...]) -> dict[str, Any]:
+    async def _verify(self, ref: LinkRef, action: LinkFault, toxics: tuple[str, ...]) -> dict[str, Any]:
         raise NotImplementedError
 
 
@@ -286,7 +299,8 @@ class NetworkLinks(LinkFaults):
         if ref not in self.installed:
             raise NetworkError(f"link {ref.label} has no proxy (this cell's connector has no such link)")
 
-    async def _put(self, fid: str, ref: LinkRef, action: Any, toxics: list[Any]) -> dict[str, Any]:
+    async def _put(self, fid: str, ref: LinkRef, action: LinkFault,
+                   toxics: list[ToxicPlan]) -> dict[str, Any]:
         name = self.installed[ref]
         params = {"proxy": name, "listen_port": self.listen[ref]}
         if not toxics:  # down or flapping: the proxy stops listening

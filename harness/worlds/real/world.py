@@ -15,17 +15,17 @@ from collections.abc import Coroutine
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, assert_never
 
 import aiohttp
 
 from harness.routers import RouterAdapter
-from harness.scenario.links import LinkRef, is_network_action
+from harness.scenario.links import LinkRef, NetworkAction
 from harness.session import CellPlan
 from harness.session import commands as c
 from harness.session import events as e
 from harness.topology import Topology
-from harness.worlds.base import Emit, World
+from harness.worlds.base import CommandWorld, Emit
 from harness.worlds.real.backends import EngineChoice, make_fleet, parse_engines
 from harness.worlds.real.client import RouterClient
 from harness.worlds.real.engine_actions import EngineActions
@@ -48,7 +48,7 @@ ROUTER_START_ATTEMPTS = 3
 COMPANION_STOP_S = 2.0
 
 
-class RealWorld(World):
+class RealWorld(CommandWorld):
     kind = "real"
 
     def __init__(self, plan: CellPlan, router: RouterAdapter, out_dir: Path,
@@ -116,10 +116,31 @@ class RealWorld(World):
     # ------------------------------------------------------------------ commands
 
     async def execute(self, command: c.Command, emit: Emit) -> None:
-        handler = getattr(self, f"_do_{type(command).__name__}", None)
-        if handler is None:
-            raise TypeError(f"the real world cannot execute {command!r}")
-        await handler(command, emit)
+        match command:
+            case c.LaunchEngine():
+                await self._launch_engine(command, emit)
+            case c.LaunchRouter():
+                await self._launch_router(command, emit)
+            case c.PollWorkers():
+                await self._poll_workers(emit)
+            case c.PollRouterEvents():
+                await self._poll_router_events(command, emit)
+            case c.CheckRoutable():
+                await self._check_routable(emit)
+            case c.SendRequest():
+                await self._send_request(command, emit)
+            case c.CancelRequests():
+                self._cancel_requests()
+            case c.ApplyAction():
+                await self._apply_action(command, emit)
+            case c.SetLinkEnabled():
+                await self._set_link_enabled(command, emit)
+            case c.Teardown():
+                await self._teardown(emit)
+            case c.CollectHandoffs():
+                self._collect_handoffs(emit)
+            case _:
+                assert_never(command)
 
     def log_notes(self) -> list[str]:
         """What the log cap took from this cell's process logs (the result's notes)."""
@@ -129,7 +150,7 @@ class RealWorld(World):
         notes, self._opening_notes = self._opening_notes, []
         return notes
 
-    async def _do_StartEngine(self, cmd: c.StartEngine, emit: Emit) -> None:
+    async def _launch_engine(self, cmd: c.LaunchEngine, emit: Emit) -> None:
         try:
             proc = await self.fleet.start(cmd.name, cmd.first_start)
         except Exception as exc:
@@ -138,7 +159,7 @@ class RealWorld(World):
         state = proc.ready_info if proc.ready_info and "engine_id" in proc.ready_info else None
         emit(e.EngineUp(cmd.name, state or await self.fleet.state(cmd.name)))
 
-    async def _do_LaunchRouter(self, cmd: c.LaunchRouter, emit: Emit) -> None:
+    async def _launch_router(self, cmd: c.LaunchRouter, emit: Emit) -> None:
         for attempt in range(1, ROUTER_START_ATTEMPTS + 1):
             try:
                 await self.net.install(self.fleet, emit)
@@ -198,7 +219,7 @@ class RealWorld(World):
         why = exit_evidence(proc.log_path) if code is not None and code >= 0 else ""
         emit(e.RouterExited(code, why, str(proc.log_path), by_harness=proc.lost_with_fork_server))
 
-    async def _do_PollWorkers(self, cmd: c.PollWorkers, emit: Emit) -> None:
+    async def _poll_workers(self, emit: Emit) -> None:
         assert self.http is not None
         self._router_gone(emit)
         workers = await self.router.workers(self.http, self.router_topology)
@@ -211,7 +232,7 @@ class RealWorld(World):
         emit(e.WorkersSeen(None if workers is None else tuple(workers), engines,
                            self.router.workers_problem if workers is None else ""))
 
-    async def _do_PollRouterEvents(self, cmd: c.PollRouterEvents, emit: Emit) -> None:
+    async def _poll_router_events(self, cmd: c.PollRouterEvents, emit: Emit) -> None:
         assert self.http is not None
         self._router_gone(emit)
         got = await self.router.events(self.http, self.router_topology, cmd.since)
@@ -221,7 +242,7 @@ class RealWorld(World):
         events, nxt = got
         emit(e.RouterEventsSeen(tuple(events), nxt))
 
-    async def _do_CheckRoutable(self, cmd: c.CheckRoutable, emit: Emit) -> None:
+    async def _check_routable(self, emit: Emit) -> None:
         """For routers without a worker API: one completion goes through."""
         assert self.http is not None
         ok = False
@@ -237,29 +258,30 @@ class RealWorld(World):
             ok = False
         emit(e.RoutableSeen(ok))
 
-    async def _do_SendRequest(self, cmd: c.SendRequest, emit: Emit) -> None:
+    async def _send_request(self, cmd: c.SendRequest, emit: Emit) -> None:
         assert self.client is not None
         emit(await self.client.send(cmd.plan))
 
-    async def _do_CancelRequests(self, cmd: c.CancelRequests, emit: Emit) -> None:
+    def _cancel_requests(self) -> None:
         if self.client is not None:
             self.client.cancel_all()
 
-    async def _do_ApplyAction(self, cmd: c.ApplyAction, emit: Emit) -> None:
+    async def _apply_action(self, cmd: c.ApplyAction, emit: Emit) -> None:
         assert self.actions is not None
+        action = cmd.action
         try:
-            if is_network_action(cmd.action):
-                await self.net.apply(cmd.fault, cmd.action, emit)
+            if isinstance(action, NetworkAction):
+                await self.net.apply(cmd.fault, action, emit)
             else:
-                await self.actions.apply(cmd.fault, cmd.action, emit)
+                await self.actions.apply(cmd.fault, action, emit)
         except Exception as exc:  # one broken action must not end the run: it is evidence
             emit(e.ActionDone(cmd.fault, error=f"{type(exc).__name__}: {exc}"))
 
-    async def _do_SetLinkEnabled(self, cmd: c.SetLinkEnabled, emit: Emit) -> None:
+    async def _set_link_enabled(self, cmd: c.SetLinkEnabled, emit: Emit) -> None:
         await self.net.set_enabled(LinkRef(cmd.engine, cmd.link), cmd.enabled)
         emit(e.LinkToggled(cmd.fault, cmd.engine, cmd.link, cmd.enabled))
 
-    async def _do_Teardown(self, cmd: c.Teardown, emit: Emit) -> None:
+    async def _teardown(self, emit: Emit) -> None:
         await self._stop_companion()  # nothing re-registers workers while the cell is taken down
         resumed: list[str] = []
         if self.actions is not None:
@@ -273,7 +295,7 @@ class RealWorld(World):
         await self.supervisor.aclose(grace_s=1.0)
         emit(e.TornDown(tuple(resumed)))
 
-    async def _do_CollectHandoffs(self, cmd: c.CollectHandoffs, emit: Emit) -> None:
+    def _collect_handoffs(self, emit: Emit) -> None:
         """Every engine's provenance records, as the engine backend keeps them."""
         try:
             records = self.fleet.records()

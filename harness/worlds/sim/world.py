@@ -19,14 +19,15 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 import simpy
 
-from harness.scenario import (
+from harness.scenario.actions import (
     AddWorker,
     Crash,
     Die,
+    EngineAction,
     EngineFault,
     GracefulStop,
     Heal,
@@ -37,15 +38,20 @@ from harness.scenario import (
     SlowStart,
     StartEngine,
     Wedge,
+    WorkerApiAction,
 )
 from harness.scenario.links import (
     HealLink,
+    LinkBandwidth,
+    LinkFault,
     LinkFlap,
+    LinkLatency,
     LinkRef,
+    LinkReset,
+    NetworkAction,
     Partition,
     fault_kind,
     fault_params,
-    is_network_action,
     toxics_for,
 )
 from harness.session import CellPlan, ScenarioSession
@@ -200,9 +206,6 @@ class SimWorld(World):
         that stops moving the clock (events at one instant, forever) is an error, never a hang."""
         run_until(self.env, self.env.process(self._drive(session)))
 
-    async def execute(self, command: c.Command, emit: Emit) -> None:
-        raise TypeError("the simulated world executes commands in virtual time: use run_session()")
-
     # ------------------------------------------------------------------ the driver
 
     def _drive(self, session: ScenarioSession) -> Generator[Any, Any, None]:
@@ -268,26 +271,50 @@ class SimWorld(World):
                 dispatch(session.poll(env.now))
 
     def _run_command(self, cmd: c.Command, emit: Emit) -> Generator[Any, Any, None]:
-        handler = getattr(self, f"_do_{type(cmd).__name__}", None)
-        if handler is None:
-            emit(e.CommandFailed(cmd, f"the simulated world cannot execute {type(cmd).__name__}"))
-            return
         try:
-            yield from handler(cmd, emit)
+            yield from self._execute(cmd, emit)
         except simpy.Interrupt:
             return
         except Exception as exc:  # a bug in the model is evidence, never a hang
             emit(e.CommandFailed(cmd, f"{type(exc).__name__}: {exc}"))
 
+    def _execute(self, cmd: c.Command, emit: Emit) -> Generator[Any, Any, None]:
+        """One command, as a simpy process's steps."""
+        match cmd:
+            case c.LaunchEngine():
+                return self._launch_engine(cmd, emit)
+            case c.LaunchRouter():
+                return self._launch_router(cmd, emit)
+            case c.PollWorkers():
+                return self._poll_workers(emit)
+            case c.PollRouterEvents():
+                return self._poll_router_events(cmd, emit)
+            case c.CheckRoutable():
+                return self._check_routable(emit)
+            case c.SendRequest():
+                return self._send_request(cmd, emit)
+            case c.CancelRequests():
+                return self._cancel_requests()
+            case c.ApplyAction():
+                return self._apply_action(cmd, emit)
+            case c.SetLinkEnabled():
+                return self._set_link_enabled(cmd, emit)
+            case c.Teardown():
+                return self._teardown(emit)
+            case c.CollectHandoffs():
+                return self._collect_handoffs(emit)
+            case _:
+                assert_never(cmd)
+
     # ------------------------------------------------------------------ set-up and observation
 
-    def _do_StartEngine(self, cmd: c.StartEngine, emit: Emit) -> Generator[Any, Any, None]:
+    def _launch_engine(self, cmd: c.LaunchEngine, emit: Emit) -> Generator[Any, Any, None]:
         engine = self.cell.engines[cmd.name]
         load = self.plan.scenario.engines.load_time(cmd.name) if cmd.first_start else 0.0
         yield from engine.start(refuse_s=load)
         emit(e.EngineUp(cmd.name, engine.control_state()))
 
-    def _do_LaunchRouter(self, cmd: c.LaunchRouter, emit: Emit) -> Generator[Any, Any, None]:
+    def _launch_router(self, cmd: c.LaunchRouter, emit: Emit) -> Generator[Any, Any, None]:
         router = SimRouter(self.cell, cmd.settings, cmd.registered, self.cell.new_uuid)
         self.cell.router = router
         emit(
@@ -304,7 +331,7 @@ class SimWorld(World):
         assert self.cell.router is not None, "the router is not launched"
         return self.cell.router
 
-    def _do_PollWorkers(self, cmd: c.PollWorkers, emit: Emit) -> Generator[Any, Any, None]:
+    def _poll_workers(self, emit: Emit) -> Generator[Any, Any, None]:
         yield self.env.timeout(2 * HOP_S)
         workers = self._router().workers()
         engines = {}
@@ -314,16 +341,16 @@ class SimWorld(World):
                 engines[str(w["url"])] = engine.name
         emit(e.WorkersSeen(tuple(workers), engines))
 
-    def _do_PollRouterEvents(self, cmd: c.PollRouterEvents, emit: Emit) -> Generator[Any, Any, None]:
+    def _poll_router_events(self, cmd: c.PollRouterEvents, emit: Emit) -> Generator[Any, Any, None]:
         yield self.env.timeout(2 * HOP_S)
         events = self._router().events
         emit(e.RouterEventsSeen(tuple(events[cmd.since :]), len(events)))
 
-    def _do_CheckRoutable(self, cmd: c.CheckRoutable, emit: Emit) -> Generator[Any, Any, None]:
+    def _check_routable(self, emit: Emit) -> Generator[Any, Any, None]:
         emit(e.RoutableSeen(True))
         yield self.env.timeout(0)
 
-    def _do_SendRequest(self, cmd: c.SendRequest, emit: Emit) -> Generator[Any, Any, None]:
+    def _send_request(self, cmd: c.SendRequest, emit: Emit) -> Generator[Any, Any, None]:
         proc = self.env.active_process
         if proc is not None:
             self._clients[proc] = None
@@ -369,13 +396,13 @@ class SimWorld(World):
             if proc is not None:
                 self._clients.pop(proc, None)
 
-    def _do_CancelRequests(self, cmd: c.CancelRequests, emit: Emit) -> Generator[Any, Any, None]:
+    def _cancel_requests(self) -> Generator[Any, Any, None]:
         for proc in list(self._clients):
             if proc.is_alive:
                 proc.interrupt(CANCELLED)
         yield self.env.timeout(0)
 
-    def _do_Teardown(self, cmd: c.Teardown, emit: Emit) -> Generator[Any, Any, None]:
+    def _teardown(self, emit: Emit) -> Generator[Any, Any, None]:
         resumed = sorted(n for n, eng in self.cell.engines.items() if eng.frozen)
         for name in resumed:
             self.cell.engines[name].thaw()
@@ -386,12 +413,12 @@ class SimWorld(World):
         yield self.env.timeout(0)
         emit(e.TornDown(tuple(resumed)))
 
-    def _do_CollectHandoffs(self, cmd: c.CollectHandoffs, emit: Emit) -> Generator[Any, Any, None]:
+    def _collect_handoffs(self, emit: Emit) -> Generator[Any, Any, None]:
         yield self.env.timeout(0)
         records, self.cell.pending_records = tuple(self.cell.pending_records), []
         emit(e.HandoffsCollected(records))
 
-    def _do_SetLinkEnabled(self, cmd: c.SetLinkEnabled, emit: Emit) -> Generator[Any, Any, None]:
+    def _set_link_enabled(self, cmd: c.SetLinkEnabled, emit: Emit) -> Generator[Any, Any, None]:
         ref = LinkRef(cmd.engine, cmd.link)
         if self.cell.net.link(ref) is not None:
             self.cell.net.set_enabled(ref, cmd.enabled)
@@ -400,19 +427,21 @@ class SimWorld(World):
 
     # ------------------------------------------------------------------ actions
 
-    def _do_ApplyAction(self, cmd: c.ApplyAction, emit: Emit) -> Generator[Any, Any, None]:
+    def _apply_action(self, cmd: c.ApplyAction, emit: Emit) -> Generator[Any, Any, None]:
         actions = SimActions(self, emit)
+        action = cmd.action
         try:
-            if is_network_action(cmd.action):
-                yield from actions.network(cmd.fault, cmd.action)
+            if isinstance(action, NetworkAction):
+                yield from actions.network(cmd.fault, action)
             else:
-                yield from actions.engine(cmd.fault, cmd.action)
+                yield from actions.apply(cmd.fault, action)
         except (KeyError, ValueError) as exc:
             emit(e.ActionDone(cmd.fault, error=f"{type(exc).__name__}: {exc}"))
 
 
 class SimActions:
-    """Timeline actions on the simulated cell, each verified against the model (the world's evidence)."""
+    """Timeline actions on the simulated cell, each verified against the model (the world's evidence): one
+    method per action, as the real world's `EngineActions` and `NetworkLinks` have."""
 
     def __init__(self, world: SimWorld, emit: Emit) -> None:
         self.world = world
@@ -432,118 +461,106 @@ class SimActions:
             return "ok:200" if res.value else "ok:503"
         return "timeout" if res.error == "timeout" else "refused"
 
-    def engine(self, fid: str, a: Any) -> Generator[Any, Any, None]:
+    def apply(self, fid: str, a: EngineAction | WorkerApiAction) -> Generator[Any, Any, None]:
+        """Carry out one engine or worker API action; `ActionDone` last. A KeyError or ValueError is the
+        caller's to report."""
         eng = self.cell.engines[a.target]
-        emit = self.emit
-        verified, evidence = True, {}
-        if isinstance(a, Restart | SlowStart):
-            before = eng.control_state()
-            down = a.down_s if isinstance(a, Restart) else a.refuse_s
-            if isinstance(a, Restart):
-                params = (
-                    {"down_s": a.down_s, "mode": "control", "engine_id": a.engine_id}
-                    if a.mode == "control"
-                    else {"down_s": a.down_s, "mode": "process"}
-                )
-                kind = "restart"
-            else:
-                params, kind = {"refuse_s": a.refuse_s}, "slow_start"
-            changed = {"engine_id": {"old": before["engine_id"]}}
-            if isinstance(a, Restart) and a.mode == "process":
-                changed["pid"] = {"old": eng.pid}
-            emit(e.FaultApplied(fid, kind, eng.name, params, changed))
-            if isinstance(a, Restart) and a.mode == "process":
-                eng.kill()
-                yield self.env.timeout(a.down_s)
-                yield from eng.respawn()
-            else:
-                yield from eng.restart(down, getattr(a, "engine_id", None))
-            after = self._state(eng)
-            ev = _identity_evidence(before, after)
-            refused = True if down >= 0.2 or (isinstance(a, Restart) and a.mode == "process") else None
-            ev.update(refused_while_down=refused, serving_port_open=eng.listening)
-            emit(e.FaultVerified(fid, bool(ev["new_engine_id"]) and eng.listening, ev))
-        elif isinstance(a, Crash):
-            emit(e.FaultApplied(fid, "crash", eng.name, {"mode": a.mode}, {"pid": {"old": eng.pid}}))
+        evidence: dict[str, Any] = {}
+        verified = True
+        match a:
+            case Restart(mode="control"):
+                yield from self._restart_control(fid, eng, a)
+            case Restart():
+                yield from self._restart_process(fid, eng, a)
+            case SlowStart():
+                yield from self._slow_start(fid, eng, a)
+            case Crash():
+                yield from self._crash(fid, eng, a)
+            case GracefulStop():
+                yield from self._graceful_stop(fid, eng, a)
+            case Die():
+                yield from self._die(fid, eng, a)
+            case Respawn():
+                yield from self._respawn(fid, eng)
+            case StartEngine():
+                yield from self._start_engine(fid, eng)
+            case Wedge(mode="sigstop"):
+                yield from self._sigstop(fid, eng)
+            case Wedge():
+                yield from self._wedge_control(fid, eng, a)
+            case EngineFault():
+                self._engine_fault(fid, eng, a)
+            case Heal():
+                verified, evidence = yield from self._heal(eng, a)
+            case PatchWorker():
+                yield from self._patch_worker(fid, a)
+            case AddWorker():
+                yield from self._add_worker(fid, a)
+            case RemoveWorker():
+                yield from self._remove_worker(fid, a)
+            case _:
+                assert_never(a)
+        self.emit(e.ActionDone(fid, verified=verified, evidence=evidence))
+
+    # -- process-level faults
+
+    def _restart_control(self, fid: str, eng: SimEngine, a: Restart) -> Generator[Any, Any, None]:
+        params = {"down_s": a.down_s, "mode": "control", "engine_id": a.engine_id}
+        yield from self._restarted(fid, eng, "restart", params, a.down_s,
+                                   lambda: eng.restart(a.down_s, a.engine_id))
+
+    def _restart_process(self, fid: str, eng: SimEngine, a: Restart) -> Generator[Any, Any, None]:
+        def again() -> Generator[Any, Any, None]:
             eng.kill()
-            yield self.env.timeout(HOP_S)
-            emit(
-                e.FaultVerified(fid, True, {"returncode": -9 if a.mode == "signal" else 137, "refused": True})
-            )
-        elif isinstance(a, GracefulStop):
-            pid = {"pid": {"old": eng.pid}}
-            emit(e.FaultApplied(fid, "graceful_stop", eng.name, {"grace_s": a.grace_s}, pid))
-            sigterm = self.env.now
-            # The drain goes on behind the timeline, as in real time, from the signal on (the SIGKILL after
-            # `grace_s` counts from it, not from the health probe below); its end is noted when it comes,
-            # after the verification.
-            verified_event = self.env.event()
-            self.env.process(self._stop_ended(fid, eng, a.grace_s, sigterm, verified_event))
-            health = yield from self._health(eng)
-            emit(e.FaultVerified(fid, health in ("ok:503", "refused"), {"health": health, "pid": eng.pid}))
-            verified_event.succeed()
-        elif isinstance(a, Die):
-            changed = eng.die(a.exit_after_s)
-            emit(e.FaultApplied(fid, "die", eng.name, {"exit_after_s": a.exit_after_s}, changed))
-            health = yield from self._health(eng)
-            emit(e.FaultVerified(fid, health in ("ok:503", "refused"), {"health": health}))
-        elif isinstance(a, Respawn):
-            # As the real world: a process still there (dying, draining) may end by itself first; it holds
-            # its ports until it is gone.
-            if eng.exists and not (yield from eng.wait_gone(RESPAWN_WAIT_S)):
-                eng.kill()
-            emit(e.FaultApplied(fid, "respawn", eng.name, {}))
+            yield self.env.timeout(a.down_s)
             yield from eng.respawn()
-            after = self._state(eng)
-            emit(e.FaultVerified(fid, eng.listening, {"engine_id": after["engine_id"], "pid": eng.pid}))
-        elif isinstance(a, StartEngine):
-            emit(e.FaultApplied(fid, "start_engine", eng.name, {}))
-            yield from eng.start(refuse_s=self.cell.plan.scenario.engines.load_time(eng.name))
-            after = self._state(eng)
-            emit(e.FaultVerified(fid, eng.listening, {"engine_id": after["engine_id"]}))
-        elif isinstance(a, Wedge) and a.mode == "sigstop":
-            eng.freeze()
-            emit(
-                e.FaultApplied(
-                    fid, "wedge", eng.name, {"surface": "all", "mode": "sigstop"}, {"pid": eng.pid}
-                )
-            )
-            probe = yield from self._health(eng)
-            emit(e.FaultVerified(fid, probe == "timeout", {"state": "T", "health_probe": probe}))
-        elif isinstance(a, Wedge | EngineFault):
-            kind = "wedge" if isinstance(a, Wedge) else a.kind
-            params = {"surface": a.surface} if isinstance(a, Wedge) else dict(a.params)
-            changed = eng.set_fault({"fault": kind, **params})
-            shown = {"surface": a.surface, "mode": "control"} if isinstance(a, Wedge) else params
-            emit(e.FaultApplied(fid, kind, eng.name, shown, changed))
-            st = self._state(eng)
-            listed = kind in (st.get("faults") or {})
-            ev: dict[str, Any] = (
-                {"listed": listed} if isinstance(a, Wedge) else {"listed": listed, "faults": st.get("faults")}
-            )
-            ok = listed
-            if isinstance(a, Wedge) and a.surface in ("all", "health"):
-                probe = yield from self._health(eng)
-                ev["health_probe"] = probe
-                ok = ok and probe == "timeout"
-            if kind == "no_engine_id":
-                ev["engine_id_reported"] = st.get("engine_id")
-            emit(e.FaultVerified(fid, ok, ev))
-        elif isinstance(a, Heal):
-            if eng.frozen and a.kind in (None, "wedge"):
-                eng.thaw()
-                evidence["sigcont"] = True
-            eng.clear_faults(a.kind)
-            st = self._state(eng)
-            remaining = st.get("faults") or {}
-            evidence["remaining"] = remaining
-            verified = a.kind not in remaining if a.kind else not remaining
-            yield self.env.timeout(0)
-        elif isinstance(a, PatchWorker | AddWorker | RemoveWorker):
-            yield from self._worker_api(fid, a)
-        else:
-            raise ValueError(f"unknown action {a!r}")
-        emit(e.ActionDone(fid, verified=verified, evidence=evidence))
+
+        params = {"down_s": a.down_s, "mode": "process"}
+        yield from self._restarted(fid, eng, "restart", params, a.down_s, again, new_process=True)
+
+    def _slow_start(self, fid: str, eng: SimEngine, a: SlowStart) -> Generator[Any, Any, None]:
+        params = {"refuse_s": a.refuse_s}
+        yield from self._restarted(fid, eng, "slow_start", params, a.refuse_s,
+                                   lambda: eng.restart(a.refuse_s, None))
+
+    def _restarted(self, fid: str, eng: SimEngine, kind: str, params: dict[str, Any], down_s: float,
+                   again: Callable[[], Generator[Any, Any, None]],
+                   new_process: bool = False) -> Generator[Any, Any, None]:
+        """A restart of any kind: `again` takes the engine down and brings it back (a new engine id); what
+        the real world's probes see of it comes from the model."""
+        before = eng.control_state()
+        changed = {"engine_id": {"old": before["engine_id"]}}
+        if new_process:
+            changed["pid"] = {"old": eng.pid}
+        self.emit(e.FaultApplied(fid, kind, eng.name, params, changed))
+        yield from again()
+        after = self._state(eng)
+        ev = _identity_evidence(before, after)
+        # The real world watches for refused connects only when the outage outlasts its probe.
+        refused = True if down_s >= 0.2 or new_process else None
+        ev.update(refused_while_down=refused, serving_port_open=eng.listening)
+        self.emit(e.FaultVerified(fid, bool(ev["new_engine_id"]) and eng.listening, ev))
+
+    def _crash(self, fid: str, eng: SimEngine, a: Crash) -> Generator[Any, Any, None]:
+        self.emit(e.FaultApplied(fid, "crash", eng.name, {"mode": a.mode}, {"pid": {"old": eng.pid}}))
+        eng.kill()
+        yield self.env.timeout(HOP_S)
+        self.emit(
+            e.FaultVerified(fid, True, {"returncode": -9 if a.mode == "signal" else 137, "refused": True})
+        )
+
+    def _graceful_stop(self, fid: str, eng: SimEngine, a: GracefulStop) -> Generator[Any, Any, None]:
+        pid = {"pid": {"old": eng.pid}}
+        self.emit(e.FaultApplied(fid, "graceful_stop", eng.name, {"grace_s": a.grace_s}, pid))
+        sigterm = self.env.now
+        # The drain goes on behind the timeline, as in real time, from the signal on (the SIGKILL after
+        # `grace_s` counts from it, not from the health probe below); its end is noted when it comes,
+        # after the verification.
+        verified_event = self.env.event()
+        self.env.process(self._stop_ended(fid, eng, a.grace_s, sigterm, verified_event))
+        health = yield from self._health(eng)
+        self.emit(e.FaultVerified(fid, health in ("ok:503", "refused"), {"health": health, "pid": eng.pid}))
+        verified_event.succeed()
 
     def _stop_ended(self, fid: str, eng: SimEngine, grace_s: float, sigterm: float,
                     verified: simpy.Event) -> Generator[Any, Any, None]:
@@ -559,57 +576,146 @@ class SimActions:
             "fault": fid, "engine": eng.name, "returncode": -9 if code is None else code,
             "exited_after_s": round(ended - sigterm, 3), "killed_after_grace": bool(killed)}))
 
-    def _worker_api(self, fid: str, a: Any) -> Generator[Any, Any, None]:
+    def _die(self, fid: str, eng: SimEngine, a: Die) -> Generator[Any, Any, None]:
+        changed = eng.die(a.exit_after_s)
+        self.emit(e.FaultApplied(fid, "die", eng.name, {"exit_after_s": a.exit_after_s}, changed))
+        health = yield from self._health(eng)
+        self.emit(e.FaultVerified(fid, health in ("ok:503", "refused"), {"health": health}))
+
+    def _respawn(self, fid: str, eng: SimEngine) -> Generator[Any, Any, None]:
+        # As the real world: a process still there (dying, draining) may end by itself first; it holds
+        # its ports until it is gone.
+        if eng.exists and not (yield from eng.wait_gone(RESPAWN_WAIT_S)):
+            eng.kill()
+        self.emit(e.FaultApplied(fid, "respawn", eng.name, {}))
+        yield from eng.respawn()
+        after = self._state(eng)
+        self.emit(e.FaultVerified(fid, eng.listening, {"engine_id": after["engine_id"], "pid": eng.pid}))
+
+    def _start_engine(self, fid: str, eng: SimEngine) -> Generator[Any, Any, None]:
+        self.emit(e.FaultApplied(fid, "start_engine", eng.name, {}))
+        yield from eng.start(refuse_s=self.cell.plan.scenario.engines.load_time(eng.name))
+        after = self._state(eng)
+        self.emit(e.FaultVerified(fid, eng.listening, {"engine_id": after["engine_id"]}))
+
+    # -- wedges and protocol faults
+
+    def _sigstop(self, fid: str, eng: SimEngine) -> Generator[Any, Any, None]:
+        eng.freeze()
+        self.emit(
+            e.FaultApplied(fid, "wedge", eng.name, {"surface": "all", "mode": "sigstop"}, {"pid": eng.pid})
+        )
+        probe = yield from self._health(eng)
+        self.emit(e.FaultVerified(fid, probe == "timeout", {"state": "T", "health_probe": probe}))
+
+    def _wedge_control(self, fid: str, eng: SimEngine, a: Wedge) -> Generator[Any, Any, None]:
+        shown = {"surface": a.surface, "mode": "control"}
+        st = self._fault_set(fid, eng, "wedge", {"surface": a.surface}, shown)
+        listed = "wedge" in (st.get("faults") or {})
+        ev: dict[str, Any] = {"listed": listed}
+        ok = listed
+        if a.surface in ("all", "health"):
+            probe = yield from self._health(eng)
+            ev["health_probe"] = probe
+            ok = ok and probe == "timeout"
+        self.emit(e.FaultVerified(fid, ok, ev))
+
+    def _engine_fault(self, fid: str, eng: SimEngine, a: EngineFault) -> None:
+        params = dict(a.params)
+        st = self._fault_set(fid, eng, a.kind, params, params)
+        listed = a.kind in (st.get("faults") or {})
+        ev: dict[str, Any] = {"listed": listed, "faults": st.get("faults")}
+        if a.kind == "no_engine_id":
+            ev["engine_id_reported"] = st.get("engine_id")
+        self.emit(e.FaultVerified(fid, listed, ev))
+
+    def _fault_set(self, fid: str, eng: SimEngine, kind: str, params: dict[str, Any],
+                   shown: dict[str, Any]) -> dict[str, Any]:
+        """Set one fault through the engine's fault state, say it applied; the engine's state after."""
+        changed = eng.set_fault({"fault": kind, **params})
+        self.emit(e.FaultApplied(fid, kind, eng.name, shown, changed))
+        return self._state(eng)
+
+    def _heal(self, eng: SimEngine, a: Heal) -> Generator[Any, Any, tuple[bool, dict[str, Any]]]:
+        """Clear the target's faults (a SIGSTOP too); (whether it is clean, what was seen)."""
+        evidence: dict[str, Any] = {}
+        if eng.frozen and a.kind in (None, "wedge"):
+            eng.thaw()
+            evidence["sigcont"] = True
+        eng.clear_faults(a.kind)
+        st = self._state(eng)
+        remaining = st.get("faults") or {}
+        evidence["remaining"] = remaining
+        yield self.env.timeout(0)
+        return (a.kind not in remaining if a.kind else not remaining), evidence
+
+    # -- router worker API actions
+
+    def _patch_worker(self, fid: str, a: PatchWorker) -> Generator[Any, Any, None]:
         router = self.world._router()
         yield self.env.timeout(2 * HOP_S)
-        before = next(
-            (
-                w
-                for w in router.workers()
-                if self.cell.engine_at_url(str(w["url"])) is not None
-                and self.cell.engine_at_url(str(w["url"])).name == a.target
-            ),
-            None,
-        )  # type: ignore[union-attr]
-        if isinstance(a, PatchWorker):
-            status, body = router.patch_worker(a.target, dict(a.body))
-            self.emit(e.FaultApplied(fid, "patch_worker", a.target, dict(a.body), {"status": status}))
-            after = body if 200 <= status < 300 else None
-            kept = {
-                k: (before or {}).get(k) == (after or {}).get(k)
-                for k in ("connector", "role", "bootstrap_port", "kv_engine_id", "url")
-            }
-            applied = all((after or {}).get(k) == v for k, v in a.body.items())
-            self.emit(
-                e.FaultVerified(
-                    fid,
-                    200 <= status < 300 and applied,
-                    {"status": status, "kept": kept, "applied": applied, "after": after},
-                )
+        before = next((w for w in router.workers() if self._engine_of(w) == a.target), None)
+        status, body = router.patch_worker(a.target, dict(a.body))
+        self.emit(e.FaultApplied(fid, "patch_worker", a.target, dict(a.body), {"status": status}))
+        after = body if 200 <= status < 300 else None
+        kept = {
+            k: (before or {}).get(k) == (after or {}).get(k)
+            for k in ("connector", "role", "bootstrap_port", "kv_engine_id", "url")
+        }
+        applied = all((after or {}).get(k) == v for k, v in a.body.items())
+        self.emit(
+            e.FaultVerified(
+                fid,
+                200 <= status < 300 and applied,
+                {"status": status, "kept": kept, "applied": applied, "after": after},
             )
-        elif isinstance(a, AddWorker):
-            status, body = router.add_worker(a.target)
-            self.emit(e.FaultApplied(fid, "add_worker", a.target, {}, {"status": status}))
-            self.emit(e.FaultVerified(fid, 200 <= status < 300, {"status": status, "worker": body}))
-        else:
-            status, body = router.remove_worker(a.target)
-            self.emit(e.FaultApplied(fid, "remove_worker", a.target, {}, {"status": status}))
-            self.emit(e.FaultVerified(fid, 200 <= status < 300, {"status": status, "answer": body}))
+        )
 
-    def network(self, fid: str, a: Any) -> Generator[Any, Any, None]:
+    def _add_worker(self, fid: str, a: AddWorker) -> Generator[Any, Any, None]:
+        router = self.world._router()
+        yield self.env.timeout(2 * HOP_S)
+        status, body = router.add_worker(a.target)
+        self.emit(e.FaultApplied(fid, "add_worker", a.target, {}, {"status": status}))
+        self.emit(e.FaultVerified(fid, 200 <= status < 300, {"status": status, "worker": body}))
+
+    def _remove_worker(self, fid: str, a: RemoveWorker) -> Generator[Any, Any, None]:
+        router = self.world._router()
+        yield self.env.timeout(2 * HOP_S)
+        status, body = router.remove_worker(a.target)
+        self.emit(e.FaultApplied(fid, "remove_worker", a.target, {}, {"status": status}))
+        self.emit(e.FaultVerified(fid, 200 <= status < 300, {"status": status, "answer": body}))
+
+    def _engine_of(self, worker: dict[str, Any]) -> str | None:
+        engine = self.cell.engine_at_url(str(worker["url"]))
+        return None if engine is None else engine.name
+
+    # -- network actions
+
+    def network(self, fid: str, a: NetworkAction) -> Generator[Any, Any, None]:
+        """Put one network fault in place (or heal), verify it, `ActionDone` last."""
+        match a:
+            case HealLink():
+                yield from self._heal_link(fid, a)
+            case Partition() | LinkLatency() | LinkReset() | LinkBandwidth() | LinkFlap():
+                yield from self._link_fault(fid, a)
+            case _:
+                assert_never(a)
+
+    def _heal_link(self, fid: str, a: HealLink) -> Generator[Any, Any, None]:
         net = self.cell.net
-        if isinstance(a, HealLink):
-            refs = [r for r in net.links if r.engine == a.target and (a.link is None or r.link == a.link)]
-            if not refs:
-                raise ValueError(f"heal {a.target}.{a.link or '*'}: no faulted link")
-            evidence = {}
-            for ref in refs:
-                net.clean(ref)
-                state = net.links[ref]
-                evidence[ref.label] = {"toxics": [t.name for t in state.toxics], "enabled": state.enabled}
-            yield self.env.timeout(0)
-            self.emit(e.ActionDone(fid, verified=True, evidence=evidence))
-            return
+        refs = [r for r in net.links if r.engine == a.target and (a.link is None or r.link == a.link)]
+        if not refs:
+            raise ValueError(f"heal {a.target}.{a.link or '*'}: no faulted link")
+        evidence = {}
+        for ref in refs:
+            net.clean(ref)
+            state = net.links[ref]
+            evidence[ref.label] = {"toxics": [t.name for t in state.toxics], "enabled": state.enabled}
+        yield self.env.timeout(0)
+        self.emit(e.ActionDone(fid, verified=True, evidence=evidence))
+
+    def _link_fault(self, fid: str, a: LinkFault) -> Generator[Any, Any, None]:
+        net = self.cell.net
         ref = LinkRef(a.target, a.link)
         state = net.link(ref)
         if state is None:

@@ -63,7 +63,7 @@ class World:
     def __call__(self, cmd: c.Command, now: float) -> Answer:
         if type(cmd) in self.override:
             return self.override[type(cmd)](cmd, now)
-        if isinstance(cmd, c.StartEngine):
+        if isinstance(cmd, c.LaunchEngine):
             return [(0.5, e.EngineUp(cmd.name, {"engine_id": f"{cmd.name}-1", "generation": 1}))]
         if isinstance(cmd, c.LaunchRouter):
             self.router_up_at = now + 0.3
@@ -115,8 +115,8 @@ def test_the_2491_timeline_commands_in_order_at_the_right_times() -> None:
     trace = drive(session, World())
     kinds = [type(cmd).__name__ for _, cmd in trace.commands]
     # Set-up: both engines at once, the router once both serve, then the observers.
-    assert kinds[:5] == ["StartEngine", "StartEngine", "LaunchRouter", "PollWorkers", "PollRouterEvents"]
-    assert [t for t, _ in trace.of(c.StartEngine)] == [100.0, 100.0]
+    assert kinds[:5] == ["LaunchEngine", "LaunchEngine", "LaunchRouter", "PollWorkers", "PollRouterEvents"]
+    assert [t for t, _ in trace.of(c.LaunchEngine)] == [100.0, 100.0]
     assert trace.of(c.LaunchRouter)[0][0] == pytest.approx(100.5)
     launch = trace.of(c.LaunchRouter)[0][1]
     assert launch.registered == ("prefill-0", "decode-0") and launch.settings == s.router
@@ -230,7 +230,8 @@ def test_workers_never_ready_fails_the_router() -> None:
 
 def test_an_engine_that_never_starts_ends_the_run_with_the_reason() -> None:
     world = World()
-    world.override[c.StartEngine] = lambda cmd, now: [(0.2, e.EngineFailed(cmd.name, "ProcessStartError: x"))]
+    world.override[c.LaunchEngine] = lambda cmd, now: [
+        (0.2, e.EngineFailed(cmd.name, "ProcessStartError: x"))]
     session = _session(_scenario())
     trace = drive(session, world)
     assert trace.of(c.LaunchRouter) == []
@@ -347,7 +348,7 @@ def test_interrupt_tears_down_at_once() -> None:
     session = _session(_scenario())
     world = World()
     cmds = session.start(0.0)
-    assert all(isinstance(x, c.StartEngine) for x in cmds)
+    assert all(isinstance(x, c.LaunchEngine) for x in cmds)
     for x in cmds:
         for _delay, ev in world(x, 0.0):
             session.handle(ev, 0.5)
@@ -385,7 +386,7 @@ def test_a_loading_engine_delays_the_ready_wait_not_the_router() -> None:
     base = world.__call__
 
     def respond(cmd: c.Command, now: float) -> Answer:
-        if isinstance(cmd, c.StartEngine) and cmd.name == "decode-0":
+        if isinstance(cmd, c.LaunchEngine) and cmd.name == "decode-0":
             return [(3.5, e.EngineUp("decode-0", {"engine_id": "d"}))]
         return base(cmd, now)
 
