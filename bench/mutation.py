@@ -9,12 +9,21 @@ the working tree is never touched. Not part of the default test run; needs the `
     python bench/mutation.py --core router            # one core
     python bench/mutation.py --core engines --paths 'fake_engines/core/handoff.py' --max-mutants 200
     python bench/mutation.py --survivors out.txt      # also write each surviving mutant's diff
+    python bench/mutation.py --judge suite --core router --max-mutants 300 --seed 1 --results r.json
+                                                      # judged by the default suite in simulation, then a
+                                                      # 60 s search (bench/mutation_suite.py); hours
 
 Prints per core: mutants total, killed, survived, timeout, skipped (mutmut's skipped plus the mutants no
 test reaches), other (suspicious, segfault, not checked), the score killed / (total - skipped), and the wall
 time. A mutant gets a CPU-time limit of (its tests' clean time + --timeout-constant) x --timeout-multiplier
 x 2; past it, it counts as a timeout, not as killed. Exits 0 whatever the score (it measures, it does not
 judge); 2 when mutmut itself fails.
+
+With `--judge suite` the judge is the default scenario suite in simulated time, then `pdchaos search` with
+`--search-budget` seconds for what the suite lets through, not the unit tests (bench/mutation_suite.py):
+what a real gateway gets, since it has no unit tests here. `--max-mutants` samples per core (default 300).
+It prints per core the mutants killed by the suite, by the search, the survivors and the equivalence
+candidates (survivors the unit tests miss too), and the two scores.
 """
 
 from __future__ import annotations
@@ -146,8 +155,83 @@ def write_survivors(copy: Path, by_file: dict[str, dict[str, int]], out: Path) -
     return len(names)
 
 
+def mutant_diff(copy: Path, path: str, name: str) -> str:
+    script = ("import sys\nfrom mutmut.mutation.diff_apply import get_diff_for_mutant\n"
+              "print(get_diff_for_mutant(sys.argv[1], path=sys.argv[2]))\n")
+    done = subprocess.run([sys.executable, "-c", script, name, path], cwd=copy, capture_output=True,
+                          check=False)
+    return done.stdout.decode(errors="replace")
+
+
+def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> int:
+    """Sample each core's mutants and judge them with the scenario suite, then the search."""
+    from mutation_suite import (
+        TIME_LIMIT_FACTOR,
+        TIME_LIMIT_FLOOR_S,
+        SuiteTally,
+        print_tally,
+        run_search,
+        run_suite,
+        unit_tests_pass,
+    )
+
+    by_file = results(copy)
+    clean = run_suite(copy, "", limit_s=3600.0)
+    print(f"clean suite: {clean.outcome} in {clean.wall_s:.1f} s {clean.detail}", flush=True)
+    if clean.outcome != "pass":
+        print("the suite does not pass without a mutant: nothing to judge", file=sys.stderr)
+        return 2
+    forced = run_suite(copy, "fail", limit_s=600.0)
+    if forced.outcome == "pass":
+        print("the suite passed with every mutated function raising: the copy is not what runs",
+              file=sys.stderr)
+        return 2
+    limit = max(TIME_LIMIT_FLOOR_S, TIME_LIMIT_FACTOR * clean.wall_s)
+    report: dict[str, object] = {"seed": args.seed, "clean_suite_s": clean.wall_s, "cores": {}}
+    survivors_text: list[str] = []
+    for core in cores:
+        t0 = time.monotonic()
+        names = sorted((path, n) for path, codes in by_file.items() if core_of(path) == core for n in codes)
+        random.Random(args.seed).shuffle(names)
+        chosen = names[: args.max_mutants or 300]
+        tally = SuiteTally(core)
+        for i, (path, name) in enumerate(chosen, 1):
+            suite = run_suite(copy, name, limit)
+            tally.add(name, path=path, suite=suite.outcome, suite_detail=suite.detail,
+                      suite_s=f"{suite.wall_s:.1f}")
+            if suite.outcome == "pass" and args.search_budget > 0:
+                search = run_search(copy, name, args.search_budget, args.jobs)
+                tally.add(name, search=search.outcome, search_detail=search.detail)
+            facts = tally.results[name]
+            if facts.get("suite") == "pass" and facts.get("search") != "fail":
+                unit = unit_tests_pass(copy, name, CORES[core][1])
+                tally.add(name, unit_tests="pass" if unit else "fail")
+                mark = "equivalence candidate: the unit tests miss it too" if unit else "unit tests kill it"
+                survivors_text.append(f"# {name}  ({path}): {mark}\n{mutant_diff(copy, path, name)}\n")
+            print(f"[{core} {i}/{len(chosen)}] {name}: suite {suite.outcome} ({suite.wall_s:.0f} s)"
+                  + (f", search {facts['search']}" if "search" in facts else "")
+                  + (f", unit tests {facts['unit_tests']}" if "unit_tests" in facts else ""), flush=True)
+            report["cores"][core] = {"mutants": tally.results, "counts": dict(tally.counts()),  # type: ignore[index]
+                                     "scores": tally.scores()}
+            if args.results:
+                args.results.write_text(json.dumps(report, indent=1, sort_keys=True))
+        print_tally(tally, time.monotonic() - t0)
+    if args.survivors:
+        args.survivors.write_text("\n".join(survivors_text))
+        print(f"{len(survivors_text)} surviving mutants written to {args.survivors}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--judge", choices=("unit", "suite"), default="unit",
+                    help="unit: the core's unit tests kill mutants (default); suite: the default scenario "
+                         "suite in simulation, then a short search")
+    ap.add_argument("--search-budget", type=float, default=60.0, metavar="S",
+                    help="--judge suite: seconds of `pdchaos search` for each mutant the suite lets through "
+                         "(0: none; default 60)")
+    ap.add_argument("--results", type=Path, metavar="FILE",
+                    help="--judge suite: write every mutant's outcome here as JSON (rewritten as it goes)")
     ap.add_argument("--core", choices=(*CORES, "both"), default="both")
     ap.add_argument("--paths", nargs="+", default=[], metavar="GLOB",
                     help="mutate only these files (globs relative to the checkout, e.g. "
@@ -188,6 +272,9 @@ def main() -> int:
         copy_checkout(copy)
         configure(copy, cores, args.paths, args)
         run_argv = ["run", "--max-children", str(args.jobs)]
+        if args.judge == "suite":
+            run_mutmut(copy, [*run_argv, "pdchaos_no_such_mutant*"], log, args.wall_limit)
+            return judge_by_suite(copy, cores, args)
         if args.max_mutants is not None:
             # Generate every mutant and the test map first (naming a mutant that matches nothing does it).
             run_mutmut(copy, [*run_argv, "pdchaos_no_such_mutant*"], log, args.wall_limit)

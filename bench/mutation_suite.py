@@ -1,0 +1,176 @@
+"""The scenario suite as the judge of mutants (`bench/mutation.py --judge suite`).
+
+mutmut 3 makes the mutants (every mutant of a file sits in one trampolined copy under `mutants/`; the
+environment variable MUTANT_UNDER_TEST picks the live one). Here the judge is not a unit test: it is what a
+gateway team runs, the default suite in simulated time (`pdchaos run --world sim`), then for the mutants it
+lets through, a short `pdchaos search`. A mutant is killed when the suite does not pass (a cell fails or is
+unknown: CI goes red either way) or runs past its time limit (a hang is seen too).
+
+The first cell that does not pass ends the suite (its `result.json` is watched as cells finish), so a killed
+mutant costs a fraction of a clean run. Equivalent mutants are set aside by a stated rule, never by hand:
+a mutant that the suite, the search and the core's own unit tests all let through is an equivalence
+candidate (listed for review, shown apart from the score).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# How long a mutant's suite may run: this many clean runs, plus a floor (a mutant that only slows the
+# simulation down is slow, not wrong; one that never ends is a hang).
+TIME_LIMIT_FACTOR = 3.0
+TIME_LIMIT_FLOOR_S = 30.0
+_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class JudgeRun:
+    outcome: str  # "pass", "fail", "unknown", "timeout", "error"
+    wall_s: float
+    detail: str = ""
+
+
+def _env(mutant: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["MUTANT_UNDER_TEST"] = mutant
+    env.pop("PYTHONPATH", None)  # the copy's own packages come first (the working directory)
+    return env
+
+
+def _first_not_passing(out: Path) -> str | None:
+    for path in out.glob("*/result.json"):
+        try:
+            result = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # being written
+        status = result.get("status")
+        if status != "pass":
+            return f"{status}: {result.get('scenario')} {path.parent.name}: {result.get('reason', '')}"[:300]
+    return None
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def run_suite(copy: Path, mutant: str, limit_s: float, extra: Sequence[str] = ()) -> JudgeRun:
+    """The default suite in simulated time inside the mutmut copy, with `mutant` live."""
+    with tempfile.TemporaryDirectory(prefix="suite-", dir=copy) as tmp:
+        out = Path(tmp) / "run"
+        argv = [sys.executable, "-m", "harness.cli", "run", "--world", "sim", "--no-progress", "--out",
+                str(out), *extra]
+        t0 = time.monotonic()
+        proc = subprocess.Popen(argv, cwd=copy / "mutants", env=_env(mutant), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            while proc.poll() is None:
+                bad = _first_not_passing(out)
+                if bad is not None:
+                    _kill(proc)
+                    status = bad.split(":", 1)[0]
+                    return JudgeRun(status if status in ("fail", "unknown") else "fail",
+                                    time.monotonic() - t0, bad)
+                if time.monotonic() - t0 > limit_s:
+                    _kill(proc)
+                    return JudgeRun("timeout", time.monotonic() - t0, f"past {limit_s:.0f} s")
+                time.sleep(_POLL_S)
+        finally:
+            if proc.poll() is None:
+                _kill(proc)
+        wall = time.monotonic() - t0
+        bad = _first_not_passing(out)
+        if proc.returncode == 0 and bad is None:
+            return JudgeRun("pass", wall)
+        if bad is not None:
+            return JudgeRun(bad.split(":", 1)[0], wall, bad)
+        return JudgeRun("error" if proc.returncode == 3 else "unknown", wall, f"exit {proc.returncode}")
+
+
+def run_search(copy: Path, mutant: str, budget_s: float, jobs: int) -> JudgeRun:
+    """`pdchaos search` with a small budget, stopping at the first failure (exit 1: it found one)."""
+    with tempfile.TemporaryDirectory(prefix="search-", dir=copy) as tmp:
+        argv = [sys.executable, "-m", "harness.cli", "search", "--budget", str(budget_s), "--shrink-budget",
+                "1", "--stop-at-first", "--jobs", str(jobs), "--out", str(Path(tmp) / "search")]
+        t0 = time.monotonic()
+        try:
+            done = subprocess.run(argv, cwd=copy / "mutants", env=_env(mutant), capture_output=True,
+                                  stdin=subprocess.DEVNULL, timeout=budget_s * 4 + 120,
+                                  start_new_session=True)
+        except subprocess.TimeoutExpired:
+            return JudgeRun("timeout", time.monotonic() - t0)
+        wall = time.monotonic() - t0
+        outcome = {0: "pass", 1: "fail"}.get(done.returncode, "unknown")
+        tail = done.stdout.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        return JudgeRun(outcome, wall, tail[0][:300])
+
+
+def unit_tests_pass(copy: Path, mutant: str, tests: str) -> bool:
+    """Whether the core's own unit tests let the mutant through too (the equivalence rule's first half)."""
+    argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", tests]
+    done = subprocess.run(argv, cwd=copy / "mutants", env=_env(mutant), capture_output=True,
+                          stdin=subprocess.DEVNULL, timeout=900, start_new_session=True)
+    return done.returncode == 0
+
+
+@dataclass
+class SuiteTally:
+    core: str
+    results: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def add(self, mutant: str, **facts: str) -> None:
+        self.results.setdefault(mutant, {}).update(facts)
+
+    def counts(self) -> Counter[str]:
+        n: Counter[str] = Counter()
+        for facts in self.results.values():
+            n["sampled"] += 1
+            suite = facts.get("suite", "")
+            if suite in ("fail", "unknown", "timeout"):
+                n[f"suite_{suite}"] += 1
+                n["killed_suite"] += 1
+            elif facts.get("search") == "fail":
+                n["killed_search"] += 1
+            elif suite == "pass":
+                n["survived"] += 1
+                if facts.get("unit_tests") == "pass":
+                    n["equivalent_candidates"] += 1
+            else:
+                n["not_judged"] += 1
+        return n
+
+    def scores(self) -> tuple[float | None, float | None]:
+        """(suite, suite + search): killed over the sampled mutants that are not equivalence candidates."""
+        n = self.counts()
+        judged = n["sampled"] - n["equivalent_candidates"] - n["not_judged"]
+        if judged <= 0:
+            return None, None
+        return n["killed_suite"] / judged, (n["killed_suite"] + n["killed_search"]) / judged
+
+
+def print_tally(tally: SuiteTally, wall_s: float) -> None:
+    n = tally.counts()
+    suite, both = tally.scores()
+    print(f"core {tally.core}: {n['sampled']} mutants sampled; suite killed {n['killed_suite']} "
+          f"(fail {n['suite_fail']}, unknown {n['suite_unknown']}, timeout {n['suite_timeout']}); "
+          f"search killed {n['killed_search']} more; survived {n['survived']} "
+          f"({n['equivalent_candidates']} also pass the unit tests: equivalence candidates, set aside); "
+          f"not judged {n['not_judged']}", flush=True)
+    print(f"core {tally.core}: score suite {_percent(suite)}, suite + search {_percent(both)}; "
+          f"wall {wall_s / 60:.1f} min", flush=True)
+
+
+def _percent(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
