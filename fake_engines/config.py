@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--itl-ms", type=non_negative, default=5.0, help="inter-token latency ms (default: 5)")
     p.add_argument("--seed", type=int, default=None, help="default sampling seed")
-    p.add_argument("--records", default=None, help="handoff provenance JSONL file")
+    p.add_argument("--records", default=None, help="records JSONL file: handoff provenance and engine calls")
     p.add_argument(
         "--inject-bug",
         action="append",

@@ -3,17 +3,20 @@
 Every decision is the core's (`core.request_flow.RequestFlow` over `core.engine_state.EngineState`); this
 performs each step on the event loop: fault gates, sleeps, bootstrap queries, handshakes and side-channel
 pulls under the step's timeout. It also keeps what only a running process has: the records file and the
-in-flight tasks that `abort` cancels.
+in-flight tasks that `abort` cancels. The surfaces record every call they answer through it
+(`record_call`, `refuse_leg`; `core.calls`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from fake_engines import kv_channel
+from fake_engines.core.calls import CLIENT_GONE, caller_of, engine_caller
 from fake_engines.core.engine_config import EngineConfig
 from fake_engines.core.engine_state import EngineState
 from fake_engines.core.gen_request import GenRequest, GenResult, RequestError
@@ -26,9 +29,19 @@ from fake_engines.core.wire import Message, WireError, answer_frame
 from fake_engines.fault_gate import FaultGate
 from pdchaos.jsonl import JsonlWriter
 
-__all__ = ["Engine", "GenRequest", "GenResult", "RequestError"]
+__all__ = ["Arrival", "Engine", "GenRequest", "GenResult", "RequestError"]
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A call as it reached the engine: `wall` stamps its record, `at` (the loop clock) times it, `caller`
+    is who made it (`core.calls.caller_of`)."""
+
+    wall: float
+    at: float
+    caller: str
 
 
 class Engine:
@@ -104,20 +117,59 @@ class Engine:
         await self.faults.gate("side_channel")
         return self.state.bootstrap_answer()
 
+    # -- call records ---------------------------------------------------------------------------------------
+    def arrival(self, caller: str | None) -> Arrival:
+        """A call arriving now; `caller`: what its caller header or metadata said (None: the router)."""
+        return Arrival(time.time(), self.now(), caller_of(caller))
+
+    def record_call(
+        self, arrival: Arrival, call: str, status: int, detail: Mapping[str, Any] | None = None
+    ) -> None:
+        """Record a call answered (or cut) now."""
+        self.state.add_call(arrival.wall, call, status, self.now() - arrival.at, arrival.caller, detail)
+
+    def refuse_leg(
+        self,
+        arrival: Arrival,
+        status: int,
+        error: str,
+        *,
+        request_id: str | None,
+        tag: str | None,
+        leg: Mapping[str, Any] | None,
+    ) -> None:
+        """Record a generation leg that ends now without a handoff record (refused, or cut)."""
+        self.state.add_refused_leg(
+            arrival.wall, status, self.now() - arrival.at, arrival.caller,
+            request_id=request_id, tag=tag, leg=leg, error=error,
+        )
+
     # -- generation -----------------------------------------------------------------------------------------
-    async def generate(self, req: GenRequest) -> GenResult:
+    async def generate(self, req: GenRequest, arrival: Arrival | None = None) -> GenResult:
         """Run one request through the core's flow; RequestError when it is refused or aborted.
 
-        The work runs in its own task so `abort(request_id)` can stop it wherever it waits.
+        The work runs in its own task so `abort(request_id)` can stop it wherever it waits. Given the leg's
+        `arrival`, a leg that ends here without a handoff record (refused, aborted, its caller gone) is
+        recorded as a refused leg: only the flow knows whether it left one.
         """
-        work = asyncio.ensure_future(self._drive(RequestFlow(self.state, req)))
+        flow = RequestFlow(self.state, req)
+        work = asyncio.ensure_future(self._drive(flow))
         self._inflight[req.request_id] = work
         # An outcome nobody awaits any more (caller gone) must not be reported as "never retrieved".
         work.add_done_callback(lambda t: t.cancelled() or t.exception())
         try:
             return await asyncio.shield(work)
+        except RequestError as exc:
+            if arrival is not None and not _left_record(flow):
+                self.refuse_leg(arrival, exc.status, exc.message, request_id=req.request_id, tag=flow.tag,
+                                leg=req.leg)
+            raise
         except asyncio.CancelledError:
             work.cancel()  # the caller went away (client hang-up): stop the work too
+            # A flow still running now is aborted by the cancel, leaving no record of its own.
+            if arrival is not None and not _left_record(flow):
+                self.refuse_leg(arrival, CLIENT_GONE, f"request {req.request_id}: caller gone",
+                                request_id=req.request_id, tag=flow.tag, leg=req.leg)
             raise
         finally:
             if self._inflight.get(req.request_id) is work:
@@ -155,7 +207,8 @@ class Engine:
             return flow.on_slept(self.now(), time.time())
         if isinstance(step, QueryBootstrap):
             # Any failure of the GET (refused, HTTP error, bad JSON) is a failed query.
-            answer, error = await _attempt(kv_channel.query_bootstrap(step.url, step.timeout_s), Exception)
+            query = kv_channel.query_bootstrap(step.url, step.timeout_s, engine_caller(self.config.name))
+            answer, error = await _attempt(query, Exception)
             return flow.on_query_result(answer, self.now(), time.time(), error=error)
         if isinstance(step, Handshake):
             hs = kv_channel.handshake(step.host, step.port, step.engine_id, step.timeout_s)
@@ -170,6 +223,12 @@ class Engine:
             await asyncio.sleep(max(0.0, step.deadline - self.now()))
             return flow.on_deadline(self.now(), time.time())
         raise RuntimeError(f"unknown request step {step!r}")  # the core grew a step this shell does not know
+
+
+def _left_record(flow: RequestFlow) -> bool:
+    """Whether the leg left a handoff record: it was served, or refused after one (a failed KV load)."""
+    step = flow.next_step()
+    return isinstance(step, Finish) or (isinstance(step, Reject) and step.record is not None)
 
 
 async def _attempt(io: Awaitable[T], *failures: type[Exception]) -> tuple[T | None, str | None]:

@@ -1,18 +1,22 @@
-"""gRPC surface: `vllm.grpc.engine.VllmEngine` (smg-grpc-proto) plus `grpc.health.v1.Health`."""
+"""gRPC surface: `vllm.grpc.engine.VllmEngine` (smg-grpc-proto) plus `grpc.health.v1.Health`.
+
+Every RPC it answers leaves an engine call record (`core.calls`), or, for a served leg, its handoff record.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import grpc
 
 from fake_engines import grpc_health
 from fake_engines.config import CONNECTOR_NAMES, KV_ROLES
-from fake_engines.core import tokenizer
+from fake_engines.core import calls, tokenizer
 from fake_engines.core.gen_request import (
     MAX_MODEL_LEN,
     GenRequest,
@@ -24,7 +28,8 @@ from fake_engines.core.gen_request import (
 )
 from fake_engines.core.generator import DEFAULT_MAX_TOKENS
 from fake_engines.core.kv_store import BLOCK_SIZE
-from fake_engines.engine import Engine
+from fake_engines.core.records import find_tag
+from fake_engines.engine import Arrival, Engine
 from pdchaos.proto import SERVICE_NAME, common_pb2, vllm_engine_pb2, vllm_engine_pb2_grpc
 
 TOKENIZER_CHUNK_BYTES = 64 * 1024
@@ -41,8 +46,25 @@ _CODES = {
 }
 
 
+# The other way, for call records: the HTTP twin of the status an RPC ended with.
+_HTTP_STATUSES = {code: status for status, code in _CODES.items()} | {grpc.StatusCode.OK: 200}
+
+
 def status_code_for(http_status: int) -> grpc.StatusCode:
     return _CODES.get(http_status, grpc.StatusCode.INTERNAL)
+
+
+def http_status_for(code: grpc.StatusCode | None) -> int:
+    """The HTTP twin of a gRPC status (None: none was set, the RPC succeeded)."""
+    return 200 if code is None else _HTTP_STATUSES.get(code, 500)
+
+
+def metadata_caller(context: grpc.aio.ServicerContext) -> str | None:
+    """What the caller's `x-pdchaos-caller` metadata says (None when it says nothing)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == calls.CALLER_METADATA:
+            return value if isinstance(value, str) else value.decode("utf-8", "replace")
+    return None
 
 
 def typed_params(params: dict[str, Any] | None) -> Any:
@@ -63,8 +85,61 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
         # Streams being written, by request id: an Abort ends one between tokens, as vLLM's engine does.
         self._streams: dict[str, asyncio.Event] = {}
 
+    @contextmanager
+    def _recorded(self, context: grpc.aio.ServicerContext, call: str) -> Iterator[dict[str, Any]]:
+        """Record the RPC run inside once it ends, with the detail it filled in: the HTTP twin of its status,
+        CLIENT_GONE when it was cancelled (the caller gone, its deadline past, the server stopping)."""
+        arrival = self.engine.arrival(metadata_caller(context))
+        detail: dict[str, Any] = {}
+        status = 500
+        try:
+            yield detail
+            status = http_status_for(context.code())
+        except (asyncio.CancelledError, GeneratorExit):
+            status = calls.CLIENT_GONE
+            raise
+        except grpc.aio.AbortError:
+            status = http_status_for(context.code())
+            raise
+        finally:
+            self.engine.record_call(arrival, call, status, detail)
+
     # -- generation -----------------------------------------------------------------------------------------
-    def _gen_request(self, request: Any) -> GenRequest:
+    @staticmethod
+    def _kv_params(request: Any) -> dict[str, Any] | None:
+        if request.HasField("kv_transfer_params_json") and request.kv_transfer_params_json:
+            try:
+                kv = json.loads(request.kv_transfer_params_json)
+            except json.JSONDecodeError as exc:
+                raise RequestError(400, f"kv_transfer_params_json is not JSON: {exc}") from exc
+            return parse_kv_params(kv)
+        if request.HasField("kv_transfer_params"):
+            # The deprecated typed form (no engine id): a decode can only recompute from it.
+            typed = request.kv_transfer_params
+            return {
+                "do_remote_prefill": True,
+                "remote_host": typed.remote_host,
+                "remote_port": typed.remote_port,
+            }
+        return None
+
+    def _leg_of(self, request: Any) -> dict[str, Any]:
+        """The leg's shape as the router sent it (`core.calls.leg_shape`): before any check or clamp."""
+        sp = request.sampling_params
+        try:
+            kv: Any = self._kv_params(request)
+        except RequestError:
+            kv = request.kv_transfer_params_json  # not an object: kept as sent
+        return calls.leg_shape(
+            stream=request.stream,
+            max_tokens=sp.max_tokens if sp.HasField("max_tokens") else None,
+            min_tokens=sp.min_tokens,
+            n=sp.n,
+            ignore_eos=sp.ignore_eos,
+            kv_transfer_params=kv,
+        )
+
+    def _gen_request(self, request: Any, leg: dict[str, Any]) -> GenRequest:
         which = request.WhichOneof("input")
         if which == "tokenized":
             ids = [int(t) for t in request.tokenized.input_ids]
@@ -82,21 +157,7 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
         sp = request.sampling_params
         max_tokens = sp.max_tokens if sp.HasField("max_tokens") else DEFAULT_MAX_TOKENS
         seed = sp.seed if sp.HasField("seed") else self.engine.config.seed
-        kv: dict[str, Any] | None = None
-        if request.HasField("kv_transfer_params_json") and request.kv_transfer_params_json:
-            try:
-                kv = json.loads(request.kv_transfer_params_json)
-            except json.JSONDecodeError as exc:
-                raise RequestError(400, f"kv_transfer_params_json is not JSON: {exc}") from exc
-            kv = parse_kv_params(kv)
-        elif request.HasField("kv_transfer_params"):
-            # The deprecated typed form (no engine id): a decode can only recompute from it.
-            typed = request.kv_transfer_params
-            kv = {
-                "do_remote_prefill": True,
-                "remote_host": typed.remote_host,
-                "remote_port": typed.remote_port,
-            }
+        kv = self._kv_params(request)
         if max_tokens >= 1 and len(ids) < MAX_MODEL_LEN:
             # Under the gRPC servicer no OpenAI layer refuses a completion past the context (vLLM's HTTP
             # 400): the engine stops where the context ends, finish_reason "length".
@@ -105,12 +166,23 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
         if problem is not None:
             raise RequestError(400, problem)
         rid = request.request_id or f"grpc-{time.monotonic_ns()}"
-        return GenRequest(rid, text, ids, int(max_tokens), seed, kv)
+        return GenRequest(rid, text, ids, int(max_tokens), seed, kv, leg)
 
     async def Generate(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        arrival = self.engine.arrival(metadata_caller(context))
+        leg = self._leg_of(request)
         try:
-            req = self._gen_request(request)
-            result = await self.engine.generate(req)
+            req = self._gen_request(request, leg)
+        except RequestError as exc:
+            tag = find_tag(request.tokenized.original_text or request.text)
+            self.engine.refuse_leg(
+                arrival, exc.status, exc.message, request_id=request.request_id or None, tag=tag, leg=leg
+            )
+            await context.abort(status_code_for(exc.status), exc.message)
+            return
+        try:
+            # From here on the engine records the leg: a handoff record, or a refused one.
+            result = await self.engine.generate(req, arrival)
         except RequestError as exc:
             await context.abort(status_code_for(exc.status), exc.message)
             return
@@ -155,24 +227,35 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
         yield pb.GenerateResponse(complete=complete)
 
     async def Abort(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await self.engine.faults.gate("generate")
-        self.engine.abort(list(request.request_ids))
-        for rid in request.request_ids:
-            if rid in self._streams:
-                self._streams[rid].set()
-        return vllm_engine_pb2.AbortResponse()
+        with self._recorded(context, calls.ABORT) as detail:
+            detail["request_ids"] = list(request.request_ids)
+            await self.engine.faults.gate("generate")
+            self.engine.abort(list(request.request_ids))
+            for rid in request.request_ids:
+                if rid in self._streams:
+                    self._streams[rid].set()
+            return vllm_engine_pb2.AbortResponse()
 
     # -- health and metadata --------------------------------------------------------------------------------
     async def HealthCheck(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await self.engine.faults.gate("health")
-        if not self.engine.state.healthy:
-            # vLLM's servicer says "Engine is not alive" for an engine that errored.
-            message = "Engine is not alive" if self.engine.state.dead else "shutting down"
-            return vllm_engine_pb2.HealthCheckResponse(healthy=False, message=message)
-        return vllm_engine_pb2.HealthCheckResponse(healthy=True, message="Health")  # vLLM's servicer's words
+        # An unhealthy answer is still a successful RPC: its record says 200 with healthy false.
+        with self._recorded(context, calls.GRPC_HEALTH) as detail:
+            await self.engine.faults.gate("health")
+            state = self.engine.state
+            detail["healthy"] = state.healthy
+            if not state.healthy:
+                # vLLM's servicer says "Engine is not alive" for an engine that errored.
+                message = "Engine is not alive" if state.dead else "shutting down"
+                return vllm_engine_pb2.HealthCheckResponse(healthy=False, message=message)
+            # vLLM's servicer's words
+            return vllm_engine_pb2.HealthCheckResponse(healthy=True, message="Health")
 
     async def GetModelInfo(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await self.engine.faults.gate("metadata")
+        with self._recorded(context, calls.MODEL_INFO):
+            await self.engine.faults.gate("metadata")
+            return self._model_info()
+
+    def _model_info(self) -> Any:
         path = str(tokenizer.data_dir())
         eos = tokenizer.eos_token_id()
         return vllm_engine_pb2.GetModelInfoResponse(
@@ -193,10 +276,16 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
         )
 
     async def GetServerInfo(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await self.engine.faults.gate("server_info")
+        with self._recorded(context, calls.SERVER_INFO) as detail:
+            await self.engine.faults.gate("server_info")
+            if self.engine.state.faults.fail_server_info:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "server info unavailable (injected)")
+            info = self._server_info()
+            detail["kv_engine_id"] = info.kv_engine_id
+            return info
+
+    def _server_info(self) -> Any:
         e = self.engine.state
-        if e.faults.fail_server_info:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "server info unavailable (injected)")
         cfg = e.config
         return vllm_engine_pb2.GetServerInfoResponse(
             active_requests=e.active,
@@ -215,7 +304,11 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
         )
 
     async def GetLoads(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await self.engine.faults.gate("metadata")
+        with self._recorded(context, calls.LOADS):
+            await self.engine.faults.gate("metadata")
+            return await self._loads(request, context)
+
+    async def _loads(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         e = self.engine.state
         ranks = range(e.config.dp_size)
         if request.HasField("dp_rank"):
@@ -243,12 +336,13 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
         )
 
     async def GetTokenizer(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        await self.engine.faults.gate("metadata")
-        data, sha = tokenizer.tokenizer_zip_bytes()
-        n = max(1, -(-len(data) // TOKENIZER_CHUNK_BYTES))
-        for i in range(n):
-            piece = data[i * TOKENIZER_CHUNK_BYTES : (i + 1) * TOKENIZER_CHUNK_BYTES]
-            yield common_pb2.GetTokenizerChunk(data=piece, sha256=sha if i == n - 1 else "")
+        with self._recorded(context, calls.TOKENIZER):
+            await self.engine.faults.gate("metadata")
+            data, sha = tokenizer.tokenizer_zip_bytes()
+            n = max(1, -(-len(data) // TOKENIZER_CHUNK_BYTES))
+            for i in range(n):
+                piece = data[i * TOKENIZER_CHUNK_BYTES : (i + 1) * TOKENIZER_CHUNK_BYTES]
+                yield common_pb2.GetTokenizerChunk(data=piece, sha256=sha if i == n - 1 else "")
 
     # -- not offered ----------------------------------------------------------------------------------------
     async def _unimplemented(self, context: grpc.aio.ServicerContext, name: str) -> None:
@@ -282,7 +376,15 @@ def make_grpc_server(engine: Engine, host: str, port: int) -> tuple[grpc.aio.Ser
             return grpc_health.SERVICE_UNKNOWN
         return grpc_health.SERVING if engine.state.healthy else grpc_health.NOT_SERVING
 
-    server.add_generic_rpc_handlers((grpc_health.health_handler(status_of),))
+    def on_call(context: grpc.aio.ServicerContext, call: grpc_health.HealthCall) -> None:
+        status = http_status_for(call.code)  # CANCELLED: CLIENT_GONE
+        detail: dict[str, Any] = {"service": call.service, "watch": call.watch}
+        if call.status is not None:
+            detail["healthy"] = call.status == grpc_health.SERVING
+        arrival = Arrival(call.wall, call.at, calls.caller_of(metadata_caller(context)))
+        engine.record_call(arrival, calls.GRPC_HEALTH_V1, status, detail)
+
+    server.add_generic_rpc_handlers((grpc_health.health_handler(status_of, on_call=on_call),))
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot bind gRPC port {host}:{port}")

@@ -7,7 +7,9 @@ field out), so they are encoded here by hand and served through a generic handle
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 import grpc
 
@@ -98,23 +100,77 @@ def decode_response(buf: bytes) -> int:
 StatusFn = Callable[[str], Awaitable[int]]
 
 
-def health_handler(status_of: StatusFn, watch_interval_s: float = 0.5) -> grpc.GenericRpcHandler:
-    """A generic handler serving Check and Watch; `status_of(service)` decides (and may wedge)."""
+@dataclass(frozen=True)
+class HealthCall:
+    """One Check, or the start of one Watch (up to its first answer), as it ended: for a server that
+    records its calls. `wall` and `at` (the loop clock) are when it arrived; `code` OK, NOT_FOUND (an
+    unknown service's Check), CANCELLED (its caller went first) or INTERNAL; `status` the health status
+    answered (None when none was)."""
+
+    service: str
+    watch: bool
+    wall: float
+    at: float
+    code: grpc.StatusCode
+    status: int | None
+
+
+CallSink = Callable[[grpc.aio.ServicerContext, HealthCall], None]
+
+
+class _Call:
+    """Tells `on_call` once how a Check or a Watch's start ended."""
+
+    def __init__(self, on_call: CallSink | None, context: grpc.aio.ServicerContext, service: str,
+                 watch: bool) -> None:
+        self._on_call, self._context, self._service, self._watch = on_call, context, service, watch
+        self._wall, self._at = time.time(), asyncio.get_running_loop().time()
+        self._told = False
+
+    def tell(self, code: grpc.StatusCode, status: int | None = None) -> None:
+        if self._on_call is not None and not self._told:
+            self._told = True
+            call = HealthCall(self._service, self._watch, self._wall, self._at, code, status)
+            self._on_call(self._context, call)
+
+
+def health_handler(
+    status_of: StatusFn, watch_interval_s: float = 0.5, on_call: CallSink | None = None
+) -> grpc.GenericRpcHandler:
+    """A generic handler serving Check and Watch; `status_of(service)` decides (and may wedge); `on_call`
+    hears of every Check and of every Watch's start (`HealthCall`)."""
 
     async def check(service: str, context: grpc.aio.ServicerContext) -> int:
-        status = await status_of(service)
-        if status == SERVICE_UNKNOWN:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {service!r}")
-        return status
+        call = _Call(on_call, context, service, watch=False)
+        try:
+            status = await status_of(service)
+            if status == SERVICE_UNKNOWN:
+                call.tell(grpc.StatusCode.NOT_FOUND)
+                await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {service!r}")
+            call.tell(grpc.StatusCode.OK, status)
+            return status
+        except asyncio.CancelledError:
+            call.tell(grpc.StatusCode.CANCELLED)
+            raise
+        finally:
+            call.tell(grpc.StatusCode.INTERNAL)
 
     async def watch(service: str, context: grpc.aio.ServicerContext) -> AsyncIterator[int]:
+        call = _Call(on_call, context, service, watch=True)
         last: int | None = None
-        while True:
-            status = await status_of(service)
-            if status != last:
-                yield status
-                last = status
-            await asyncio.sleep(watch_interval_s)
+        try:
+            while True:
+                status = await status_of(service)
+                call.tell(grpc.StatusCode.OK, status)
+                if status != last:
+                    yield status
+                    last = status
+                await asyncio.sleep(watch_interval_s)
+        except (asyncio.CancelledError, GeneratorExit):
+            call.tell(grpc.StatusCode.CANCELLED)
+            raise
+        finally:
+            call.tell(grpc.StatusCode.INTERNAL)
 
     return grpc.method_handlers_generic_handler(
         SERVICE,

@@ -1,4 +1,7 @@
-"""OpenAI-compatible HTTP surface, shaped like vLLM's (`/v1/completions`, `/v1/chat/completions`, ...)."""
+"""OpenAI-compatible HTTP surface, shaped like vLLM's (`/v1/completions`, `/v1/chat/completions`, ...).
+
+Every call it answers leaves an engine call record (`core.calls`), or, for a served leg, its handoff record.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +9,14 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from fake_engines.core import calls
 from fake_engines.core.gen_request import (
     MAX_MODEL_LEN,
     GenRequest,
@@ -18,7 +25,7 @@ from fake_engines.core.gen_request import (
     gen_request_from_openai,
     max_tokens_problem,
 )
-from fake_engines.engine import Engine
+from fake_engines.engine import Arrival, Engine
 
 VERSION = "0.11.0+pdchaos"
 
@@ -57,11 +64,85 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
+Answer = Callable[[], Awaitable[tuple[web.Response, dict[str, Any] | None]]]
+
+
+def client_gone(request: web.Request) -> bool:
+    """Whether the caller hung up: aiohttp lets a handler run on after that (no handler cancellation), so
+    whatever it answers goes nowhere."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+class RecordedCalls:
+    """The calls one aiohttp app answers for an engine, each recorded once however it ends.
+
+    A caller that gives up does not cancel its handler (aiohttp's default): the handler records when it
+    ends, as CLIENT_GONE. One parked on a wedge would outlive the app, so the app's cleanup cancels the
+    handlers still open (their records are written before the engine's records file closes)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._open: set[asyncio.Task[Any]] = set()
+
+    def install(self, app: web.Application) -> None:
+        app.on_cleanup.append(self._cut_open)
+
+    @contextmanager
+    def open(self) -> Iterator[None]:
+        task = asyncio.current_task()
+        assert task is not None  # aiohttp runs every handler in a task
+        self._open.add(task)
+        try:
+            yield
+        finally:
+            self._open.discard(task)
+
+    async def _cut_open(self, app: web.Application) -> None:
+        tasks = [t for t in self._open if not t.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)
+
+    async def answer(self, request: web.Request, call: str, answer: Answer) -> web.Response:
+        """Answer with `answer()` (it passes its fault gate itself: the call arrived before) and record
+        the call: the status answered, CLIENT_GONE when the caller is gone first or the handler is
+        cancelled."""
+        arrival = self.engine.arrival(request.headers.get(calls.CALLER_HEADER))
+        status, detail = 500, None
+        with self.open():
+            try:
+                resp, detail = await answer()
+                status = resp.status
+                return resp
+            except asyncio.CancelledError:
+                status = calls.CLIENT_GONE
+                raise
+            finally:
+                if client_gone(request):
+                    status = calls.CLIENT_GONE
+                self.engine.record_call(arrival, call, status, detail)
+
+
+@dataclass
+class _LegCall:
+    """What a generation call has told so far, for the record of a leg the engine never got (`handed`:
+    given to `Engine.generate`, which records it from then on)."""
+
+    arrival: Arrival
+    request_id: str | None = None
+    tag: str | None = None
+    shape: dict[str, Any] | None = None
+    handed: bool = False
+
+
 class HttpSurface:
     """Builds the aiohttp app around one Engine (the app is rebuilt on every restart)."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.recorded = RecordedCalls(engine)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=16 * 1024 * 1024)
@@ -71,16 +152,42 @@ class HttpSurface:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
+        self.recorded.install(app)
         return app
 
     async def health(self, request: web.Request) -> web.Response:
-        await self.engine.faults.gate("health")
-        if not self.engine.state.healthy:
-            return web.Response(status=503, text="engine dead" if self.engine.state.dead else "shutting down")
-        return web.Response(status=200)
+        async def answer() -> tuple[web.Response, dict[str, Any]]:
+            await self.engine.faults.gate("health")
+            state = self.engine.state
+            if not state.healthy:
+                text = "engine dead" if state.dead else "shutting down"
+                return web.Response(status=503, text=text), {"healthy": False}
+            return web.Response(status=200), {"healthy": True}
+
+        return await self.recorded.answer(request, calls.HEALTH, answer)
 
     async def models(self, request: web.Request) -> web.Response:
-        await self.engine.faults.gate("metadata")
+        async def answer() -> tuple[web.Response, None]:
+            await self.engine.faults.gate("metadata")
+            return self._models(), None
+
+        return await self.recorded.answer(request, calls.MODELS, answer)
+
+    async def version(self, request: web.Request) -> web.Response:
+        async def answer() -> tuple[web.Response, None]:
+            await self.engine.faults.gate("metadata")
+            return web.json_response({"version": VERSION}), None
+
+        return await self.recorded.answer(request, calls.VERSION, answer)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        async def answer() -> tuple[web.Response, None]:
+            await self.engine.faults.gate("metadata")
+            return self._metrics(), None
+
+        return await self.recorded.answer(request, calls.METRICS, answer)
+
+    def _models(self) -> web.Response:
         name = self.engine.config.model
         return web.json_response(
             {
@@ -100,12 +207,7 @@ class HttpSurface:
             }
         )
 
-    async def version(self, request: web.Request) -> web.Response:
-        await self.engine.faults.gate("metadata")
-        return web.json_response({"version": VERSION})
-
-    async def metrics(self, request: web.Request) -> web.Response:
-        await self.engine.faults.gate("metadata")
+    def _metrics(self) -> web.Response:
         e = self.engine.state
         label = f'model_name="{e.config.model}"'
         lines = [
@@ -133,38 +235,55 @@ class HttpSurface:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, chat=True)
 
-    def _gen_request(
-        self, body: dict[str, Any], chat: bool, header_id: str | None = None
-    ) -> tuple[GenRequest, bool]:
-        prefix = "chatcmpl" if chat else "cmpl"
+    def _request_id(self, body: dict[str, Any], chat: bool, header_id: str | None) -> str:
         # Like vLLM: a caller's X-Request-Id (or body request_id) names the request, else a fresh id.
         rid = body.get("request_id") or header_id
-        rid = rid if isinstance(rid, str) and rid else f"{prefix}-{uuid.uuid4().hex}"
-        return gen_request_from_openai(body, chat, rid, self.engine.config.seed)
+        return rid if isinstance(rid, str) and rid else f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
 
     async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        leg = _LegCall(self.engine.arrival(request.headers.get(calls.CALLER_HEADER)))
+        status, error = 500, "internal error"
+        with self.recorded.open():
+            try:
+                return await self._serve_leg(request, chat, leg)
+            except RequestError as exc:
+                status, error = exc.status, exc.message
+                return error_response(exc.status, exc.message, exc.err_type)
+            except (asyncio.CancelledError, ConnectionError) as exc:
+                status, error = calls.CLIENT_GONE, f"caller gone: {type(exc).__name__}"
+                raise
+            finally:
+                if not leg.handed:
+                    if client_gone(request):
+                        status = calls.CLIENT_GONE
+                    self.engine.refuse_leg(
+                        leg.arrival, status, error, request_id=leg.request_id, tag=leg.tag, leg=leg.shape
+                    )
+
+    async def _serve_leg(self, request: web.Request, chat: bool, leg: _LegCall) -> web.StreamResponse:
+        """Refusals before the engine gets the leg raise RequestError (real 400/404 statuses, not error
+        chunks); from `Engine.generate` on, the engine records the leg."""
+        body = _parse_body(await request.read())
+        leg.shape, leg.tag = calls.leg_of_openai(body, chat), calls.tag_of_openai(body)
+        rid = leg.request_id = self._request_id(body, chat, request.headers.get("X-Request-Id"))
+        model = body.get("model")
+        if model is not None and model != self.engine.config.model:
+            # vLLM answers a model it does not serve with 404 NotFoundError (serving.py `_check_model`).
+            raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError")
+        req, stream = gen_request_from_openai(body, chat, rid, self.engine.config.seed)
+        problem = max_tokens_problem(req.max_tokens)
+        if problem is not None:
+            raise RequestError(400, problem)
+        if stream:
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return await self._stream(request, req, chat, include_usage, leg)
+        leg.handed = True
         try:
-            body = _parse_body(await request.read())
-            model = body.get("model")
-            if model is not None and model != self.engine.config.model:
-                # vLLM answers a model it does not serve with 404 NotFoundError (serving.py `_check_model`).
-                raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError")
-            req, stream = self._gen_request(body, chat, request.headers.get("X-Request-Id"))
-            # Refused before the stream starts, so it gets a real 400 status rather than an error chunk.
-            problem = max_tokens_problem(req.max_tokens)
-            if problem is not None:
-                raise RequestError(400, problem)
+            result = await self.engine.generate(req, leg.arrival)
         except RequestError as exc:
             return error_response(exc.status, exc.message, exc.err_type)
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage")) if stream else False
-        if not stream:
-            try:
-                result = await self.engine.generate(req)
-            except RequestError as exc:
-                return error_response(exc.status, exc.message, exc.err_type)
-            await asyncio.sleep(result.itl_s * max(0, len(result.token_ids) - 1))
-            return web.json_response(self._full_body(result, chat))
-        return await self._stream(request, req, chat, include_usage)
+        await asyncio.sleep(result.itl_s * max(0, len(result.token_ids) - 1))
+        return web.json_response(self._full_body(result, chat))
 
     def _full_body(self, r: GenResult, chat: bool) -> dict[str, Any]:
         choice: dict[str, Any] = {
@@ -195,7 +314,7 @@ class HttpSurface:
         }
 
     async def _stream(
-        self, request: web.Request, req: GenRequest, chat: bool, include_usage: bool
+        self, request: web.Request, req: GenRequest, chat: bool, include_usage: bool, leg: _LegCall
     ) -> web.StreamResponse:
         resp = web.StreamResponse(
             status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -226,8 +345,9 @@ class HttpSurface:
             text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
             await resp.write(f"data: {text}\n\n".encode())
 
+        leg.handed = True
         try:
-            result = await self.engine.generate(req)
+            result = await self.engine.generate(req, leg.arrival)
         except RequestError as exc:
             await send(error_body(exc.status, exc.message, exc.err_type))
             await send("[DONE]")

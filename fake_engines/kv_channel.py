@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from fake_engines.core.calls import CALLER_HEADER
 from fake_engines.core.wire import (
     FrameDecoder,
     HandshakeRequest,
@@ -136,9 +137,12 @@ async def handshake(host: str, port: int, engine_id: str, timeout_s: float) -> H
     return msg
 
 
-async def query_bootstrap(url: str, timeout_s: float) -> object:
-    """GET the bootstrap `/query` url; the decoded JSON is validated by the caller (core.bootstrap)."""
+async def query_bootstrap(url: str, timeout_s: float, caller: str) -> object:
+    """GET the bootstrap `/query` url, saying who asks (`caller`, `core.calls.engine_caller`: the prefill
+    records the lookup as this decode's, not the router's); the decoded JSON is validated by the caller
+    (core.bootstrap)."""
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as resp:
+    headers = {CALLER_HEADER: caller}
+    async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url, headers=headers) as resp:
         resp.raise_for_status()
         return await resp.json(content_type=None)

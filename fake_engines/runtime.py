@@ -19,11 +19,13 @@ from aiohttp import web
 
 from fake_engines.config import EngineConfig
 from fake_engines.control import control_app
+from fake_engines.core.bootstrap import query_engine_ids
+from fake_engines.core.calls import BOOTSTRAP_QUERY
 from fake_engines.core.identity import rank_engine_ids
 from fake_engines.core.timing import SHUTDOWN_GRACE_S
 from fake_engines.engine import Engine
 from fake_engines.grpc_api import make_grpc_server
-from fake_engines.http_api import HttpSurface, error_body
+from fake_engines.http_api import HttpSurface, RecordedCalls, error_body
 from fake_engines.kv_channel import SideChannelServer
 from pdchaos.aiohttp_errors import answer_parser_errors_as_json
 from pdchaos.ports import free_port
@@ -148,11 +150,17 @@ class EngineHandle:
 
     def _bootstrap_app(self) -> web.Application:
         app = web.Application()
+        recorded = RecordedCalls(self.engine)
 
         async def query(request: web.Request) -> web.Response:
-            return web.json_response(await self.engine.bootstrap_answer())
+            async def answer() -> tuple[web.Response, dict[str, Any]]:
+                reply = await self.engine.bootstrap_answer()
+                return web.json_response(reply), {"engine_ids": query_engine_ids(reply)}
+
+            return await recorded.answer(request, BOOTSTRAP_QUERY, answer)
 
         app.router.add_get("/query", query)
+        recorded.install(app)
         return app
 
     async def _start_app(self, app: web.Application, port: int) -> int:

@@ -47,12 +47,13 @@ RECORD_TYPES = (
     "router_event",
     "engine_state",
     "handoff",
+    "engine_call",
     "note",
 )
 
 # One or more per client request: held by the view as `RequestView`s and `Handoff`s, never as dicts (a dict
 # per record is most of a large run's memory).
-PER_REQUEST_TYPES = frozenset({"request_invoked", "request_completed", "handoff"})
+PER_REQUEST_TYPES = frozenset({"request_invoked", "request_completed", "handoff", "engine_call"})
 
 # Router statuses that may carry traffic; anything else means the router will not route to the worker.
 READY = "ready"
@@ -318,6 +319,18 @@ class HistoryRecorder:
         fields = {k: v for k, v in provenance.items() if k not in ("type", "t")}
         return self._put(fields, "handoff")
 
+    def engine_call(self, call: Mapping[str, Any]) -> Record:
+        """An engine call record (CONTRACTS.md §1 "Engine call record"), verbatim but for its discriminator
+        (its `ts` is the engine's wall clock, when the call arrived)."""
+        fields = {k: v for k, v in call.items() if k not in ("type", "t", "record")}
+        return self._put(fields, "engine_call")
+
+    def engine_record(self, record: Mapping[str, Any]) -> Record:
+        """One line of an engine's records stream: a call record or a handoff record."""
+        if record.get("record") == "engine_call":
+            return self.engine_call(record)
+        return self.handoff(record)
+
     def note(self, message: str, **extra: Any) -> Record:
         return self._put({"message": message, **extra}, "note")
 
@@ -441,6 +454,8 @@ class EngineState:
     side_channel_port: int | None
     role: str | None = None
     url: str | None = None
+    # Whether it was serving (None: the record does not say).
+    serving: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,6 +484,39 @@ class Handoff:
     # Where a decode pulled its KV from and as which engine (decode records only).
     peer: str | None = None
     peer_engine_id: str | None = None
+    # The leg's shape as it reached the engine (stream, max_tokens, kv_transfer_params, ...); None: not told.
+    leg: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCall:
+    """A call an engine answered (CONTRACTS.md §1): a probe, a metadata read, a refused or cut leg. `at`:
+    when it arrived, on the scenario clock (the engine's `ts`, else `t`); `caller`: "router" (the router
+    under test), "harness" or "engine:<name>"."""
+
+    t: float
+    at: float
+    engine: str
+    engine_id: str | None
+    generation: int | None
+    call: str
+    status: int | None
+    duration_s: float | None
+    caller: str
+    detail: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def by_router(self) -> bool:
+        return self.caller == "router"
+
+    @property
+    def by_harness(self) -> bool:
+        """Not the router's: the harness's own probe, or another engine's lookup."""
+        return self.caller != "router"
+
+    @property
+    def ended_at(self) -> float:
+        return self.at + (self.duration_s or 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -502,6 +550,7 @@ class History:
         self.status: dict[str, list[StatusPoint]] = {}
         self.engines: dict[str, list[EngineState]] = {}
         self.handoffs: list[Handoff] = []
+        self.engine_calls: list[EngineCall] = []
         self.router_events: list[RouterEvent] = []
         self.notes: list[tuple[float, str]] = []
         self.bad_records: int = 0
@@ -559,6 +608,7 @@ class History:
         for states in self.engines.values():
             states.sort(key=lambda s: s.t)
         self.handoffs.sort(key=lambda x: x.at)
+        self.engine_calls.sort(key=lambda x: x.at)
         self.router_events.sort(key=lambda x: x.at)
         self._by_tag = {}
         for ho in self.handoffs:
@@ -673,6 +723,7 @@ class History:
                     side_channel_port=port if isinstance(port, int) else None,
                     role=r.get("role"),
                     url=r.get("url"),
+                    serving=r.get("serving") if isinstance(r.get("serving"), bool) else None,
                 )
             )
         elif kind == "handoff":
@@ -700,6 +751,24 @@ class History:
                     output_digest=r.get("output_digest"),
                     peer=r.get("peer"),
                     peer_engine_id=r.get("peer_engine_id"),
+                    leg=r.get("leg") if isinstance(r.get("leg"), dict) else None,
+                )
+            )
+        elif kind == "engine_call":
+            gen, status = r.get("generation"), r.get("status")
+            detail = r.get("detail")
+            self.engine_calls.append(
+                EngineCall(
+                    t=t,
+                    at=self._at(r, t),
+                    engine=str(r.get("engine")),
+                    engine_id=r.get("engine_id"),
+                    generation=gen if isinstance(gen, int) else None,
+                    call=str(r.get("call")),
+                    status=int(status) if isinstance(status, int | float) else None,
+                    duration_s=_f(r.get("duration_s")),
+                    caller=str(r.get("caller") or "router"),
+                    detail=dict(detail) if isinstance(detail, dict) else {},
                 )
             )
         elif kind == "note":
@@ -831,6 +900,16 @@ class History:
 
     def handoffs_of(self, engine: str) -> list[Handoff]:
         return [h for h in self.handoffs if h.engine == engine]
+
+    def engine_calls_of(self, engine: str, *calls: str, by_router: bool = True) -> list[EngineCall]:
+        """`engine`'s calls, in arrival order: of the names in `calls` (all when none), and only the router
+        under test's (`by_router`) or every caller's."""
+        return [c for c in self.engine_calls if c.engine == engine and (not calls or c.call in calls)
+                and (c.by_router or not by_router)]
+
+    def router_calls(self, *calls: str) -> list[EngineCall]:
+        """Every engine's calls from the router under test, of the names in `calls` (all when none)."""
+        return [c for c in self.engine_calls if c.by_router and (not calls or c.call in calls)]
 
     def router_events_of(self, event: str) -> list[RouterEvent]:
         return [e for e in self.router_events if e.event == event]

@@ -205,7 +205,6 @@ class Dispatcher:
                     leg_body, prompt[1], prompt[0], leg_body.get("kv_transfer_params"), f"{request_id}-p",
                     chat=endpoint == CHAT,
                 )
-                req.sampling_params.ignore_eos = True
                 complete = await self.t.grpc(worker).generate_complete(req, leg.timeout_s)
                 return LegDone(complete_kv_params(complete))
             payload = await post_json(self.t.session, f"{worker.spec.url}{endpoint}", leg_body, leg.timeout_s)

@@ -33,6 +33,16 @@ def build_query_answer(engine_id: str, host: str, side_channel_ports: list[int])
     }
 
 
+def query_engine_ids(answer: Any) -> list[str]:
+    """The engine ids a ``/query`` answer names, by rank (nothing for a malformed answer): what a router
+    that read it could have learnt."""
+    if not isinstance(answer, Mapping):
+        return []
+    ranks = sorted((k for k in answer if str(k).isdigit()), key=lambda k: int(k))
+    ids = [answer[k].get("engine_id") if isinstance(answer[k], Mapping) else None for k in ranks]
+    return [i for i in ids if isinstance(i, str)]
+
+
 def parse_tcp_addr(addr: str) -> tuple[str, int]:
     """``tcp://host:port`` -> (host, port); ValueError when malformed."""
     if not isinstance(addr, str) or not addr.startswith("tcp://"):

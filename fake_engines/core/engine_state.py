@@ -10,11 +10,12 @@ and the side channel answer, what a prefill hands back. Time (``now``, any monot
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fake_engines.core.bootstrap import build_query_answer
 from fake_engines.core.bugs import SHUTDOWN_DROPS_PULLS
+from fake_engines.core.calls import GENERATE, make_call
 from fake_engines.core.engine_config import EngineConfig
 from fake_engines.core.fault_state import FaultState
 from fake_engines.core.handoff import HandshakeCache, nixl_prefill_params
@@ -201,6 +202,52 @@ class EngineState:
         if self.on_record is not None:
             self.on_record(rec)
         return rec
+
+    def add_call(
+        self,
+        wall: float,
+        call: str,
+        status: int,
+        duration_s: float,
+        caller: str,
+        detail: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Make one engine call record (`wall`: when the call arrived) and hand it on. It is not kept with
+        the handoff records (`records`, `/control/records`): it goes to the records stream only."""
+        cfg = self.config
+        rec = make_call(
+            ts=wall,
+            engine=cfg.name,
+            engine_id=self.identity.engine_id,
+            generation=self.identity.generation,
+            role=cfg.role,
+            call=call,
+            status=status,
+            duration_s=duration_s,
+            caller=caller,
+            detail=detail,
+        )
+        if self.on_record is not None:
+            self.on_record(rec)
+        return rec
+
+    def add_refused_leg(
+        self,
+        wall: float,
+        status: int,
+        duration_s: float,
+        caller: str,
+        *,
+        request_id: str | None,
+        tag: str | None,
+        leg: Mapping[str, Any] | None,
+        error: str,
+    ) -> dict[str, Any]:
+        """A generation leg that left no handoff record (refused, or cut before it ended) as a `generate`
+        call: a leg the engine got is in its records either way."""
+        detail = {"request_id": request_id, "tag": tag, "leg": dict(leg) if leg is not None else None,
+                  "error": error}
+        return self.add_call(wall, GENERATE, status, duration_s, caller, detail)
 
     def records_since(self, since: int) -> tuple[list[dict[str, Any]], int]:
         """Records from index ``since`` on (negative counts as 0) and the index to ask from next."""

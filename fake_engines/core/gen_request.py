@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import Any
 
 from fake_engines.core import tokenizer
+from fake_engines.core.calls import leg_of_openai
 from fake_engines.core.chat import render_chat
 from fake_engines.core.generator import DEFAULT_MAX_TOKENS, token_pieces
 from pdchaos.openai_request import context_problem, request_problem, text_too_long
@@ -36,6 +37,8 @@ class GenRequest:
     max_tokens: int
     seed: int | None
     kv_params: dict[str, Any] | None
+    # The leg as it reached the engine (`core.calls.leg_shape`), for its records; None: not told.
+    leg: dict[str, Any] | None = None
 
 
 @dataclass
@@ -137,10 +140,11 @@ def prompt_of(body: dict[str, Any]) -> tuple[str, list[int]]:
 
 
 def gen_request_from_openai(
-    body: dict[str, Any], chat: bool, request_id: str, default_seed: int | None
+    body: dict[str, Any], chat: bool, request_id: str, default_seed: int | None, *, grpc: bool = False
 ) -> tuple[GenRequest, bool]:
     """An OpenAI completion or chat body as the engine's request, and whether it streams (400s as
-    RequestError). `request_id`: the name the caller gave (else a fresh one, the shell's choice)."""
+    RequestError). `request_id`: the name the caller gave (else a fresh one, the shell's choice); `grpc`:
+    the body came as a router's Generate request (its leg shape, `core.calls.leg_of_openai`)."""
     problem = request_problem(body, chat)
     if problem is not None:
         raise RequestError(400, problem)
@@ -163,4 +167,5 @@ def gen_request_from_openai(
     problem = budget_problem(ids, budget)
     if problem is not None:
         raise RequestError(400, problem)
-    return GenRequest(request_id, text, ids, budget, seed, kv), stream
+    leg = leg_of_openai(body, chat, grpc=grpc)
+    return GenRequest(request_id, text, ids, budget, seed, kv, leg), stream

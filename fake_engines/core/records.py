@@ -40,10 +40,12 @@ def make_record(
     error: str | None = None,
     peer: str | None = None,
     peer_engine_id: str | None = None,
+    leg: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One provenance record with exactly the contract's keys (and the compatible extensions ``peer``:
     "host:port" a decode pulled from, ``peer_engine_id``: the engine id it addressed there; null when it
-    pulled nothing); bad enum values raise ValueError."""
+    pulled nothing; ``leg``: the shape of the leg as it reached the engine, `core.calls.leg_shape`); bad enum
+    values raise ValueError."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
     if kind not in KINDS:
@@ -71,4 +73,5 @@ def make_record(
         "output_digest": output_digest,
         "peer": peer,
         "peer_engine_id": peer_engine_id,
+        "leg": leg,
     }

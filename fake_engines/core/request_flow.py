@@ -296,6 +296,7 @@ class RequestFlow:
             tag=self.tag,
             prompt_digest=self.prompt_digest,
             duration_s=now - self._admitted_at,
+            leg=self.req.leg,
             **fields,
         )
 

@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from fake_engines.core.calls import CALLER_HEADER, HARNESS
 from harness.kube.options import KubeOptions
 from harness.kube.presets import (
     BOOTSTRAP_PORT,
@@ -198,14 +199,18 @@ def _resources(ctx: CellContext) -> dict[str, Any]:
     return {"requests": requests, "limits": limits}
 
 
+def _health_get() -> dict[str, Any]:
+    # The kubelet's probes are the harness's, not the router's (the engine's call records tell them apart).
+    return {"path": "/health", "port": "http", "httpHeaders": [{"name": CALLER_HEADER, "value": HARNESS}]}
+
+
 def _probes(ctx: CellContext) -> dict[str, Any]:
     vllm = ctx.options.preset.kind == "vllm"
-    ready = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5 if vllm else 1,
-             "failureThreshold": 1}
+    ready = {"httpGet": _health_get(), "periodSeconds": 5 if vllm else 1, "failureThreshold": 1}
     out: dict[str, Any] = {"readinessProbe": ready}
     if vllm:
         # Loading weights takes minutes; readiness alone would have the kubelet give up on a healthy start.
-        out["startupProbe"] = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5,
+        out["startupProbe"] = {"httpGet": _health_get(), "periodSeconds": 5,
                                "failureThreshold": max(1, int(ctx.options.ready_timeout_s // 5))}
     return out
 

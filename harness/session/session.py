@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -125,6 +125,9 @@ def scenario_settings(s: Scenario, topo: Topology | None = None) -> dict[str, An
         "expect": [{"checker": x.checker, "params": dict(x.params)} for x in s.expect],
         "preset": s.preset,
     }
+    if s.unregistered_engines:
+        # The router starts without these: they join through its worker API, if ever.
+        out["unregistered_engines"] = list(s.unregistered_engines)
     if topo is not None:
         out["engines_layout"] = {
             sp.name: {"role": sp.role, "url": sp.url(topo.transport), "control": sp.control_url}
@@ -225,6 +228,7 @@ class ScenarioSession:
         self._load_end = 0.0
         self._load_noted = False
         self._handoffs_seen = 0
+        self._calls_seen = 0
 
     # ------------------------------------------------------------------ the interface
 
@@ -441,9 +445,7 @@ class ScenarioSession:
                 return [c.CollectHandoffs()]
             return []
         if isinstance(ev, e.HandoffsSeen):
-            for rec in ev.records:
-                h.handoff(rec)
-            self._handoffs_seen += len(ev.records)
+            self._take_engine_records(ev.records)
             return []
         if isinstance(ev, e.HandoffsCollected):
             if self.phase is Phase.COLLECT:
@@ -822,14 +824,21 @@ class ScenarioSession:
         self._collected(e.HandoffsCollected(error=f"no answer within {COLLECT_S:g} s"))
         return []
 
+    def _take_engine_records(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """The engines' records streams: handoff records and engine call records (CONTRACTS.md §1)."""
+        for rec in records:
+            if self._h.engine_record(rec)["type"] == "engine_call":
+                self._calls_seen += 1
+            else:
+                self._handoffs_seen += 1
+
     def _collected(self, ev: e.HandoffsCollected) -> None:
         h = self._h
-        for rec in ev.records:
-            h.handoff(rec)
+        self._take_engine_records(ev.records)
         # The checkers built on handoff records read this mark (History.handoffs_collected).
         if ev.error is None:
-            count = self._handoffs_seen + len(ev.records)
-            h.note(f"collected {count} handoff records", handoffs_collected=True)
+            h.note(f"collected {self._handoffs_seen} handoff records and {self._calls_seen} engine calls",
+                   handoffs_collected=True)
         else:
             h.note(f"handoff records unreadable: {ev.error}", handoffs_collected=False)
         h.run_ended(self.reason)

@@ -11,6 +11,12 @@ is logged as `NIXL transfer failure: <type> | Context: {... 'request_id': ...}`.
 
 A decode leg that answered 200 but has no such line has no evidence: it gets no record (the checkers then
 count it as unseen rather than guess).
+
+A leg the engine refused (an HTTP error status, a gRPC status code before any message) or that its caller
+cut before it began (499) is also a `generate` engine call (CONTRACTS.md §1), as the fakes record such a leg;
+its failed handoff record stays, as the handoff and legs checkers have always read it, and leaves the leg's
+shape to the call (one shape per leg for the contract checkers). A decode that answered an error after a
+failed KV load (the NIXL log names it) ran: a failed handoff, no call, as a fake's failed pull.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fake_engines.core.calls import GENERATE, caller_of, make_call
 from fake_engines.core.records import find_tag, make_record
 
 NIXL_LOGGER = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
@@ -78,10 +85,43 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
 
 
+def _tag(leg: Mapping[str, Any]) -> str | None:
+    # Legs files from before the relays kept the tag have the prompt to find it in.
+    return leg.get("tag") if "tag" in leg else find_tag(str(leg.get("prompt") or ""))
+
+
+def refused(leg: Mapping[str, Any], log: NixlLog) -> bool:
+    """Whether a relayed leg never ran on its engine: refused with an error status, or cut by its caller
+    before it began. 0 (the engine could not be reached) is no call the engine answered; a decode whose
+    failed KV load the NIXL log names had begun."""
+    status = leg.get("status")
+    if not isinstance(status, int) or 200 <= status < 300 or status == 0:
+        return False
+    return not (leg.get("kind") == "decode" and str(leg.get("request_id")) in log.failed)
+
+
+def leg_call(leg: Mapping[str, Any], log: NixlLog) -> dict[str, Any] | None:
+    """The `generate` engine call of a refused leg (None: the leg ran), stamped when the leg arrived."""
+    if not refused(leg, log):
+        return None
+    status = int(leg["status"])
+    duration = float(leg.get("duration_s") or 0.0)
+    shape = leg.get("leg")
+    return make_call(
+        ts=float(leg.get("ts") or 0.0) - duration, engine=str(leg.get("engine")),
+        engine_id=str(leg.get("engine_id") or ""), generation=int(leg.get("generation") or 0),
+        role=str(leg.get("role")), call=GENERATE, status=status, duration_s=duration,
+        caller=caller_of(leg.get("caller")),
+        detail={"request_id": leg.get("request_id"), "tag": _tag(leg),
+                "leg": dict(shape) if isinstance(shape, Mapping) else None,
+                "error": leg.get("error") or f"HTTP {status}"},
+    )
+
+
 def leg_record(leg: Mapping[str, Any], log: NixlLog) -> dict[str, Any] | None:
     """The provenance record of one relayed leg (None: no evidence of what the decode did). A decode that
     answered 200 after a failed load recomputed (vLLM's `recompute` policy); under `fail` it answers an
-    error, a failed leg."""
+    error, a failed leg. The record carries the leg's shape unless its `generate` call does (`leg_call`)."""
     kind = str(leg.get("kind"))
     ok = leg.get("status") == 200 and not leg.get("error")
     told = leg.get("told") if isinstance(leg.get("told"), dict) else {}
@@ -112,21 +152,24 @@ def leg_record(leg: Mapping[str, Any], log: NixlLog) -> dict[str, Any] | None:
     else:
         kind, outcome = "local", ("computed" if ok else "failed")
     prompt = str(leg.get("prompt") or "")
+    shape = leg.get("leg")
     return make_record(
         ts=float(leg.get("ts") or 0.0), engine=str(leg.get("engine")),
         engine_id=str(leg.get("engine_id") or ""),
         generation=int(leg.get("generation") or 0), role=str(leg.get("role")), kind=kind,
-        request_id=request_id, tag=find_tag(prompt), connector=str(leg.get("connector")),
+        request_id=request_id, tag=_tag(leg), connector=str(leg.get("connector")),
         prompt_digest=_digest(prompt), outcome=outcome, duration_s=float(leg.get("duration_s") or 0.0),
         output_digest=None, remote_engine_id=remote_engine_id, remote_request_id=remote_request_id,
         error=None if outcome in ("computed", "pulled", "recomputed") else error,
+        leg=dict(shape) if isinstance(shape, Mapping) and not refused(leg, log) else None,
     )
 
 
 def records_from(legs: Iterable[Mapping[str, Any]], log: NixlLog) -> list[dict[str, Any]]:
+    """Each leg's handoff record (when there is evidence) and, for a refused leg, its `generate` call."""
     out = []
     for leg in legs:
-        rec = leg_record(leg, log)
-        if rec is not None:
-            out.append(rec)
+        for rec in (leg_record(leg, log), leg_call(leg, log)):
+            if rec is not None:
+                out.append(rec)
     return out

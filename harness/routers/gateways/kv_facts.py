@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from fake_engines.core.calls import CALLER_HEADER, HARNESS
 from harness.routers.gateways.spec import version_key
 
 # vLLM's names (`kv_transfer_config.kv_connector` / `kv_role`) for the connectors and roles the harness runs.
@@ -124,12 +125,13 @@ def registration_body(url: str, role: str, facts: KvFacts | None, style: Style) 
 
 async def read_query(session: aiohttp.ClientSession, host: str, port: int, timeout_s: float) -> Any:
     """A Mooncake bootstrap server's `GET /query` answer (decoded JSON), retried until `timeout_s`; None when
-    no usable answer came (the engine is down, or still loading)."""
+    no usable answer came (the engine is down, or still loading). The harness reads it for the router's
+    registration, so the read says it is the harness's (the engine's call records)."""
     deadline = time.monotonic() + max(0.0, timeout_s)
     while True:
         left = deadline - time.monotonic()
         try:
-            async with session.get(f"http://{host}:{port}/query",
+            async with session.get(f"http://{host}:{port}/query", headers={CALLER_HEADER: HARNESS},
                                    timeout=aiohttp.ClientTimeout(total=max(0.2, min(1.0, left)))) as resp:
                 if resp.status == 200:
                     answer = await resp.json(content_type=None)

@@ -8,21 +8,26 @@ import contextlib
 
 import aiohttp
 
+from fake_engines.core.calls import CALLER_HEADER, CALLER_METADATA, HARNESS
 from pdchaos.ports import LOOPBACK, port_is_open
 from pdchaos.waiting import poll_until
 
 PROBE_TIMEOUT_S = 1.0
 # A wedged link answers nothing for at least this long before the probe calls it silent.
 SILENT_WINDOW_S = 0.3
+# Every probe of an engine says it is the harness's, so the engine's call records do not take it for the
+# router's (CONTRACTS.md §1, engine call record).
+HARNESS_HEADERS = {CALLER_HEADER: HARNESS}
+HARNESS_METADATA = ((CALLER_METADATA, HARNESS),)
 # Bytes a TCP probe sends: an HTTP request most servers answer at once (an HTTP/2 or KV server closes on it).
-PROBE_BYTES = b"GET /health HTTP/1.0\r\nHost: pdchaos\r\n\r\n"
+PROBE_BYTES = f"GET /health HTTP/1.0\r\nHost: pdchaos\r\n{CALLER_HEADER}: {HARNESS}\r\n\r\n".encode()
 
 
 async def http_probe(url: str, timeout_s: float) -> str:
-    """'ok:<status>', 'refused', 'timeout' or 'error:<what>' for one GET."""
+    """'ok:<status>', 'refused', 'timeout' or 'error:<what>' for one GET, marked as the harness's."""
     try:
         timeout = aiohttp.ClientTimeout(total=timeout_s)
-        async with aiohttp.ClientSession() as s, s.get(url, timeout=timeout) as r:
+        async with aiohttp.ClientSession() as s, s.get(url, timeout=timeout, headers=HARNESS_HEADERS) as r:
             await r.read()
             return f"ok:{r.status}"
     except aiohttp.ClientConnectorError:
@@ -43,7 +48,9 @@ async def grpc_health_probe(target: str, timeout_s: float) -> str:
 
     try:
         async with grpc.aio.insecure_channel(target) as channel:
-            reply = await pbg.VllmEngineStub(channel).HealthCheck(pb.HealthCheckRequest(), timeout=timeout_s)
+            reply = await pbg.VllmEngineStub(channel).HealthCheck(
+                pb.HealthCheckRequest(), timeout=timeout_s, metadata=HARNESS_METADATA
+            )
             return "ok:200" if reply.healthy else "ok:503"
     except grpc.aio.AioRpcError as e:
         if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:

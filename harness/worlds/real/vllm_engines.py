@@ -10,7 +10,9 @@ What differs from the fakes, and why:
   start takes about 30-40 s on a 2-core machine.
 - Provenance: vLLM keeps none a checker could read, so a recording relay sits on the engine's serving port
   (`harness.worlds.real.relay`) and `harness.vllm.provenance` joins what crossed it with each decode's NIXL
-  log into the fakes' record format.
+  log into the fakes' record format. The relay also writes the engine call records of every probe and
+  metadata read it relays; the harness marks its own probes through the relay as its own
+  (`X-Pdchaos-Caller: harness`), so the router's are told apart.
 - On a gRPC topology the engine is vLLM's gRPC server (smg's VllmEngine service) behind a gRPC recording
   relay on the engine's gRPC port (`harness.worlds.real.grpc_relay`, the same legs file); readiness, state
   and warm-up go through `HealthCheck` and `Generate`.
@@ -32,6 +34,7 @@ from typing import Any
 
 import aiohttp
 
+from fake_engines.core.calls import is_call_record
 from harness.topology import EngineSpec
 from harness.vllm import VllmInstall, find_install
 from harness.vllm.launch import SERVED_MODEL, core_for, vllm_argv, vllm_env
@@ -99,10 +102,11 @@ class VllmFleet(EngineFleet):
 
     async def serving_probe(self, name: str, timeout_s: float) -> str:
         """A health check through the relay, on the surface the topology speaks (a vLLM gRPC server has no
-        HTTP port)."""
+        HTTP port), marked as the harness's own: the relay records it, and it is no probe of the router's."""
+        spec = self.topo.engine(name)
         if self.serves_grpc:
-            return await grpc_health_probe(super().grpc_target(name), timeout_s)
-        return await super().serving_probe(name, timeout_s)
+            return await grpc_health_probe(f"{spec.host}:{spec.grpc_port}", timeout_s)
+        return await http_probe(f"{spec.http_url}/health", timeout_s)
 
     def grpc_target(self, name: str) -> str:
         """The vLLM gRPC server itself, behind the recording relay on the engine's gRPC port."""
@@ -270,17 +274,20 @@ class VllmFleet(EngineFleet):
                 "side_channel_port": self.topo.engine(name).nixl_port, "faults": {}, "engine": "vllm"}
 
     def records(self) -> list[dict[str, Any]]:
-        """Provenance records from what the relays saw and the decodes' NIXL logs."""
+        """The engine call records the relays wrote, as they are, and provenance records from the legs they
+        saw and the decodes' NIXL logs."""
+        calls: list[dict[str, Any]] = []
         legs: list[dict[str, Any]] = []
         nixl = NixlLog()
         for spec in sorted(self.topo.engines, key=lambda s: s.name):
             if self.legs_file(spec.name).exists():
-                legs.extend(read_jsonl(self.legs_file(spec.name)))
+                for line in read_jsonl(self.legs_file(spec.name)):
+                    (calls if is_call_record(line) else legs).append(line)
             log = self.nixl_log(spec.name)
             if log.exists():
                 with open(log, encoding="utf-8", errors="replace") as fh:
                     nixl.read(fh)
-        return records_from(legs, nixl)
+        return calls + records_from(legs, nixl)
 
     def on_stopped(self, name: str) -> None:
         """An engine's process group is gone: its relay refuses (as a dead engine's port does) and what it

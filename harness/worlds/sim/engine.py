@@ -16,10 +16,24 @@ from typing import Any
 
 import simpy
 
+from fake_engines.core.bootstrap import query_engine_ids
+from fake_engines.core.calls import (
+    BOOTSTRAP_QUERY,
+    CLIENT_GONE,
+    HARNESS,
+    HEALTH,
+    MODEL_INFO,
+    ROUTER,
+    SERVER_INFO,
+    engine_caller,
+    leg_of_openai,
+    tag_of_openai,
+)
 from fake_engines.core.engine_config import EngineConfig
 from fake_engines.core.engine_state import EngineState
-from fake_engines.core.gen_request import GenRequest, GenResult
+from fake_engines.core.gen_request import GenRequest, GenResult, RequestError
 from fake_engines.core.handoff import Handshake, PullFrom, QueryBootstrap, WaitUntil
+from fake_engines.core.records import find_tag
 from fake_engines.core.request_flow import AwaitGate, Finish, Reject, RequestFlow, Sleep
 from fake_engines.core.timing import PROCESS_START_S, SHUTDOWN_GRACE_S
 from fake_engines.core.wire import HandshakeRequest, PullRequest
@@ -128,6 +142,7 @@ class SimEngine:
         # Succeed when a handler ends, for the closes waiting for their servers' work to finish.
         self._work_waiters: list[simpy.Event] = []
         self._exit: simpy.Process | None = None
+        self._caller = engine_caller(spec.name)
         # How the last process ended: its pid and exit status (a signal as its negative number).
         self.last_exit: tuple[int, int] | None = None
 
@@ -426,32 +441,92 @@ class SimEngine:
                 yield from self._awake(deadline)
             return
 
-    def health(self, deadline: float | None) -> Generator[Any, Any, Reply]:
-        yield from self._gate("health", deadline)
-        return Reply(self.state.healthy, 64)
+    # Every call below leaves an engine call record, as the real surfaces do (`fake_engines.core.calls`):
+    # stamped when its handler starts (a frozen process starts it once resumed), ended when it answers or
+    # its caller gives up (CLIENT_GONE); a call the engine's stop cuts leaves none, as a killed process.
 
-    def server_info(self, deadline: float | None) -> Generator[Any, Any, Reply]:
+    def _recorded(
+        self,
+        call: str,
+        caller: str,
+        work: Generator[Any, Any, Reply],
+        answer: Callable[[Reply], tuple[int, dict[str, Any]]],
+    ) -> Generator[Any, Any, Reply]:
+        """Run a handler's `work` and record it: `answer(reply)` gives the status and detail."""
+        start = self.env.now
+        reply: Reply | None = None
+        try:
+            reply = yield from work
+            return reply
+        except simpy.Interrupt as cut:
+            if cut.cause is not self._stop:
+                self._record_call(call, caller, start, CLIENT_GONE, {})
+            raise
+        except Deadline:
+            self._record_call(call, caller, start, CLIENT_GONE, {})
+            raise
+        finally:
+            if reply is not None:
+                self._record_call(call, caller, start, *answer(reply))
+
+    def _record_call(self, call: str, caller: str, start: float, status: int, detail: dict[str, Any]) -> None:
+        self.state.add_call(self.cell.wall(start), call, status, self.env.now - start, caller, detail)
+
+    def health(
+        self, deadline: float | None, caller: str = HARNESS, call: str = HEALTH
+    ) -> Generator[Any, Any, Reply]:
+        """`call`: HEALTH (`GET /health`: 503 when unhealthy) or GRPC_HEALTH (`HealthCheck`: an answer
+        saying healthy or not)."""
+
+        def work() -> Generator[Any, Any, Reply]:
+            yield from self._gate("health", deadline)
+            return Reply(self.state.healthy, 64)
+
+        def answer(reply: Reply) -> tuple[int, dict[str, Any]]:
+            status = 200 if reply.value or call != HEALTH else 503
+            return status, {"healthy": bool(reply.value)}
+
+        return (yield from self._recorded(call, caller, work(), answer))
+
+    def server_info(self, deadline: float | None, caller: str = ROUTER) -> Generator[Any, Any, Reply]:
         """GetServerInfo: ("error", None) under fail_server_info, else the fields a router reads."""
-        yield from self._gate("server_info", deadline)
-        s = self.state
-        if s.faults.fail_server_info:
-            return Reply(("error", None), 64)
-        info = {
-            "kv_engine_id": s.reported_engine_id() if self.config.connector != "none" else "",
-            "kv_connector": CONNECTOR_NAMES[self.config.connector],
-            "kv_role": KV_ROLES[self.spec.role] if self.config.connector != "none" else "",
-            "uptime_seconds": s.identity.uptime_s(self.env.now),
-            "data_parallel_size": 1,
-        }
-        return Reply(("ok", info), 256)
 
-    def model_info(self, deadline: float | None) -> Generator[Any, Any, Reply]:
-        yield from self._gate("metadata", deadline)
-        return Reply("ok", 256)
+        def work() -> Generator[Any, Any, Reply]:
+            yield from self._gate("server_info", deadline)
+            s = self.state
+            if s.faults.fail_server_info:
+                return Reply(("error", None), 64)
+            info = {
+                "kv_engine_id": s.reported_engine_id() if self.config.connector != "none" else "",
+                "kv_connector": CONNECTOR_NAMES[self.config.connector],
+                "kv_role": KV_ROLES[self.spec.role] if self.config.connector != "none" else "",
+                "uptime_seconds": s.identity.uptime_s(self.env.now),
+                "data_parallel_size": 1,
+            }
+            return Reply(("ok", info), 256)
 
-    def bootstrap_query(self, deadline: float | None) -> Generator[Any, Any, Reply]:
-        yield from self._gate("side_channel", deadline)
-        return Reply(self.state.bootstrap_answer(), 256)
+        def answer(reply: Reply) -> tuple[int, dict[str, Any]]:
+            outcome, info = reply.value
+            return (503, {}) if outcome == "error" else (200, {"kv_engine_id": info["kv_engine_id"]})
+
+        return (yield from self._recorded(SERVER_INFO, caller, work(), answer))
+
+    def model_info(self, deadline: float | None, caller: str = ROUTER) -> Generator[Any, Any, Reply]:
+        def work() -> Generator[Any, Any, Reply]:
+            yield from self._gate("metadata", deadline)
+            return Reply("ok", 256)
+
+        return (yield from self._recorded(MODEL_INFO, caller, work(), lambda _: (200, {})))
+
+    def bootstrap_query(self, deadline: float | None, caller: str = ROUTER) -> Generator[Any, Any, Reply]:
+        def work() -> Generator[Any, Any, Reply]:
+            yield from self._gate("side_channel", deadline)
+            return Reply(self.state.bootstrap_answer(), 256)
+
+        def answer(reply: Reply) -> tuple[int, dict[str, Any]]:
+            return 200, {"engine_ids": query_engine_ids(reply.value)}
+
+        return (yield from self._recorded(BOOTSTRAP_QUERY, caller, work(), answer))
 
     def side_channel(self, msg: Any, port: int, deadline: float | None) -> Generator[Any, Any, Reply]:
         if port != self.side_port or not self.side_port:
@@ -471,19 +546,24 @@ class SimEngine:
         mid-stream reaches it; `marks` says when the answer started (an HTTP stream's headers go out before
         generation) and when the first token left. A caller gone or a stop aborts the flow (no record, as
         a cancelled request)."""
+        start = self.env.now
         if marks is not None:
-            marks.started(self.env.now)
+            marks.started(start)
         flow = RequestFlow(self.state, req)
         step = flow.next_step()
         try:
             while not isinstance(step, Finish | Reject):
                 step = yield from self._perform(flow, step, deadline)
-        except (simpy.Interrupt, Deadline):
-            flow.abort()
+        except (simpy.Interrupt, Deadline) as cut:
+            gone = flow.abort()
+            if not (isinstance(cut, simpy.Interrupt) and cut.cause is self._stop):
+                self._refused_leg(req, start, CLIENT_GONE, gone.message)
             raise
         finally:
             self._poke()
         if isinstance(step, Reject):
+            if step.record is None:
+                self._refused_leg(req, start, step.status, step.message)
             return Reply(step, 256)
         result: GenResult = step.result
         if marks is not None:
@@ -493,6 +573,24 @@ class SimEngine:
             yield from wait(self.env, rest, deadline)
             yield from self._awake(deadline)
         return Reply(result, 512 + 8 * len(result.token_ids))
+
+    def refuse(
+        self, body: dict[str, Any], chat: bool, error: RequestError, deadline: float | None, grpc: bool
+    ) -> Generator[Any, Any, Reply]:
+        """A leg whose body the engine's surface refuses before generating (the real servers' 400s)."""
+        start = self.env.now
+        yield from self._awake(deadline)
+        self.state.add_refused_leg(
+            self.cell.wall(start), error.status, self.env.now - start, ROUTER, request_id=None,
+            tag=tag_of_openai(body), leg=leg_of_openai(body, chat, grpc=grpc), error=error.message,
+        )
+        return Reply(Reject(error.status, error.message, error.err_type), 256)
+
+    def _refused_leg(self, req: GenRequest, start: float, status: int, error: str) -> None:
+        self.state.add_refused_leg(
+            self.cell.wall(start), status, self.env.now - start, ROUTER, request_id=req.request_id,
+            tag=find_tag(req.prompt_text), leg=req.leg, error=error,
+        )
 
     def _perform(self, flow: RequestFlow, step: Any, deadline: float | None) -> Generator[Any, Any, Any]:
         env, cell = self.env, self.cell
@@ -509,8 +607,9 @@ class SimEngine:
             return flow.on_deadline(env.now, cell.wall(env.now))
         if isinstance(step, QueryBootstrap):
             prefill = cell.engine_at_url(step.url)
+            lookup = self._caller
             result = yield from self._call_prefill(
-                prefill, "bootstrap", lambda p, d: p.bootstrap_query(d), step.timeout_s, deadline
+                prefill, "bootstrap", lambda p, d: p.bootstrap_query(d, lookup), step.timeout_s, deadline
             )
             yield from self._awake(deadline)
             error = None if result.ok else _transport_error(result.error)

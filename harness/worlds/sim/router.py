@@ -17,6 +17,7 @@ from typing import Any, assert_never
 
 import simpy
 
+from fake_engines.core.calls import GRPC_HEALTH, HEALTH, ROUTER
 from fake_engines.core.gen_request import GenRequest, GenResult, RequestError, gen_request_from_openai
 from fake_engines.core.request_flow import Reject
 from harness.routers.reference import reference_config
@@ -98,6 +99,8 @@ class SimRouter:
         router_cfg = replace(reference_config(settings), seed=cell.seed)
         self.cfg = router_cfg.health()
         self.transport = cell.topology.transport
+        # What the engines see of this router's probes: `GET /health`, or the gRPC `HealthCheck`.
+        self._probe_call = GRPC_HEALTH if self.transport == "grpc" else HEALTH
         self.connector = cell.topology.connector
         self.new_uuid = new_uuid
         self.registry = WorkerRegistry(self.cfg.bugs)
@@ -246,7 +249,10 @@ class SimRouter:
         try:
             t0 = self.env.now
             engine = self.engine_of(worker)
-            result = yield from self._call(engine, "serve", lambda e, d: e.health(d), 128, start.timeout_s)
+            probe = self._probe_call
+            result = yield from self._call(
+                engine, "serve", lambda e, d: e.health(d, ROUTER, probe), 128, start.timeout_s
+            )
             ok = result.ok and bool(result.value)
             done = on_probe_done(worker, token, ok, self.env.now - t0, self.env.now, self.cfg)
             self.record(done.effects)
@@ -475,15 +481,21 @@ class SimRouter:
         rid = (
             grpc_id if self.transport == "grpc" else f"{'chatcmpl' if chat else 'cmpl'}-{self.new_uuid().hex}"
         )
+        grpc = self.transport == "grpc"
         try:
-            req, _stream = gen_request_from_openai(body, chat, rid, None)
+            req, _stream = gen_request_from_openai(body, chat, rid, None, grpc=grpc)
         except RequestError as exc:
-            yield from wait(self.env, HOP_S, client_deadline)
-            return Reply(Reject(exc.status, exc.message, exc.err_type))
-        nbytes = 256 + 4 * len(req.prompt_text)
-        res = yield from self._call(
-            engine, "serve", lambda e, d: e.generate(req, d, marks), nbytes, timeout_s, client_deadline
-        )
+            # The engine's surface refuses it: the leg still goes there (and is in its records).
+            refused = exc
+            res = yield from self._call(
+                engine, "serve", lambda e, d: e.refuse(body, chat, refused, d, grpc), 256, timeout_s,
+                client_deadline,
+            )
+        else:
+            nbytes = 256 + 4 * len(req.prompt_text)
+            res = yield from self._call(
+                engine, "serve", lambda e, d: e.generate(req, d, marks), nbytes, timeout_s, client_deadline
+            )
         if res.ok:
             return Reply(res.value)
         return _transport_leg_error(res, engine, self.transport, timeout_s)

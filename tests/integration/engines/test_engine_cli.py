@@ -16,6 +16,7 @@ import pytest
 
 from fake_engines.cli import READY_PREFIX
 from fake_engines.control import ControlError, EngineControlClient
+from fake_engines.core.calls import is_call_record
 from fake_engines.core.generator import expected_completion
 from pdchaos.jsonl import read_jsonl
 from pdchaos.ports import free_ports, port_is_open
@@ -91,7 +92,7 @@ async def test_cli_start_ready_serve_sigterm(procs: list[asyncio.subprocess.Proc
     ):
         body = await r.json()
     assert body["choices"][0]["text"] == expected_completion("[pdchaos:cli:1] hi", 3)
-    (rec,) = list(read_jsonl(records))
+    (rec,) = [r for r in read_jsonl(records) if not is_call_record(r)]
     assert rec["engine"] == "cli-p" and rec["transfer_id"] == "x" and rec["engine_id"] == state["engine_id"]
     proc.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(proc.wait(), 10) == 0

@@ -12,6 +12,7 @@ import aiohttp
 import grpc
 import pytest
 
+from fake_engines.core.calls import is_call_record
 from fake_engines.core.generator import expected_completion, prompt_digest
 from fake_engines.core.tokenizer import decode as tokenizer_decode
 from fake_engines.core.tokenizer import encode
@@ -104,8 +105,8 @@ async def test_mooncake_pull_digest_matches(
     assert status == 200
     assert body["choices"][0]["text"] == expected_completion(prompt, 5)
     assert body["kv_transfer_params"] is None
-    (prec,) = list(read_jsonl(tmp_path / "p.jsonl"))
-    (drec,) = list(read_jsonl(tmp_path / "d.jsonl"))
+    (prec,) = [r for r in read_jsonl(tmp_path / "p.jsonl") if not is_call_record(r)]
+    (drec,) = [r for r in read_jsonl(tmp_path / "d.jsonl") if not is_call_record(r)]
     digest = prompt_digest(encode(prompt))
     assert prec["kind"] == "prefill" and prec["outcome"] == "computed" and prec["transfer_id"] == "xfer-1"
     assert prec["engine_id"] == p.engine_id and prec["prompt_digest"] == digest

@@ -95,7 +95,8 @@ def make_state(role: str = "both", connector: str = "none", now: float = 0.0, **
 
 def test_completion_body_defaults() -> None:
     req, stream = gen_request_from_openai({"prompt": PROMPT}, False, "r1", None)
-    assert req == GenRequest("r1", PROMPT, encode(PROMPT), DEFAULT_MAX_TOKENS, None, None)
+    leg = {"stream": False}  # the shape as told: no max_tokens, whatever the default
+    assert req == GenRequest("r1", PROMPT, encode(PROMPT), DEFAULT_MAX_TOKENS, None, None, leg)
     assert stream is False
 
 

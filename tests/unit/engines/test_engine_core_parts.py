@@ -366,8 +366,10 @@ def test_make_record_has_exactly_the_contract_keys() -> None:
         tag="[pdchaos:r:1]", connector="mooncake", prompt_digest="p", outcome="pulled", duration_s=0.1,
         output_digest="o", transfer_id="xfer-1", remote_engine_id="e0", kv_digest="p",
     )  # fmt: skip
-    # The contract's keys plus its compatible extensions (where a decode pulled from, as which engine).
-    assert set(rec) == RECORD_KEYS | {"peer", "peer_engine_id"}
+    # The contract's keys plus its compatible extensions (where a decode pulled from, as which engine; the
+    # leg's shape).
+    assert set(rec) == RECORD_KEYS | {"peer", "peer_engine_id", "leg"}
+    assert rec["leg"] is None
     assert rec["remote_request_id"] is None and rec["error"] is None
     assert json.loads(json.dumps(rec)) == rec
 

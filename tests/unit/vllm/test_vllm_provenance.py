@@ -1,4 +1,5 @@
-"""Provenance records of real vLLM engines: the relay's legs joined with the decode's NIXL log."""
+"""Provenance records of real vLLM engines: the relay's legs joined with the decode's NIXL log, and the
+`generate` calls of the legs the engines refused."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.vllm.provenance import NIXL_LOGGER, NixlLog, leg_record, logging_config, records_from
+from fake_engines.core.calls import is_call_record
+from harness.vllm.provenance import NIXL_LOGGER, NixlLog, leg_call, leg_record, logging_config, records_from
 
 # Lines as vLLM 0.32 writes them (from a run of this repository's vLLM backend).
 ALLOC = ("DEBUG 2026-12-01 08:26:48,904 [vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler] "
@@ -85,3 +87,48 @@ def test_logging_config_sends_only_the_nixl_debug_lines_to_the_file(tmp_path: Pa
     assert cfg["loggers"][NIXL_LOGGER] == {"handlers": ["nixl"], "level": "DEBUG", "propagate": True}
     assert cfg["loggers"]["vllm"]["level"] == "INFO"
     assert cfg["handlers"]["console"]["level"] == "INFO"  # DEBUG never reaches the engine's own log
+
+
+SHAPE = {"stream": False, "max_tokens": 1, "kv_transfer_params": {"do_remote_decode": True}}
+
+
+def test_a_served_leg_s_record_carries_its_shape_and_makes_no_call() -> None:
+    leg = _leg("prefill", answered={"remote_request_id": "r"}, leg=SHAPE, tag="[pdchaos:run:7]",
+               caller="router")
+    (rec,) = records_from([leg], NixlLog())
+    assert rec["leg"] == SHAPE and leg_call(leg, NixlLog()) is None
+
+
+@pytest.mark.parametrize(("status", "error"), [(400, "max_tokens must be at least 1"), (499, None)])
+def test_a_refused_or_cut_leg_is_a_generate_call_beside_its_failed_record(status: int,
+                                                                          error: str | None) -> None:
+    leg = _leg("prefill", ts=11.0, duration_s=0.5, status=status, error=error, leg=SHAPE, caller="harness")
+    rec, call = records_from([leg], NixlLog())
+    # The failed record stays for the handoff and legs checkers; the shape is on the call only.
+    assert rec["outcome"] == "failed" and rec["leg"] is None and rec["tag"] == "[pdchaos:run:7]"
+    assert is_call_record(call) and call["call"] == "generate" and call["status"] == status
+    assert call["ts"] == 10.5 and call["duration_s"] == 0.5  # stamped when the leg arrived
+    assert (call["engine"], call["engine_id"], call["generation"], call["role"]) == ("prefill-0", "e-1", 1,
+                                                                                      "prefill")
+    assert call["caller"] == "harness"
+    assert call["detail"] == {"request_id": "cmpl-aa", "tag": "[pdchaos:run:7]", "leg": SHAPE,
+                              "error": error or f"HTTP {status}"}
+
+
+def test_unreachable_engines_failed_streams_and_failed_pulls_are_no_calls() -> None:
+    log = NixlLog().read([FAILURE])
+    unreachable = _leg("decode", status=0, error="ClientConnectorError", told={"remote_request_id": "r"})
+    stream_error = _leg("local", status=200, error="EngineCore died")
+    failed_pull = _leg("decode", status=500, error="EngineCore", request_id="cmpl-91ddb0664c83f55f",
+                       told={"remote_request_id": "r-3"}, leg=SHAPE)
+    for leg in (unreachable, stream_error, failed_pull):
+        assert leg_call(leg, log) is None
+    rec = leg_record(failed_pull, log)
+    assert rec["outcome"] == "failed" and rec["leg"] == SHAPE  # it ran: its record keeps the shape
+
+
+def test_legs_written_before_the_relay_kept_shape_tag_and_caller_still_read() -> None:
+    rec, call = records_from([_leg("local", status=503, error="busy")], NixlLog())
+    assert rec["leg"] is None and rec["tag"] == "[pdchaos:run:7]"
+    assert call["caller"] == "router" and call["detail"]["leg"] is None
+    assert call["detail"]["tag"] == "[pdchaos:run:7]"
