@@ -22,7 +22,9 @@ from harness.checkers.handoff import (
     check_handoff,
     check_no_local_compute,
 )
+from harness.checkers.handoff_params import HandoffParamsExpect, check_handoff_params
 from harness.checkers.latency import LatencyExpect, check_latency
+from harness.checkers.leg_shape import LegShapeExpect, check_leg_shape
 from harness.checkers.legs import LegsOnceExpect, LegsSequencedExpect, check_legs_once, check_legs_sequenced
 from harness.checkers.lost import NothingLostExpect, check_nothing_lost
 from harness.checkers.metadata_reads import MetadataReadsExpect, check_metadata_reads
@@ -31,6 +33,7 @@ from harness.checkers.probes import ProbeScheduleExpect, check_probe_schedule
 from harness.checkers.prompt_503 import Prompt503Expect, check_prompt_503
 from harness.checkers.recovery import RecoveryExpect, check_recovery
 from harness.checkers.reported_id import ReportedEngineIdExpect, check_reported_engine_id
+from harness.checkers.status_contract import StatusContractExpect, check_status_contract
 from harness.checkers.transfer_timeout import TransferTimeoutExpect, check_transfer_timeout
 from harness.history import History
 from harness.verdict import Verdict
@@ -117,6 +120,9 @@ CHECKERS: dict[str, CheckerSpec] = {
         CheckerSpec("legs_sequenced", LegsSequencedExpect, check_legs_sequenced, needs=HANDOFFS),
         CheckerSpec("legs_once", LegsOnceExpect, check_legs_once, needs=HANDOFFS),
         CheckerSpec("latency", LatencyExpect, check_latency),
+        CheckerSpec("status_contract", StatusContractExpect, check_status_contract, needs=HANDOFFS),
+        CheckerSpec("leg_shape", LegShapeExpect, check_leg_shape, needs=HANDOFFS),
+        CheckerSpec("handoff_params", HandoffParamsExpect, check_handoff_params, needs=HANDOFFS),
     )
 }
 

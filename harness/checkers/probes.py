@@ -1,8 +1,11 @@
-"""Probe schedule kept while a worker is wedged (bugs #2, #12): from the router's `probe` events.
+"""Probe schedule kept while a worker is wedged (bugs #2, #12).
 
 Every other worker keeps being probed at least every `interval * slack`; the wedged worker is probed
-again once its probe timed out (a gap of at most `(interval + probe_timeout) * slack`). Probe events are
-stamped when the probe ends, so a probe that never returns shows as a gap that never closes.
+again once its probe timed out (a gap of at most `(interval + probe_timeout) * slack`).
+
+Judged from the router's own `probe` events when it exposes them (stamped when each probe ends, so a probe
+that never returns shows as a gap that never closes), else from the engines' side: their records of the
+router's probes, stamped as each arrived (any router).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
+from fake_engines.core.calls import PROBE_CALLS
 from harness.checkers._common import cap, find_setting, rounded, select_faults
 from harness.history import History
 from harness.verdict import Verdict
@@ -57,11 +61,37 @@ def _not_probed_by_design(history: History, worker: str, start: float, end: floa
     return False
 
 
+def probe_times(history: History) -> tuple[str, dict[str, list[float]]] | None:
+    """(source, probe times per worker): the router's probe events (by worker id) when it exposes them,
+    else the engines' records of its probes (keyed by engine name); None: neither."""
+    seen = history.router_calls(*PROBE_CALLS)
+    if seen and not history.router_events_of("probe"):
+        by_engine: dict[str, list[float]] = {}
+        for call in seen:
+            by_engine.setdefault(call.engine, []).append(call.at)
+        layout = history.settings.get("engines_layout") or {}
+        for engine in layout:
+            by_engine.setdefault(engine, [])
+        return "engines", by_engine
+    events = history.router_events_of("probe")
+    if not events:
+        return None
+    by_worker: dict[str, list[float]] = {}
+    for p in events:
+        if p.worker is not None:
+            by_worker.setdefault(p.worker, []).append(p.at)
+    for w in history.status:
+        by_worker.setdefault(w, [])
+    return "router events", by_worker
+
+
 def check_probe_schedule(history: History, exp: ProbeScheduleExpect | None = None) -> Verdict:
     exp = exp or ProbeScheduleExpect()
-    probes = history.router_events_of("probe")
-    if not probes:
-        return Verdict.unknown_(NAME, "the router under test exposes no probe events")
+    found = probe_times(history)
+    if found is None:
+        return Verdict.unknown_(
+            NAME, "no probe seen: the engines recorded none and the router exposes no probe events")
+    source, by_worker = found
     interval = (
         exp.interval_s if exp.interval_s is not None else find_setting(history.settings, INTERVAL_NAMES)
     )
@@ -77,12 +107,6 @@ def check_probe_schedule(history: History, exp: ProbeScheduleExpect | None = Non
     faults = select_faults(history, exp.faults, exp.kinds)
     if not faults:
         return Verdict.unknown_(NAME, "no wedge fault in the history")
-    by_worker: dict[str, list[float]] = {}
-    for p in probes:
-        if p.worker is not None:
-            by_worker.setdefault(p.worker, []).append(p.at)
-    for w in history.status:
-        by_worker.setdefault(w, [])
     for times in by_worker.values():
         times.sort()
     steady_limit = interval * exp.slack
@@ -92,7 +116,7 @@ def check_probe_schedule(history: History, exp: ProbeScheduleExpect | None = Non
     judged = 0
     for f in faults:
         start, end = f.window(history.end_t)
-        wedged = set(history.workers_for(f.target))
+        wedged = {f.target} if source == "engines" else set(history.workers_for(f.target))
         gaps: dict[str, Any] = {}
         if not wedged:
             evidence_unknown = f"{f.fault}: no router worker for target {f.target!r}"
@@ -100,7 +124,8 @@ def check_probe_schedule(history: History, exp: ProbeScheduleExpect | None = Non
             continue
         for worker, times in by_worker.items():
             limit = wedged_limit if worker in wedged else steady_limit
-            if end - start < limit or _not_probed_by_design(history, worker, start, end):
+            workers = history.workers_for(worker) if source == "engines" else [worker]
+            if end - start < limit or any(_not_probed_by_design(history, w, start, end) for w in workers):
                 continue
             gap = max_gap(times, start, end)
             judged += 1
@@ -113,7 +138,8 @@ def check_probe_schedule(history: History, exp: ProbeScheduleExpect | None = Non
                 role = "wedged worker" if worker in wedged else "worker"
                 evidence.append(f"{f.fault}: {role} {worker} not probed for {gap:.2f}s (limit {limit:.2f}s)")
         per[f.fault] = {"window": [rounded(start, 3), rounded(end, 3)], "workers": gaps}
-    numbers = {"interval_s": interval, "probe_timeout_s": timeout, "slack": exp.slack, "faults": per}
+    numbers = {"interval_s": interval, "probe_timeout_s": timeout, "slack": exp.slack, "faults": per,
+               "source": source}
     if evidence:
         return Verdict.fail(
             NAME, f"probe schedule broken: {len(evidence)} gap(s) too long", numbers, cap(evidence)

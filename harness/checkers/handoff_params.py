@@ -1,0 +1,139 @@
+"""Minting and relaying per request: each decode's KV parameters equal what the contract derives from the
+prefill that computed the request (docs/DESIGN.md §2), judged request by request from the engines' records.
+
+Mooncake (the router mints): the decode's `transfer_id` is the one its prefill leg carried; its
+`remote_engine_id` is an id that prefill reported (a metadata read or its bootstrap `/query`), and the
+prefill's id in force once the router had time to learn it: a restart must be noticed within the
+identity-check bound (`identity_check_interval_s` plus two probe timeouts and a probe interval's tick), else
+the dead id goes on being minted. A router that knows an id (some read of it returned one) must mint: a
+read never clears a known id. NIXL (the router relays): the decode gets the prefill's answer verbatim, so its
+`remote_engine_id` and `remote_request_id` name that prefill's computation.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from harness.checkers._common import cap
+from harness.contract.evidence import EngineView, Leg
+from harness.contract.settings import ID_READ_CALLS
+from harness.history import History
+from harness.verdict import Verdict
+
+NAME = "handoff_params"
+
+
+@dataclass(frozen=True)
+class HandoffParamsExpect:
+    """`slack_s`: observation slack around each moment compared."""
+
+    slack_s: float = 0.1
+
+
+def reported_ids(view: EngineView, engine: str) -> list[tuple[float, str]]:
+    """(when the router had it, id) for every engine id `engine` reported in an id read."""
+    out = []
+    for call in view.history.engine_calls:
+        if call.engine != engine or call.call not in ID_READ_CALLS or call.by_harness or call.status != 200:
+            continue
+        ids = call.detail.get("engine_ids") or [call.detail.get("kv_engine_id")]
+        done = call.at + (call.duration_s or 0.0)
+        out.extend((done, i) for i in ids if isinstance(i, str) and i)
+    return sorted(out)
+
+
+def _id_since(view: EngineView, engine: str, engine_id: str) -> float | None:
+    """When `engine` started serving as `engine_id`."""
+    for state in view.history.engines.get(engine, []):
+        if state.engine_id == engine_id:
+            return state.t
+    return None
+
+
+def refresh_bound_s(view: EngineView) -> float | None:
+    c = view.contract
+    rule = c.rules.get("id_refresh_bound_s")
+    if isinstance(rule, int | float):
+        return float(rule)
+    if c.identity_check_interval_s is None:
+        return None
+    return c.identity_check_interval_s + 2 * c.probe_timeout_s + c.interval_s / 10
+
+
+def _mooncake(view: EngineView, tag: str, p: Leg, d: Leg, slack: float) -> list[str]:
+    out: list[str] = []
+    kv = d.leg.get("kv_transfer_params") if d.leg else None
+    told = p.leg.get("kv_transfer_params") if p.leg else None
+    known = [(t, i) for t, i in reported_ids(view, p.engine) if t <= p.at + slack]
+    if not isinstance(kv, dict) or not kv:
+        if known and not isinstance(told, dict):
+            last_t, last = known[-1]
+            out.append(f"{tag} was not minted, though {p.engine} reported id {last} at t={last_t:.3f}: "
+                       "a read never clears a known id")
+        return out
+    if isinstance(told, dict) and kv.get("transfer_id") != told.get("transfer_id"):
+        out.append(f"{tag}: the decode was told transfer {kv.get('transfer_id')}, the prefill leg carried "
+                   f"{told.get('transfer_id')}")
+    minted = kv.get("remote_engine_id")
+    base = minted.split("_dp")[0] if isinstance(minted, str) else minted
+    if base not in {i for _, i in reported_ids(view, p.engine)} | {s.engine_id for s in
+                                                                   view.history.engines.get(p.engine, [])}:
+        out.append(f"{tag}: minted engine id {minted}, which {p.engine} never had nor reported")
+        return out
+    if p.engine_id and base != p.engine_id:
+        since = _id_since(view, p.engine, p.engine_id)
+        bound = refresh_bound_s(view)
+        if since is not None and (bound is None or d.at - since > bound + slack):
+            limit = "no refresh bound: the router never re-reads it" if bound is None else f"bound {bound:g}s"
+            out.append(f"{tag}: minted {minted} at t={d.at:.3f}, but {p.engine} serves as {p.engine_id} "
+                       f"since t={since:.3f} ({limit})")
+    return out
+
+
+def _nixl(tag: str, p: Leg, d: Leg, request_id: str | None) -> list[str]:
+    kv = d.leg.get("kv_transfer_params") if d.leg else None
+    if not isinstance(kv, dict) or not kv:
+        return [f"{tag}: {p.engine} computed the prefill but its params were not relayed to {d.engine}"]
+    out = []
+    if kv.get("remote_engine_id") != p.engine_id:
+        out.append(f"{tag}: the decode was told engine {kv.get('remote_engine_id')}, the prefill ran as "
+                   f"{p.engine_id}")
+    if request_id is not None and kv.get("remote_request_id") not in (None, request_id):
+        out.append(f"{tag}: the decode was told request {kv.get('remote_request_id')}, the prefill's was "
+                   f"{request_id}")
+    return out
+
+
+def check_handoff_params(history: History, exp: HandoffParamsExpect | None = None) -> Verdict:
+    exp = exp or HandoffParamsExpect()
+    view = EngineView.of(history)
+    if view is None:
+        return Verdict.unknown_(NAME, "the router's settings are not in the run's settings")
+    connector = view.contract.connector
+    if connector not in ("mooncake", "nixl"):
+        return Verdict.unknown_(NAME, f"no handoff contract for connector {connector!r}")
+    by_tag: dict[str, dict[str, list[Leg]]] = defaultdict(lambda: defaultdict(list))
+    for leg in view.legs():
+        if leg.tag is not None and leg.leg:
+            by_tag[leg.tag][view.roles.get(leg.engine, "")].append(leg)
+    request_ids = {h.tag: h.request_id for h in history.handoffs if h.kind == "prefill"}
+    evidence: list[str] = []
+    judged = 0
+    for tag, legs in by_tag.items():
+        prefills = [p for p in legs.get("prefill", []) if p.kind == "prefill" and p.outcome == "computed"]
+        decodes = [d for d in legs.get("decode", []) if d.kind != "refused"]
+        if len(prefills) != 1 or not decodes:
+            continue  # no computed prefill, or run twice: legs_once and status_contract judge those
+        judged += 1
+        p, d = prefills[0], decodes[0]
+        found = (_mooncake(view, tag, p, d, exp.slack_s) if connector == "mooncake"
+                 else _nixl(tag, p, d, request_ids.get(tag)))
+        evidence.extend(f"router side: {line}" for line in found)
+    numbers = {"requests": judged, "bad": len(evidence), "refresh_bound_s": refresh_bound_s(view)}
+    if evidence:
+        what = f"{len(evidence)} handoff parameter(s) not what the contract derives"
+        return Verdict.fail(NAME, what, numbers, cap(evidence))
+    if judged == 0:
+        return Verdict.unknown_(NAME, "no request with a computed prefill and a decode leg", numbers)
+    return Verdict.ok(NAME, f"{judged} requests handed off with the parameters the contract derives", numbers)

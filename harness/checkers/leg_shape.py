@@ -1,0 +1,117 @@
+"""Leg shape: every leg reached its engine as the PD contract says it must (docs/DESIGN.md §2).
+
+A prefill leg is sanitised: not streamed, one token (`max_tokens` 1), one choice, no `min_tokens` nor
+`stream_options`, `ignore_eos` over gRPC, and tagged for a remote decode (`do_remote_decode` true,
+`do_remote_prefill` false; Mooncake: the minted `transfer_id`). A decode leg carries the client's own
+parameters (stream, max_tokens, min_tokens, n) and, when it hands off, `do_remote_prefill` true. Judged from
+what the engines recorded of each leg (`leg` on their records), so it holds for any router; a gateway that
+documents another shape says so through its adapter's rules (`prefill_max_tokens`, `prefill_ignore_eos`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness.checkers._common import cap
+from harness.contract.evidence import EngineView, Leg
+from harness.history import History, RequestView
+from harness.verdict import Verdict
+
+NAME = "leg_shape"
+
+
+@dataclass(frozen=True)
+class LegShapeExpect:
+    """`roles`: which legs to judge."""
+
+    roles: tuple[str, ...] = ("prefill", "decode")
+
+
+def _client_value(req: RequestView, view: EngineView, key: str) -> Any:
+    """What the client asked for (the request record, else the run's workload)."""
+    own = getattr(req, key, None)
+    if own is not None:
+        return own
+    return (view.history.settings.get("workload") or {}).get(key)
+
+
+def prefill_problems(leg: Leg, view: EngineView) -> list[str]:
+    shape, rules = leg.leg, view.contract.rules
+    out = []
+    if shape.get("stream"):
+        out.append("streamed")
+    wanted = rules.get("prefill_max_tokens", 1)
+    if shape.get("max_tokens") != wanted:
+        out.append(f"max_tokens {shape.get('max_tokens')} (contract: {wanted})")
+    if shape.get("n") not in (None, 1):
+        out.append(f"n {shape.get('n')}")
+    if shape.get("min_tokens") is not None:
+        out.append(f"min_tokens {shape.get('min_tokens')} kept")
+    if shape.get("stream_options"):
+        out.append("stream_options kept")
+    grpc = view.contract.transport == "grpc"
+    if grpc and rules.get("prefill_ignore_eos", True) and not shape.get("ignore_eos"):
+        out.append("ignore_eos not set")
+    kv = shape.get("kv_transfer_params")
+    if kv is None:
+        if view.contract.connector == "nixl":
+            out.append("no kv_transfer_params (a NIXL prefill must be told do_remote_decode)")
+        return out
+    if not isinstance(kv, dict):
+        return [*out, f"kv_transfer_params not an object: {kv!r}"]
+    if kv.get("do_remote_decode") is not True or kv.get("do_remote_prefill") not in (False, None):
+        out.append(f"not tagged for a remote decode: {_brief(kv)}")
+    if view.contract.connector == "mooncake" and not isinstance(kv.get("transfer_id"), str):
+        out.append(f"no transfer_id: {_brief(kv)}")
+    return out
+
+
+def decode_problems(leg: Leg, req: RequestView, view: EngineView) -> list[str]:
+    shape = leg.leg
+    out = []
+    stream = bool(req.stream)
+    if bool(shape.get("stream")) != stream:
+        out.append(f"stream {bool(shape.get('stream'))} (the client asked {stream})")
+    for key in ("max_tokens", "min_tokens"):
+        asked = _client_value(req, view, key)
+        if asked is not None and shape.get(key) != asked:
+            out.append(f"{key} {shape.get(key)} (the client asked {asked})")
+    if shape.get("n") not in (None, 1):
+        out.append(f"n {shape.get('n')} (the client asked 1)")
+    kv = shape.get("kv_transfer_params")
+    remote = isinstance(kv, dict) and kv.get("do_remote_prefill") is True and not kv.get("do_remote_decode")
+    if isinstance(kv, dict) and kv and not remote:
+        out.append(f"handoff params not for a remote prefill: {_brief(kv)}")
+    return out
+
+
+def _brief(kv: dict[str, Any]) -> str:
+    keys = ("do_remote_decode", "do_remote_prefill", "transfer_id", "remote_engine_id")
+    return "{" + ", ".join(f"{k}: {kv.get(k)!r}" for k in keys if k in kv) + "}"
+
+
+def check_leg_shape(history: History, exp: LegShapeExpect | None = None) -> Verdict:
+    exp = exp or LegShapeExpect()
+    view = EngineView.of(history)
+    if view is None:
+        return Verdict.unknown_(NAME, "the router's settings are not in the run's settings")
+    evidence: list[str] = []
+    judged = 0
+    for leg in view.legs():
+        role = view.roles.get(leg.engine)
+        req = history.request_by_tag(leg.tag)
+        if role not in exp.roles or req is None or not leg.leg:
+            continue
+        judged += 1
+        problems = prefill_problems(leg, view) if role == "prefill" else decode_problems(leg, req, view)
+        if problems:
+            evidence.append(f"router side: {leg.tag}'s {role} leg to {leg.engine} at t={leg.at:.3f}: "
+                            + "; ".join(problems))
+    numbers = {"legs": judged, "bad": len(evidence)}
+    if evidence:
+        what = f"{len(evidence)} of {judged} legs not shaped as the contract says"
+        return Verdict.fail(NAME, what, numbers, cap(evidence))
+    if judged == 0:
+        return Verdict.unknown_(NAME, "no engine recorded the shape of a leg", numbers)
+    return Verdict.ok(NAME, f"{judged} legs shaped as the contract says", numbers)

@@ -1,0 +1,118 @@
+"""The engines' view of a run, joined for the contract checkers: which engines are router workers, the
+probes each answered, the legs each got, and each worker's contract status over time.
+
+Everything here is read from the engines' side (engine call records and handoff provenance records) and
+from the faults the harness carried out, so it holds for any router under test, one that exposes no events
+of its own included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.contract.reach import Window, probe_windows
+from harness.contract.settings import RouterContract, contract_of
+from harness.contract.timeline import ProbeSeen, WorkerTimeline, build_timeline
+from harness.history import History
+
+REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class Leg:
+    """One leg an engine got: a handoff record it made, or a generation call it refused (`kind` REFUSED)."""
+
+    engine: str
+    tag: str | None
+    at: float  # when it reached the engine (scenario clock)
+    kind: str  # prefill | decode | local | refused
+    status: int | None  # the engine's answer (None: it made a handoff record)
+    leg: dict[str, Any] = field(default_factory=dict)
+    outcome: str | None = None
+    transfer_id: str | None = None
+    remote_engine_id: str | None = None
+    engine_id: str | None = None
+    request_id: str | None = None
+    ended: float | None = None
+
+
+class EngineView:
+    """The joined engine-side evidence of one history, for one router contract."""
+
+    def __init__(self, history: History, contract: RouterContract) -> None:
+        self.history = history
+        self.contract = contract
+        layout = history.settings.get("engines_layout") or {}
+        self.roles: dict[str, str] = {name: str(spec.get("role")) for name, spec in layout.items()}
+        self._timelines: dict[str, WorkerTimeline] = {}
+        self._legs: list[Leg] | None = None
+
+    @classmethod
+    def of(cls, history: History) -> EngineView | None:
+        contract = contract_of(history.run)
+        return None if contract is None else cls(history, contract)
+
+    def workers(self, role: str | None = None) -> list[str]:
+        return sorted(n for n, r in self.roles.items() if role is None or r == role)
+
+    def probes(self, engine: str) -> list[ProbeSeen]:
+        out = []
+        for call in self.history.engine_calls_of(engine, *self.contract.probe_calls):
+            healthy = call.status == 200 and call.detail.get("healthy", True) is not False
+            out.append(ProbeSeen(call.at, call.duration_s or 0.0, healthy))
+        return out
+
+    def windows(self, engine: str) -> list[Window]:
+        return probe_windows(self.history, engine, self.contract)
+
+    def worker_api_times(self, engine: str) -> tuple[float | None, float | None]:
+        """When the harness added and removed `engine` through the router's worker API (None: never)."""
+        added = removed = None
+        for f in self.history.fault_list():
+            kind = (f.kind or "").split(":")[-1]
+            if f.target == engine and kind == "add_worker" and added is None:
+                added = f.applied_t
+            if f.target == engine and kind == "remove_worker" and removed is None:
+                removed = f.applied_t
+        return added, removed
+
+    def unregistered_at_start(self, engine: str) -> bool:
+        """Whether the router started without this worker (it joins through the worker API, if ever)."""
+        left_out = self.history.settings.get("unregistered_engines") or ()
+        return engine in left_out
+
+    def timeline(self, engine: str) -> WorkerTimeline:
+        if engine not in self._timelines:
+            added, removed = self.worker_api_times(engine)
+            if added is None and self.unregistered_at_start(engine):
+                added = float("inf")
+            self._timelines[engine] = build_timeline(
+                engine, self.probes(engine), self.windows(engine), self.contract,
+                added_t=added, removed_t=removed,
+            )
+        return self._timelines[engine]
+
+    def legs(self) -> list[Leg]:
+        """Every leg an engine got, in arrival order."""
+        if self._legs is not None:
+            return self._legs
+        out: list[Leg] = []
+        refused = self.history.router_calls("generate")
+        # A relay in front of a real engine keeps a refused leg's failed handoff record beside its call.
+        called = {(c.engine, c.detail.get("request_id")) for c in refused}
+        for h in self.history.handoffs:
+            if h.engine is None or h.kind is None:
+                continue
+            if h.leg is None and (h.engine, h.request_id) in called:
+                continue
+            arrived = h.at - (h.duration_s or 0.0)
+            out.append(Leg(h.engine, h.tag, arrived, h.kind, None, dict(h.leg or {}), h.outcome,
+                           h.transfer_id, h.remote_engine_id, h.engine_id, h.request_id, h.at))
+        for call in refused:
+            d = call.detail
+            out.append(Leg(call.engine, d.get("tag"), call.at, REFUSED, call.status, dict(d.get("leg") or {}),
+                           engine_id=call.engine_id, request_id=d.get("request_id"), ended=call.ended_at))
+        out.sort(key=lambda leg: leg.at)
+        self._legs = out
+        return out

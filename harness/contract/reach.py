@@ -1,0 +1,138 @@
+"""When a router's probes of an engine could not be seen, or seen as the router saw them, from the engine.
+
+Outside these windows every probe the router sends reaches the engine and is in its records, answered as
+the router sees it answered. Inside them:
+- DOWN: the engine is unreachable (its process down or cut off): every probe the router sends then fails
+  without reaching it. The router probes on a schedule, so a long stretch holds at least a known number of
+  such failures (the contract's detection bound) and at most another.
+- MURKY: probes may reach it late, be cut on the way back or be answered after the router gave up (a slow
+  or broken link, a wedged or slowed health surface, a process just resumed): what the engine saw of a
+  probe says nothing sure of what the router saw, and any number of failures may be hidden.
+
+Windows are built from the faults the harness carried out (the ledger's own records), never from the
+engine's word about itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from harness.contract.settings import RouterContract
+from harness.history import FaultView, History
+
+DOWN = "down"
+MURKY = "murky"
+
+# Slack after a window for a probe answered just as it closed (the two clocks of a real run, a hop).
+EDGE_S = 0.1
+
+_SERVING_LINKS = (None, "serve")
+_HEALTH_SURFACES = (None, "all", "health")
+# Faults that take the process away (or its listeners) until they are healed: probes are refused.
+_PROCESS_DOWN = ("crash", "restart", "slow_start", "start_engine")
+# Faults that never touch what a probe sees.
+_NEUTRAL = (
+    "patch_worker", "add_worker", "remove_worker", "heal", "respawn", "no_engine_id", "fail_server_info",
+    "fail_requests", "heal_link",
+)
+
+
+@dataclass(frozen=True)
+class Window:
+    start: float
+    end: float
+    kind: str  # DOWN | MURKY
+    why: str
+
+    def hidden(self, contract: RouterContract) -> tuple[int, int]:
+        """How many failed probes the router may have sent in it that the engine never saw (at least, at
+        most). At least counts only for DOWN windows: probes go out at least every interval plus a probe
+        timeout (a probe that hangs holds the next one back), the first and last may fall outside."""
+        length = max(0.0, self.end - self.start)
+        most = math.ceil(length / contract.interval_s) + 3
+        if self.kind != DOWN:
+            return 0, most
+        least = max(0, math.floor(length / (contract.interval_s + contract.probe_timeout_s)) - 1)
+        return min(least, most), most
+
+
+def exited_after(history: History, fault: FaultView) -> float | None:
+    """How long after a graceful stop its process ended, as the harness saw it end (None: not seen)."""
+    for r in history.records:
+        if r.get("type") == "note" and r.get("fault") == fault.fault and "exited_after_s" in r:
+            value = r.get("exited_after_s")
+            return float(value) if isinstance(value, int | float) else None
+    return None
+
+
+def fault_windows(fault: FaultView, history: History, contract: RouterContract) -> list[Window]:
+    """The windows one fault opens on its target's probes (none for a fault that cannot touch them)."""
+    if fault.applied_t is None:
+        return []
+    kind = (fault.kind or "").split(":")[-1]
+    start, end = fault.window(history.end_t)
+    params = fault.params
+    why = f"{fault.fault} ({kind})"
+    edge = Window(end, end + contract.probe_timeout_s + EDGE_S, MURKY, f"{why}: just healed")
+    if kind in _NEUTRAL:
+        return []
+    if kind in _PROCESS_DOWN:
+        return [Window(start, end, DOWN, why), edge]
+    if kind == "graceful_stop" or kind == "die":
+        # It answers its probes itself (unhealthy) until the process ends, then it is gone.
+        if kind == "die":
+            after = float(params.get("exit_after_s") or 0.0)
+        else:
+            # It ends when its drain does, at most at the SIGKILL after its grace.
+            after = exited_after(history, fault)
+            after = float(params.get("grace_s") or 0.0) if after is None else after
+        exit_at = min(start + after, end)
+        return [Window(exit_at, end, DOWN, why), edge] if exit_at < end else [edge]
+    if kind.startswith("link_"):
+        if params.get("link") not in _SERVING_LINKS:
+            return []
+        hard = kind in ("link_down", "link_timeout")
+        return [Window(start, end, DOWN if hard else MURKY, why), edge]
+    if kind == "wedge":
+        if params.get("mode") == "sigstop":
+            # Frozen: probes hang, then the ones still queued are answered once it resumes.
+            return [Window(start, end, DOWN, why), edge]
+        if params.get("surface", "all") in _HEALTH_SURFACES:
+            return [Window(start, end, MURKY, why), edge]
+        return []
+    if kind == "latency":
+        if params.get("surface", "all") in _HEALTH_SURFACES:
+            return [Window(start, end, MURKY, why), edge]
+        return []
+    # A fault this model does not know: nothing sure of the probes in its time.
+    return [Window(start, end, MURKY, why), edge]
+
+
+def probe_windows(history: History, engine: str, contract: RouterContract) -> list[Window]:
+    """Every window on `engine`'s probes, merged where they overlap (DOWN only where all merged are)."""
+    out: list[Window] = []
+    states = history.engines.get(engine, [])
+    first = next((s.t for s in states if s.serving is not False), None)
+    # Before it first served (loading, started late) a probe of it failed unseen.
+    out.append(Window(0.0, (first if first is not None else history.end_t) + EDGE_S, MURKY, "not started"))
+    for f in history.fault_list():
+        if f.target == engine:
+            out.extend(fault_windows(f, history, contract))
+    return merge(out)
+
+
+def merge(windows: list[Window]) -> list[Window]:
+    """Overlapping windows as one: DOWN only where every one merged is (the stricter lower bound would not
+    hold across a stretch where probes may have got through)."""
+    out: list[Window] = []
+    for w in sorted(windows, key=lambda w: (w.start, w.end)):
+        if w.end <= w.start:
+            continue
+        if out and w.start < out[-1].end:
+            last = out.pop()
+            kind = DOWN if last.kind == DOWN and w.kind == DOWN else MURKY
+            out.append(Window(last.start, max(last.end, w.end), kind, f"{last.why}; {w.why}"))
+            continue
+        out.append(w)
+    return out

@@ -1,0 +1,416 @@
+"""The contract checkers (status machine, leg shape, handoff parameters) on synthetic histories that hold only
+the engines' own records: probes answered, legs served or refused, as a router exposing nothing leaves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_checkers_builders import HB, WALL0
+
+from harness.checkers import (
+    HandoffParamsExpect,
+    LegShapeExpect,
+    MetadataReadsExpect,
+    ProbeScheduleExpect,
+    StatusContractExpect,
+    check_handoff_params,
+    check_leg_shape,
+    check_metadata_reads,
+    check_probe_schedule,
+    check_status_contract,
+)
+from harness.contract.reach import DOWN, MURKY, Window, probe_windows
+from harness.contract.settings import contract_of
+from harness.contract.status_model import (
+    FAILED,
+    NOT_READY,
+    PENDING,
+    READY,
+    Outcome,
+    Thresholds,
+    WorkerState,
+    apply,
+    apply_failures,
+    statuses,
+    step,
+)
+
+Shape = dict[str, Any]
+INTERVAL = 0.3
+TIMEOUT = 0.5
+
+
+TOP = ("health_interval_s", "health_timeout_s", "failure_threshold", "success_threshold", "request_timeout_s")
+
+
+def settings(failure: int = 1, success: int = 1, **router: Any) -> dict[str, Any]:
+    r = {"health_interval_s": INTERVAL, "health_timeout_s": TIMEOUT, "failure_threshold": failure,
+         "success_threshold": success, "request_timeout_s": 8.0, "identity_check_interval_s": 1.0, **router}
+    return {
+        **{k: r[k] for k in TOP},
+        "router": r,
+        "workload": {"max_tokens": 6},
+        "engines_layout": {"prefill-0": {"role": "prefill", "url": "http://p0"},
+                           "decode-0": {"role": "decode", "url": "http://d0"}},
+    }
+
+
+class Run:
+    """A 1p1d run told through the engines' records only."""
+
+    def __init__(self, failure: int = 1, success: int = 1, connector: str = "mooncake",
+                 transport: str = "http") -> None:
+        self.hb = HB(started=False)
+        self.hb.at(0.0).run_started("contract", "1p1d", connector, transport, "gateway", 1,
+                                    settings(failure, success))
+        self.transport = transport
+        self.connector = connector
+        self.hb.engine(0.0, "prefill-0", "A", "prefill", "http://p0")
+        self.hb.engine(0.0, "decode-0", "D", "decode", "http://d0")
+
+    def probe(self, t: float, engine: str, healthy: bool = True, duration: float = 0.002,
+              caller: str = "router") -> None:
+        call = "grpc_health" if self.transport == "grpc" else "health"
+        status = 200 if healthy or self.transport == "grpc" else 503
+        self.hb.at(t + duration).engine_call({
+            "record": "engine_call", "ts": WALL0 + t, "engine": engine, "engine_id": "A", "generation": 1,
+            "role": "prefill", "call": call, "status": status, "duration_s": duration, "caller": caller,
+            "detail": {"healthy": healthy},
+        })
+
+    def probes(self, engine: str, start: float, end: float, healthy: bool = True) -> None:
+        t = start
+        while t < end:
+            self.probe(t, engine, healthy)
+            t += INTERVAL
+
+    def leg(self, t: float, engine: str, kind: str, tag: str, leg: dict[str, Any], **fields: Any) -> None:
+        rec = {"ts": WALL0 + t + 0.01, "engine": engine, "engine_id": fields.pop("engine_id", "A"),
+               "generation": 1, "role": kind, "kind": kind, "request_id": f"r-{tag}", "tag": tag,
+               "connector": self.connector, "transfer_id": None, "remote_engine_id": None,
+               "remote_request_id": None, "prompt_digest": "pd",
+               "kv_digest": "pd" if kind == "decode" else None,
+               "outcome": "pulled" if kind == "decode" else "computed", "error": None, "duration_s": 0.01,
+               "output_digest": "o", "leg": leg, **fields}
+        self.hb.at(t + 0.01).handoff(rec)
+
+    def pd(self, t: float, prefill_leg: Shape | None = None, decode_leg: Shape | None = None,
+           decode_fields: Shape | None = None) -> str:
+        tag = self.hb.request(t, 0.05)
+        transfer = f"xfer-{tag}"
+        p = prefill_leg if prefill_leg is not None else {
+            "stream": False, "max_tokens": 1,
+            "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False,
+                                   "transfer_id": transfer}}
+        if self.transport == "grpc" and prefill_leg is None:
+            p["ignore_eos"] = True
+        d = decode_leg if decode_leg is not None else {
+            "stream": False, "max_tokens": 6,
+            "kv_transfer_params": {"do_remote_decode": False, "do_remote_prefill": True,
+                                   "transfer_id": transfer, "remote_engine_id": "A"}}
+        self.leg(t, "prefill-0", "prefill", tag, p, transfer_id=transfer)
+        kv = d.get("kv_transfer_params") or {}
+        self.leg(t + 0.02, "decode-0", "decode", tag, d, engine_id="D", transfer_id=kv.get("transfer_id"),
+                 remote_engine_id=kv.get("remote_engine_id"), **(decode_fields or {}))
+        return tag
+
+    def history(self, end: float = 6.0) -> Any:
+        self.hb.end(end)
+        return self.hb.history()
+
+
+def healthy_run(**kw: Any) -> Run:
+    run = Run(**kw)
+    run.probes("prefill-0", 0.1, 5.9)
+    run.probes("decode-0", 0.1, 5.9)
+    return run
+
+
+# ------------------------------------------------------------------------------------ the status machine
+
+
+def test_the_state_machine_follows_the_contract() -> None:
+    th = Thresholds(failure=2, success=2)
+    s = WorkerState(PENDING)
+    s = step(s, True, th)
+    assert s.status == PENDING
+    s = step(s, True, th)
+    assert s == WorkerState(READY)
+    s = step(step(s, False, th), False, th)
+    assert s.status == NOT_READY
+    for _ in range(4):  # 3 x failure in a row since Ready
+        s = step(s, False, th)
+    assert s.status == FAILED
+    s = step(step(s, True, th), True, th)
+    assert s == WorkerState(READY), "Failed is not terminal"
+    pending = WorkerState(PENDING)
+    for _ in range(19):
+        pending = step(pending, False, th)
+    assert pending.status == PENDING
+    assert step(pending, False, th).status == FAILED
+    # On its last chance a worker proven healthy is promoted, not failed.
+    almost = WorkerState(PENDING, 1, 0, 19)
+    assert step(almost, True, th).status == READY
+
+
+def test_an_either_outcome_keeps_both_and_failures_come_in_a_range() -> None:
+    th = Thresholds(1, 1)
+    both = apply({WorkerState(READY)}, Outcome.EITHER, th)
+    assert statuses(both) == {READY, NOT_READY}
+    th3 = Thresholds(3, 2)
+    ranged = apply_failures({WorkerState(READY)}, 3, 5, th3)
+    assert statuses(ranged) == {NOT_READY}
+    assert statuses(apply_failures({WorkerState(READY)}, 0, 2, th3)) == {READY}
+    with pytest.raises(ValueError):
+        Thresholds(0, 1)
+
+
+# ------------------------------------------------------------------------------------ reach windows
+
+
+def test_fault_windows_follow_what_the_fault_does_to_probes() -> None:
+    hb = HB(settings=settings())
+    hb.engine(0.0, "prefill-0", "A", "prefill")
+    hb.fault("crash", "crash", "prefill-0", applied=1.0, healed=3.0)
+    hb.at(4.0).fault_applied("side", "link_down", "prefill-0", {"link": "side_channel"}, {})
+    hb.at(4.5).fault_applied("freeze", "wedge", "prefill-0", {"mode": "sigstop"}, {})
+    hb.at(5.0).fault_healed("freeze", "wedge", "prefill-0")
+    hb.at(6.0).fault_applied("slow", "latency", "prefill-0", {"surface": "health", "ms": 900}, {})
+    hb.at(6.5).fault_healed("slow", "latency", "prefill-0")
+    hb.at(7.0).fault_applied("meta", "wedge", "prefill-0", {"surface": "metadata"}, {})
+    hb.end(9.0)
+    h = hb.history()
+    contract = contract_of(h.run)
+    assert contract is not None
+    windows = probe_windows(h, "prefill-0", contract)
+    kinds = [(round(w.start, 2), round(w.end, 2), w.kind) for w in windows]
+    assert (1.0, 3.0, DOWN) in kinds, "a crash: down until it serves again"
+    assert (4.5, 5.0, DOWN) in kinds, "a frozen process answers nothing"
+    assert (6.0, 6.5, MURKY) in kinds, "a slowed health surface bends what the router saw"
+    assert not any(w.start >= 7.0 for w in windows), "a side channel or metadata fault leaves probes alone"
+    assert not any(4.0 <= w.start < 4.5 for w in windows)
+    least, most = Window(1.0, 3.0, DOWN, "crash").hidden(contract)
+    assert least == 1 and most >= 7
+    assert Window(1.0, 3.0, MURKY, "link").hidden(contract)[0] == 0
+
+
+# ------------------------------------------------------------------------------------ status_contract
+
+
+def test_a_router_that_follows_the_probes_passes() -> None:
+    run = healthy_run()
+    for i in range(10):
+        run.pd(1.0 + 0.4 * i)
+    v = check_status_contract(run.history())
+    assert v.status == "pass", v.evidence
+    assert v.numbers["legs"] == 20 and v.numbers["detection_bound_s"] > 0
+
+
+def test_a_leg_to_a_worker_its_own_probes_took_out_is_a_violation() -> None:
+    run = Run()
+    run.probes("decode-0", 0.1, 5.9)
+    run.probes("prefill-0", 0.1, 2.0)
+    run.probes("prefill-0", 2.0, 4.0, healthy=False)  # seen failures: it answers unhealthy
+    tag = run.pd(3.0)
+    v = check_status_contract(run.history())
+    assert v.status == "fail"
+    assert tag in v.evidence[0] and "not Ready since t=2.002" in v.evidence[0]
+
+
+def test_a_threshold_of_two_allows_one_failure() -> None:
+    run = Run(failure=2)
+    run.probes("decode-0", 0.1, 5.9)
+    run.probes("prefill-0", 0.1, 2.0)
+    run.probe(2.05, "prefill-0", healthy=False)
+    run.probes("prefill-0", 2.3, 5.9)
+    run.pd(2.1)
+    assert check_status_contract(run.history()).status == "pass"
+
+
+def test_a_probe_answered_too_late_counts_as_failed() -> None:
+    run = Run()
+    run.probes("decode-0", 0.1, 5.9)
+    run.probes("prefill-0", 0.1, 2.0)
+    run.probe(2.05, "prefill-0", healthy=True, duration=0.9)  # past the 0.5 s probe timeout
+    run.pd(2.7)
+    v = check_status_contract(run.history())
+    assert v.status == "fail", v.reason
+
+
+def test_hidden_failures_during_a_crash_excuse_nothing_the_router_does_inside() -> None:
+    run = Run()
+    run.probes("decode-0", 0.1, 5.9)
+    run.probes("prefill-0", 0.1, 2.0)
+    run.hb.fault("crash", "crash", "prefill-0", applied=2.0, healed=4.0)
+    run.probes("prefill-0", 4.1, 5.9)
+    run.hb.status(2.05, "w-p0", "ready", "http://p0")
+    run.hb.at(2.05).router_status("w-p0", "http://p0", "prefill", "not_ready", None, engine="prefill-0")
+    v = check_status_contract(run.history())
+    assert v.status == "pass", v.evidence
+
+
+def test_a_worker_still_shown_ready_past_the_detection_bound_is_a_violation() -> None:
+    run = Run()
+    run.probes("decode-0", 0.1, 5.9)
+    run.probes("prefill-0", 0.1, 2.0)
+    run.hb.fault("crash", "crash", "prefill-0", applied=2.0, healed=5.0)
+    run.hb.at(4.9).router_status("w-p0", "http://p0", "prefill", "ready", None, engine="prefill-0")
+    v = check_status_contract(run.history())
+    assert v.status == "pass", "inside the outage: hidden probes may still be few"
+    run = Run()
+    run.probes("decode-0", 0.1, 5.9)
+    run.probes("prefill-0", 0.1, 2.0)
+    run.hb.fault("crash", "crash", "prefill-0", applied=2.0, healed=5.0)
+    run.hb.at(5.2).router_status("w-p0", "http://p0", "prefill", "ready", None, engine="prefill-0")
+    v = check_status_contract(run.history())
+    assert v.status == "fail" and "showed prefill-0 ready" in v.evidence[0]
+
+
+def test_a_failed_worker_kept_out_after_it_answers_again_is_a_violation() -> None:
+    run = Run(success=2)
+    run.probes("decode-0", 0.1, 5.9)
+    run.probes("prefill-0", 0.1, 1.0)
+    run.hb.fault("crash", "crash", "prefill-0", applied=1.0, healed=3.0)
+    run.probes("prefill-0", 3.1, 5.9)
+    run.hb.at(5.0).router_status("w-p0", "http://p0", "prefill", "failed", None, engine="prefill-0")
+    v = check_status_contract(run.history())
+    assert v.status == "fail" and "allows ready" in v.evidence[0]
+
+
+def test_a_503_while_every_role_was_surely_ready_kept_workers_out() -> None:
+    run = healthy_run()
+    tag = run.hb.request(3.0, 0.01, status=503)
+    v = check_status_contract(run.history())
+    assert v.status == "fail" and tag in v.evidence[0] and "stayed Ready" in v.evidence[0]
+    lenient = StatusContractExpect(check_kept_out=False)
+    assert check_status_contract(run.hb.history(), lenient).status != "fail"
+
+
+def test_the_harness_own_probes_do_not_count_and_no_probe_is_unknown() -> None:
+    run = Run()
+    run.probe(1.0, "prefill-0", caller="harness")
+    v = check_status_contract(run.history())
+    assert v.status == "unknown" and "no engine recorded a probe" in v.reason
+    assert check_status_contract(HB().history()).status == "unknown"
+
+
+# ------------------------------------------------------------------------------------ leg_shape
+
+
+def test_legs_shaped_as_the_contract_says_pass_on_both_transports() -> None:
+    for transport in ("http", "grpc"):
+        run = healthy_run(transport=transport)
+        run.pd(1.0)
+        v = check_leg_shape(run.history())
+        assert v.status == "pass", (transport, v.evidence)
+
+
+@pytest.mark.parametrize(("leg", "words"), [
+    ({"stream": True, "max_tokens": 1, "kv_transfer_params": {"do_remote_decode": True, "transfer_id": "x"}},
+     "streamed"),
+    ({"stream": False, "max_tokens": 6, "kv_transfer_params": {"do_remote_decode": True, "transfer_id": "x"}},
+     "max_tokens 6"),
+    ({"stream": False, "max_tokens": 1, "min_tokens": 2,
+      "kv_transfer_params": {"do_remote_decode": True, "transfer_id": "x"}}, "min_tokens 2 kept"),
+    ({"stream": False, "max_tokens": 1, "kv_transfer_params": {"do_remote_decode": True}}, "no transfer_id"),
+    ({"stream": False, "max_tokens": 1,
+      "kv_transfer_params": {"do_remote_prefill": True, "transfer_id": "x"}},
+     "not tagged for a remote decode"),
+])
+def test_a_prefill_leg_shaped_otherwise_is_a_violation(leg: dict[str, Any], words: str) -> None:
+    run = healthy_run()
+    run.pd(1.0, prefill_leg=leg)
+    v = check_leg_shape(run.history())
+    assert v.status == "fail" and words in v.evidence[0], v.evidence
+
+
+def test_a_decode_leg_must_carry_the_clients_parameters_and_grpc_prefills_ignore_eos() -> None:
+    run = healthy_run()
+    run.pd(1.0, decode_leg={"stream": False, "max_tokens": 1,
+                            "kv_transfer_params": {"do_remote_prefill": True, "transfer_id": "x"}})
+    v = check_leg_shape(run.history())
+    assert v.status == "fail" and "max_tokens 1 (the client asked 6)" in v.evidence[0]
+    run = healthy_run(transport="grpc")
+    run.pd(1.0, prefill_leg={"stream": False, "max_tokens": 1,
+                             "kv_transfer_params": {"do_remote_decode": True, "transfer_id": "x"}})
+    v = check_leg_shape(run.history(), LegShapeExpect(roles=("prefill",)))
+    assert v.status == "fail" and "ignore_eos not set" in v.evidence[0]
+
+
+def test_leg_shape_is_unknown_without_any_leg_shape() -> None:
+    assert check_leg_shape(healthy_run().history()).status == "unknown"
+
+
+# ------------------------------------------------------------------------------------ handoff_params
+
+
+def test_minted_params_that_match_the_prefill_pass() -> None:
+    run = healthy_run()
+    run.hb.at(0.2).engine_call({
+        "record": "engine_call", "ts": WALL0 + 0.2, "engine": "prefill-0", "engine_id": "A", "generation": 1,
+        "role": "prefill", "call": "bootstrap_query", "status": 200, "duration_s": 0.001, "caller": "router",
+        "detail": {"engine_ids": ["A"]}})
+    run.pd(1.0)
+    v = check_handoff_params(run.history(), HandoffParamsExpect())
+    assert v.status == "pass", v.evidence
+
+
+def test_a_decode_told_another_transfer_or_an_id_never_seen_is_a_violation() -> None:
+    run = healthy_run()
+    run.pd(1.0, decode_leg={"stream": False, "max_tokens": 6, "kv_transfer_params": {
+        "do_remote_prefill": True, "transfer_id": "xfer-other", "remote_engine_id": "A"}})
+    run.pd(2.0, decode_leg={"stream": False, "max_tokens": 6, "kv_transfer_params": {
+        "do_remote_prefill": True, "transfer_id": "xfer-[pdchaos:run:2]", "remote_engine_id": "Z"}})
+    v = check_handoff_params(run.history())
+    assert v.status == "fail"
+    assert any("transfer xfer-other" in e for e in v.evidence)
+    assert any("minted engine id Z" in e for e in v.evidence)
+
+
+def test_nixl_params_must_be_relayed_from_the_prefill_that_computed() -> None:
+    run = healthy_run(connector="nixl")
+    run.pd(1.0, prefill_leg={"stream": False, "max_tokens": 1,
+                             "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False}},
+           decode_leg={"stream": False, "max_tokens": 6})
+    v = check_handoff_params(run.history())
+    assert v.status == "fail" and "were not relayed" in v.evidence[0]
+
+
+# ------------------------------------------------------------------------------------ from the engines' side
+
+
+def test_the_probe_schedule_is_judged_from_the_engines_when_the_router_exposes_no_probe() -> None:
+    def run(stall: bool) -> Any:
+        r = Run()
+        r.hb.at(1.0).fault_applied("wedge", "wedge", "prefill-0", {"surface": "metadata"}, {})
+        r.hb.at(4.0).fault_healed("wedge", "wedge", "prefill-0")
+        r.probes("prefill-0", 0.1, 5.9)
+        r.probes("decode-0", 0.1, 1.5)
+        r.probes("decode-0", 3.5 if stall else 1.5, 5.9)
+        return r.history()
+
+    v = check_probe_schedule(run(stall=False), ProbeScheduleExpect())
+    assert v.status == "pass" and v.numbers["source"] == "engines", v.reason
+    v = check_probe_schedule(run(stall=True), ProbeScheduleExpect())
+    assert v.status == "fail" and "decode-0 not probed for 2." in v.evidence[0]
+
+
+def test_metadata_reads_from_the_engines_allow_the_identity_checks_on_top() -> None:
+    def run(reads_every: float) -> Any:
+        r = Run()
+        r.hb.at(1.0).fault_applied("no_id", "fault:no_engine_id", "prefill-0", {}, {})
+        t = 1.05
+        while t < 5.0:
+            r.hb.at(t).engine_call({
+                "record": "engine_call", "ts": WALL0 + t, "engine": "prefill-0", "engine_id": "A",
+                "generation": 1, "role": "prefill", "call": "server_info", "status": 200, "duration_s": 0.001,
+                "caller": "router", "detail": {"kv_engine_id": ""}})
+            t += reads_every
+        return r.history(end=5.0)
+
+    exp = MetadataReadsExpect(target="prefill-0", from_fault="no_id", max_reads=2)
+    v = check_metadata_reads(run(reads_every=1.0), exp)  # one identity check a second
+    assert v.status == "pass" and v.numbers["source"] == "engines", v.reason
+    v = check_metadata_reads(run(reads_every=0.3), exp)  # one read every probe
+    assert v.status == "fail" and "and the identity checks" in v.reason
