@@ -504,6 +504,7 @@ class EngineCall:
     duration_s: float | None
     caller: str
     detail: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    role: str | None = None
 
     @property
     def by_router(self) -> bool:
@@ -769,6 +770,7 @@ class History:
                     duration_s=_f(r.get("duration_s")),
                     caller=str(r.get("caller") or "router"),
                     detail=dict(detail) if isinstance(detail, dict) else {},
+                    role=r.get("role") if isinstance(r.get("role"), str) else None,
                 )
             )
         elif kind == "note":

@@ -4,6 +4,7 @@ longer than a handoff)."""
 
 from __future__ import annotations
 
+from harness.checkers import CONTRACT_CHECKS
 from harness.scenario import Expect, Workload
 from harness.scenario.presets import SCALED_ENGINES, SCALED_ROUTER
 
@@ -19,10 +20,13 @@ WORKLOAD = Workload(
     deadline_s=6.0,
 )
 
+# The router's contract, judged on every leg, probe and worker status the engines saw (docs/DESIGN.md §2):
+# whatever a scenario is about, a router that breaks it anywhere fails.
+CONTRACT_EXPECT = tuple(Expect(name) for name in CONTRACT_CHECKS)
 # What every scenario checks besides its own expectations.
 # Every request ends before its deadline with the right text, and runs once: a leg is run again only where
 # its engine never saw it.
-CORE_EXPECT = (Expect("nothing_lost"), Expect("output"), Expect("legs_once"))
+CORE_EXPECT = (Expect("nothing_lost"), Expect("output"), Expect("legs_once"), *CONTRACT_EXPECT)
 BASE_EXPECT = (
     *CORE_EXPECT,
     # Every PD request is handed off; only restarts and crashes excuse a local prefill on a decode.

@@ -15,6 +15,7 @@ from typing import Any
 
 from harness.checkers.availability import AvailabilityExpect, check_availability
 from harness.checkers.balance import BalanceExpect, check_balance
+from harness.checkers.breaker_contract import BreakerContractExpect, check_breaker_contract
 from harness.checkers.handoff import (
     HandoffExpect,
     HandoffStrictExpect,
@@ -33,6 +34,7 @@ from harness.checkers.probes import ProbeScheduleExpect, check_probe_schedule
 from harness.checkers.prompt_503 import Prompt503Expect, check_prompt_503
 from harness.checkers.recovery import RecoveryExpect, check_recovery
 from harness.checkers.reported_id import ReportedEngineIdExpect, check_reported_engine_id
+from harness.checkers.request_contract import RequestContractExpect, check_request_contract
 from harness.checkers.status_contract import StatusContractExpect, check_status_contract
 from harness.checkers.transfer_timeout import TransferTimeoutExpect, check_transfer_timeout
 from harness.history import History
@@ -40,14 +42,18 @@ from harness.verdict import Verdict
 
 __all__ = [
     "CHECKERS",
+    "CONTRACT_CHECKS",
     "DEFAULT_CHECKS",
     "AvailabilityExpect",
     "BalanceExpect",
+    "BreakerContractExpect",
     "CheckerError",
     "CheckerSpec",
     "HandoffExpect",
+    "HandoffParamsExpect",
     "HandoffStrictExpect",
     "LatencyExpect",
+    "LegShapeExpect",
     "LegsOnceExpect",
     "LegsSequencedExpect",
     "MetadataReadsExpect",
@@ -58,11 +64,16 @@ __all__ = [
     "Prompt503Expect",
     "RecoveryExpect",
     "ReportedEngineIdExpect",
+    "RequestContractExpect",
+    "StatusContractExpect",
     "TransferTimeoutExpect",
     "check_availability",
     "check_balance",
+    "check_breaker_contract",
     "check_handoff",
+    "check_handoff_params",
     "check_latency",
+    "check_leg_shape",
     "check_legs_once",
     "check_legs_sequenced",
     "check_metadata_reads",
@@ -73,7 +84,9 @@ __all__ = [
     "check_prompt_503",
     "check_recovery",
     "check_reported_engine_id",
+    "check_request_contract",
     "check_run_complete",
+    "check_status_contract",
     "check_transfer_timeout",
     "make_params",
     "run_check",
@@ -123,11 +136,18 @@ CHECKERS: dict[str, CheckerSpec] = {
         CheckerSpec("status_contract", StatusContractExpect, check_status_contract, needs=HANDOFFS),
         CheckerSpec("leg_shape", LegShapeExpect, check_leg_shape, needs=HANDOFFS),
         CheckerSpec("handoff_params", HandoffParamsExpect, check_handoff_params, needs=HANDOFFS),
+        CheckerSpec("request_contract", RequestContractExpect, check_request_contract, needs=HANDOFFS),
+        CheckerSpec("breaker_contract", BreakerContractExpect, check_breaker_contract, needs=HANDOFFS),
     )
 }
 
+# The router's contract on every leg, probe and worker status the engines saw: any router, any scenario.
+CONTRACT_CHECKS: tuple[str, ...] = (
+    "status_contract", "breaker_contract", "leg_shape", "handoff_params", "request_contract",
+)
+
 # What every scenario gets when it names no checker.
-DEFAULT_CHECKS: tuple[str, ...] = ("nothing_lost", "output", "handoff", "transfer_timeout")
+DEFAULT_CHECKS: tuple[str, ...] = ("nothing_lost", "output", "handoff", "transfer_timeout", *CONTRACT_CHECKS)
 
 
 def make_params(name: str, params: Mapping[str, Any] | None = None) -> Any:

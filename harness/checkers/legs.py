@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from harness.checkers._common import cap, rounded
+from harness.contract.evidence import REFUSED, Leg, engine_legs
 from harness.history import Handoff, History
 from harness.verdict import Verdict
 
@@ -82,35 +83,44 @@ class LegsOnceExpect:
     max_repeated: int = 0
 
 
-def _prefill_side(h: Handoff) -> bool:
-    return h.role == "prefill" and h.kind == "prefill"
+def _side(leg: Leg) -> str | None:
+    """Which side of a request a leg an engine got stands for (None: neither, e.g. a regular leg)."""
+    if leg.role == "prefill" and leg.kind in ("prefill", REFUSED):
+        return "prefill"
+    if leg.role == "decode" and leg.kind in ("decode", "local", REFUSED):
+        return "decode"
+    return None
+
+
+def _what(leg: Leg) -> str:
+    return f"refused {leg.status}" if leg.kind == REFUSED else str(leg.outcome)
 
 
 def check_legs_once(history: History, exp: LegsOnceExpect | None = None) -> Verdict:
     """Each client request reaches the prefills once and the decodes once. A correct router runs a leg again
-    only when its engine never saw it (no record), so a second record of one request on one side means the
-    router ran the request again after an engine had it: during an outage every retry is more load on the
-    engines and more charges to their circuit breakers, and a failure that repeats costs each request several
-    times over (bug retry_failed_requests)."""
+    only when its engine never saw it (no record of it: not served, not refused), so a second leg of one
+    request on one side means the router ran the request again after an engine had it: during an outage
+    every retry is more load on the engines and more charges to their circuit breakers, and a failure that
+    repeats costs each request several times over (bug retry_failed_requests). A leg an engine refused
+    counts: it saw the request."""
     exp = exp or LegsOnceExpect()
-    sides = {"prefill": _prefill_side, "decode": _decode_side}
-    seen: dict[str, dict[str, list[Handoff]]] = {}
-    for h in history.handoffs:
-        for side, belongs in sides.items():
-            if h.tag and belongs(h):
-                seen.setdefault(h.tag, {}).setdefault(side, []).append(h)
+    seen: dict[str, dict[str, list[Leg]]] = {}
+    for leg in engine_legs(history):
+        side = _side(leg)
+        if leg.tag and side is not None:
+            seen.setdefault(leg.tag, {}).setdefault(side, []).append(leg)
     if not seen:
         return Verdict.unknown_(NAME_ONCE, "no handoff records with a request tag")
     repeated: list[str] = []
     most = 0
     for tag in sorted(seen):
-        for side, records in sorted(seen[tag].items()):
-            most = max(most, len(records))
-            if len(records) < 2:
+        for side, legs in sorted(seen[tag].items()):
+            most = max(most, len(legs))
+            if len(legs) < 2:
                 continue
             client = _client_saw(history, tag)
-            runs = ", ".join(f"{h.engine} {h.outcome} at {rounded(h.at, 3)}s" for h in records)
-            repeated.append(f"router side: {tag} reached the {side}s {len(records)} times ({runs}){client}")
+            runs = ", ".join(f"{leg.engine} {_what(leg)} at {rounded(leg.at, 3)}s" for leg in legs)
+            repeated.append(f"router side: {tag} reached the {side}s {len(legs)} times ({runs}){client}")
     numbers = {"requests": len(seen), "repeated": len(repeated), "most_records_per_side": most}
     if len(repeated) > exp.max_repeated:
         what = f"{len(repeated)} request leg(s) ran more than once on an engine (requests run again)"

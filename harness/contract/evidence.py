@@ -35,6 +35,7 @@ class Leg:
     engine_id: str | None = None
     request_id: str | None = None
     ended: float | None = None
+    role: str | None = None  # the engine's role (prefill, decode, both)
 
 
 class EngineView:
@@ -95,24 +96,30 @@ class EngineView:
 
     def legs(self) -> list[Leg]:
         """Every leg an engine got, in arrival order."""
-        if self._legs is not None:
-            return self._legs
-        out: list[Leg] = []
-        refused = self.history.router_calls("generate")
-        # A relay in front of a real engine keeps a refused leg's failed handoff record beside its call.
-        called = {(c.engine, c.detail.get("request_id")) for c in refused}
-        for h in self.history.handoffs:
-            if h.engine is None or h.kind is None:
-                continue
-            if h.leg is None and (h.engine, h.request_id) in called:
-                continue
-            arrived = h.at - (h.duration_s or 0.0)
-            out.append(Leg(h.engine, h.tag, arrived, h.kind, None, dict(h.leg or {}), h.outcome,
-                           h.transfer_id, h.remote_engine_id, h.engine_id, h.request_id, h.at))
-        for call in refused:
-            d = call.detail
-            out.append(Leg(call.engine, d.get("tag"), call.at, REFUSED, call.status, dict(d.get("leg") or {}),
-                           engine_id=call.engine_id, request_id=d.get("request_id"), ended=call.ended_at))
-        out.sort(key=lambda leg: leg.at)
-        self._legs = out
-        return out
+        if self._legs is None:
+            self._legs = engine_legs(self.history)
+        return self._legs
+
+
+def engine_legs(history: History) -> list[Leg]:
+    """Every leg the engines got from the router, in arrival order: their handoff records and the legs they
+    refused or that were cut (`generate` calls)."""
+    out: list[Leg] = []
+    refused = history.router_calls("generate")
+    # A relay in front of a real engine keeps a refused leg's failed handoff record beside its call.
+    called = {(c.engine, c.detail.get("request_id")) for c in refused}
+    for h in history.handoffs:
+        if h.engine is None or h.kind is None:
+            continue
+        if h.leg is None and (h.engine, h.request_id) in called:
+            continue
+        arrived = h.at - (h.duration_s or 0.0)
+        out.append(Leg(h.engine, h.tag, arrived, h.kind, None, dict(h.leg or {}), h.outcome,
+                       h.transfer_id, h.remote_engine_id, h.engine_id, h.request_id, h.at, h.role))
+    for call in refused:
+        d = call.detail
+        out.append(Leg(call.engine, d.get("tag"), call.at, REFUSED, call.status, dict(d.get("leg") or {}),
+                       engine_id=call.engine_id, request_id=d.get("request_id"), ended=call.ended_at,
+                       role=call.role))
+    out.sort(key=lambda leg: leg.at)
+    return out

@@ -122,6 +122,24 @@ def probe_windows(history: History, engine: str, contract: RouterContract) -> li
     return merge(out)
 
 
+_GENERATE_SURFACES = (None, "all", "generate")
+
+
+def leg_windows(history: History, engine: str, contract: RouterContract) -> list[Window]:
+    """When what the engine recorded of a leg may not be what the router saw of it: the probe windows (the
+    engine or its link down or bent), and a stalled or slowed generate surface (a leg the router gave up on
+    may still end well on the engine's side)."""
+    out = probe_windows(history, engine, contract)
+    for f in history.fault_list():
+        kind = (f.kind or "").split(":")[-1]
+        if f.target != engine or f.applied_t is None or kind not in ("wedge", "latency"):
+            continue
+        if f.params.get("surface", "all") in _GENERATE_SURFACES:
+            start, end = f.window(history.end_t)
+            out.append(Window(start, end + contract.request_timeout_s, MURKY, f"{f.fault} ({kind})"))
+    return merge(out)
+
+
 def merge(windows: list[Window]) -> list[Window]:
     """Overlapping windows as one: DOWN only where every one merged is (the stricter lower bound would not
     hold across a stretch where probes may have got through)."""

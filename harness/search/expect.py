@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness.checkers import CONTRACT_CHECKS
 from harness.scenario import Expect
 from harness.scenario.presets import SCALED_ROUTER
 from harness.search.case import (
@@ -63,7 +64,7 @@ from harness.search.faults import (
 )
 from harness.topology import parse_topology
 
-ALWAYS = ("nothing_lost", "output", "legs_sequenced", "legs_once")
+ALWAYS = ("nothing_lost", "output", "legs_sequenced", "legs_once", *CONTRACT_CHECKS)
 # History kinds of the faults that give an engine a new id (a respawn ends a crash, death or stop).
 ID_CHANGE_HISTORY_KINDS = ("restart", "slow_start", "crash", "die", "graceful_stop", "respawn")
 # Margin on every window: real time carries a schedule out later than simulated time does (processes take

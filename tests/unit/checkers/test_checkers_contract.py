@@ -9,16 +9,33 @@ import pytest
 from test_checkers_builders import HB, WALL0
 
 from harness.checkers import (
+    BreakerContractExpect,
     HandoffParamsExpect,
     LegShapeExpect,
     MetadataReadsExpect,
     ProbeScheduleExpect,
+    RequestContractExpect,
     StatusContractExpect,
+    check_breaker_contract,
     check_handoff_params,
     check_leg_shape,
+    check_legs_once,
     check_metadata_reads,
     check_probe_schedule,
+    check_request_contract,
     check_status_contract,
+)
+from harness.contract.breaker_model import (
+    FAILURE,
+    INITIAL,
+    NEUTRAL,
+    SUCCESS,
+    BreakerRules,
+    hidden_failures,
+    on_outcome,
+    on_pick,
+    surely_admits,
+    surely_refuses,
 )
 from harness.contract.reach import DOWN, MURKY, Window, probe_windows
 from harness.contract.settings import contract_of
@@ -60,10 +77,10 @@ class Run:
     """A 1p1d run told through the engines' records only."""
 
     def __init__(self, failure: int = 1, success: int = 1, connector: str = "mooncake",
-                 transport: str = "http") -> None:
+                 transport: str = "http", **router: Any) -> None:
         self.hb = HB(started=False)
         self.hb.at(0.0).run_started("contract", "1p1d", connector, transport, "gateway", 1,
-                                    settings(failure, success))
+                                    settings(failure, success, **router))
         self.transport = transport
         self.connector = connector
         self.hb.engine(0.0, "prefill-0", "A", "prefill", "http://p0")
@@ -414,3 +431,103 @@ def test_metadata_reads_from_the_engines_allow_the_identity_checks_on_top() -> N
     assert v.status == "pass" and v.numbers["source"] == "engines", v.reason
     v = check_metadata_reads(run(reads_every=0.3), exp)  # one read every probe
     assert v.status == "fail" and "and the identity checks" in v.reason
+
+
+# ------------------------------------------------------------------------- request_contract, legs_once
+
+
+def refused(run: Run, t: float, engine: str, role: str, tag: str | None, status: int) -> None:
+    run.hb.at(t + 0.01).engine_call({
+        "record": "engine_call", "ts": WALL0 + t, "engine": engine, "engine_id": "A", "generation": 1,
+        "role": role, "call": "generate", "status": status, "duration_s": 0.005, "caller": "router",
+        "detail": {"request_id": f"r-{tag}", "tag": tag, "leg": {"stream": False, "max_tokens": 1},
+                   "error": f"status {status}"}})
+
+
+def test_a_leg_an_engine_refused_counts_once_so_running_it_again_elsewhere_is_a_violation() -> None:
+    run = healthy_run()
+    tag = run.pd(2.0)
+    refused(run, 1.95, "prefill-0", "prefill", tag, 500)  # refused, then run again (served) on its retry
+    v = check_legs_once(run.history())
+    assert v.status == "fail" and "prefill-0 refused 500" in v.evidence[0], v.evidence
+
+
+def test_refusals_before_any_leg_must_be_prompt() -> None:
+    run = healthy_run()
+    run.hb.request(2.0, 0.02, status=503)
+    assert check_request_contract(run.history(), RequestContractExpect()).status == "pass"
+    run = healthy_run()
+    tag = run.hb.request(2.0, 2.5, status=503)
+    v = check_request_contract(run.history())
+    assert v.status == "fail" and tag in v.evidence[0]
+    assert "refused 503 before any leg after 2.500s" in v.evidence[0]
+
+
+def test_a_client_error_an_engine_refused_reaches_the_client_as_its_own() -> None:
+    for client_status, verdict in ((400, "pass"), (502, "fail")):
+        run = healthy_run()
+        tag = run.hb.request(2.0, 0.05, status=client_status)
+        refused(run, 2.01, "prefill-0", "prefill", tag, 400)
+        v = check_request_contract(run.history())
+        assert v.status == verdict, (client_status, v.evidence)
+        assert v.numbers["client_errors"] == 1
+
+
+def test_the_router_answers_within_its_own_deadline_when_the_client_waits_longer() -> None:
+    run = healthy_run()  # request timeout 8 s: its deadline is 16 s (prefill and decode legs)
+    run.hb.request(1.0, 17.0, status=504, deadline=30.0)
+    v = check_request_contract(run.history(end=20.0))
+    assert v.status == "fail" and "past the router's own deadline" in v.evidence[0]
+    run = healthy_run()
+    run.hb.request(1.0, 6.0, status=504, deadline=6.0)  # the client gave up first: nothing to judge
+    v = check_request_contract(run.history())
+    assert v.status == "pass" and v.numbers["deadline_judged"] == 0
+
+
+# ------------------------------------------------------------------------------------ breaker_contract
+
+
+def test_the_breaker_model_opens_on_own_failures_and_admits_a_trial_after_its_period() -> None:
+    rules = BreakerRules(threshold=2, open_s=5.0)
+    s = INITIAL
+    s = on_outcome(s, FAILURE, 1.0, rules)
+    s = on_outcome(s, NEUTRAL, 1.5, rules)  # a client's 4xx neither counts nor resets
+    assert surely_admits(s, 1.6, rules)
+    s = on_outcome(s, FAILURE, 2.0, rules)
+    assert surely_refuses(s, 2.1, rules) and surely_refuses(s, 6.9, rules)
+    assert surely_admits(s, 7.1, rules), "half-open: its one trial may go"
+    s = on_pick(s, 7.2, rules)
+    assert not surely_admits(s, 7.3, rules), "the trial is out"
+    assert surely_admits(on_outcome(INITIAL, SUCCESS, 1.0, rules), 1.0, rules)
+    hidden = hidden_failures(INITIAL, 3.0, 4.0, rules)
+    assert not surely_admits(hidden, 4.5, rules) and not surely_refuses(hidden, 4.5, rules)
+
+
+def breaker_run(decode_answers: list[int], refused_at: float | None = None) -> Any:
+    """A 1p1d run with a breaker of 2 failures kept open 5 s; the decode refuses legs with these statuses."""
+    run = Run(circuit_breaker_failures=2, circuit_breaker_open_s=5.0)
+    run.probes("prefill-0", 0.1, 9.9)
+    run.probes("decode-0", 0.1, 9.9)
+    t = 1.0
+    for status in decode_answers:
+        tag = run.hb.request(t, 0.05, status=502 if status >= 500 else status)
+        run.leg(t, "prefill-0", "prefill", tag, {"stream": False, "max_tokens": 1})
+        refused(run, t + 0.02, "decode-0", "decode", tag, status)
+        t += 0.2
+    if refused_at is not None:
+        run.hb.request(refused_at, 0.01, status=503)
+    return run.history(end=10.0)
+
+
+def test_a_leg_to_a_worker_its_breaker_keeps_out_is_a_violation() -> None:
+    v = check_breaker_contract(breaker_run([500, 500, 500]), BreakerContractExpect())
+    assert v.status == "fail" and "surely kept it out" in v.evidence[0] and "[pdchaos:run:3]" in v.evidence[0]
+    assert check_breaker_contract(breaker_run([500, 400, 500])).status == "pass", "a 4xx does not count"
+
+
+def test_a_refusal_while_the_breaker_surely_admits_kept_a_worker_out() -> None:
+    v = check_breaker_contract(breaker_run([400, 400, 400], refused_at=3.0))
+    assert v.status == "fail" and "breakers surely admitted" in v.evidence[0]
+    assert check_breaker_contract(breaker_run([500, 500], refused_at=3.0)).status == "pass", "opened: a 503"
+    v = check_breaker_contract(breaker_run([500, 500], refused_at=7.0))
+    assert v.status == "fail", "its open period was over: it admits a trial"

@@ -1,0 +1,102 @@
+"""Each request's path against the router's request contract (docs/DESIGN.md §2), from the engines' legs and
+the client's answer, for any router:
+- refused before any leg: a 503 the router decides at once (no Ready worker for a leg, every one kept out),
+  never after a wait;
+- within the router's own deadline: a request answered by the router within its request timeout for the
+  prefill legs plus one for the decode leg (a client that waits longer must not be the one that ends it);
+- a client error is the client's: a leg an engine refused as the client's mistake (4xx), with no leg after
+  it, is answered to the client as a 4xx, never as a server error or a success.
+(Legs run once and in order: `legs_once`, `legs_sequenced`.)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from harness.checkers._common import cap
+from harness.contract.evidence import REFUSED, EngineView, Leg
+from harness.history import History, RequestView
+from harness.verdict import Verdict
+
+NAME = "request_contract"
+
+
+@dataclass(frozen=True)
+class RequestContractExpect:
+    """`refusal_s`: how long a router may take to refuse a request before any leg; `slack_s`: the
+    observation slack on the router's deadline."""
+
+    refusal_s: float = 1.0
+    slack_s: float = 0.5
+
+
+def _late_refusals(history: History, legs: dict[str, list[Leg]], exp: RequestContractExpect) -> list[str]:
+    out = []
+    for req in history.request_list():
+        if req.status != 503 or req.tag in legs or req.latency_s is None:
+            continue
+        if req.latency_s > exp.refusal_s:
+            out.append(f"router side: {req.tag} was refused 503 before any leg after {req.latency_s:.3f}s "
+                       f"(a refusal is decided at once; at most {exp.refusal_s:g}s)")
+    return out
+
+
+def _over_deadline(history: History, view: EngineView, exp: RequestContractExpect) -> tuple[int, list[str]]:
+    bound = 2 * view.contract.request_timeout_s + exp.slack_s
+    judged, out = 0, []
+    for req in history.request_list():
+        start = req.invoked_t
+        if start is None or req.deadline_s is None or req.deadline_s <= bound:
+            continue  # the client gives up first: the router's own deadline cannot show
+        judged += 1
+        answered = req.completed and not req.timed_out
+        took = req.latency_s if answered else (req.completed_t or history.end_t) - start
+        if took is not None and took > bound:
+            how = f"answered {req.status}" if answered else "not answered by the router"
+            out.append(f"router side: {req.tag} {how} after {took:.3f}s, past the router's own deadline "
+                       f"({bound:g}s: a request timeout of {view.contract.request_timeout_s:g}s per leg)")
+    return judged, out
+
+
+def _client_errors(history: History, legs: dict[str, list[Leg]]) -> tuple[int, list[str]]:
+    judged, out = 0, []
+    for tag, mine in legs.items():
+        last = mine[-1]
+        if last.kind != REFUSED or last.status is None or not 400 <= last.status < 500 or last.status == 499:
+            continue
+        req: RequestView | None = history.request_by_tag(tag)
+        if req is None or not req.completed or req.timed_out:
+            continue
+        judged += 1
+        if not 400 <= req.status < 500:
+            out.append(f"router side: {last.engine} refused {tag}'s leg {last.status} (the client's "
+                       f"mistake), but the client got {req.status}")
+    return judged, out
+
+
+def check_request_contract(history: History, exp: RequestContractExpect | None = None) -> Verdict:
+    exp = exp or RequestContractExpect()
+    view = EngineView.of(history)
+    if view is None:
+        return Verdict.unknown_(NAME, "the router's settings are not in the run's settings")
+    if not history.requests:
+        return Verdict.unknown_(NAME, "no request was made")
+    legs: dict[str, list[Leg]] = defaultdict(list)
+    for leg in view.legs():
+        if leg.tag is not None:
+            legs[leg.tag].append(leg)
+    evidence = _late_refusals(history, legs, exp)
+    refusals = sum(1 for r in history.request_list() if r.status == 503 and r.tag not in legs)
+    deadlines, found = _over_deadline(history, view, exp)
+    evidence += found
+    client, found = _client_errors(history, legs)
+    evidence += found
+    numbers = {"requests": len(history.requests), "refusals": refusals, "deadline_judged": deadlines,
+               "client_errors": client, "refusal_s": exp.refusal_s,
+               "router_deadline_s": 2 * view.contract.request_timeout_s}
+    if evidence:
+        what = f"{len(evidence)} request(s) not handled as the request contract says"
+        return Verdict.fail(NAME, what, numbers, cap(evidence))
+    what = f"{len(history.requests)} request(s) handled as the request contract says"
+    return Verdict.ok(NAME, what, numbers)
