@@ -170,24 +170,27 @@ def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> in
         TIME_LIMIT_FLOOR_S,
         SuiteTally,
         print_tally,
+        run_presets,
         run_search,
-        run_suite,
+        switch_only,
         unit_tests_pass,
     )
 
     by_file = results(copy)
-    clean = run_suite(copy, "", limit_s=3600.0)
+    presets = tuple(args.presets.split(","))
+    clean = run_presets(copy, "", 3600.0, presets)
     print(f"clean suite: {clean.outcome} in {clean.wall_s:.1f} s {clean.detail}", flush=True)
     if clean.outcome != "pass":
         print("the suite does not pass without a mutant: nothing to judge", file=sys.stderr)
         return 2
-    forced = run_suite(copy, "fail", limit_s=600.0)
+    forced = run_presets(copy, "fail", 600.0, presets)
     if forced.outcome == "pass":
         print("the suite passed with every mutated function raising: the copy is not what runs",
               file=sys.stderr)
         return 2
     limit = max(TIME_LIMIT_FLOOR_S, TIME_LIMIT_FACTOR * clean.wall_s)
-    report: dict[str, object] = {"seed": args.seed, "clean_suite_s": clean.wall_s, "cores": {}}
+    report: dict[str, object] = {"seed": args.seed, "clean_suite_s": clean.wall_s, "presets": list(presets),
+                                 "cores": {}}
     survivors_text: list[str] = []
     for core in cores:
         t0 = time.monotonic()
@@ -196,7 +199,7 @@ def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> in
         chosen = names[: args.max_mutants or 300]
         tally = SuiteTally(core)
         for i, (path, name) in enumerate(chosen, 1):
-            suite = run_suite(copy, name, limit)
+            suite = run_presets(copy, name, limit, presets)
             tally.add(name, path=path, suite=suite.outcome, suite_detail=suite.detail,
                       suite_s=f"{suite.wall_s:.1f}")
             if suite.outcome == "pass" and args.search_budget > 0:
@@ -204,10 +207,13 @@ def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> in
                 tally.add(name, search=search.outcome, search_detail=search.detail)
             facts = tally.results[name]
             if facts.get("suite") == "pass" and facts.get("search") != "fail":
+                diff = mutant_diff(copy, path, name)
                 unit = unit_tests_pass(copy, name, CORES[core][1])
-                tally.add(name, unit_tests="pass" if unit else "fail")
-                mark = "equivalence candidate: the unit tests miss it too" if unit else "unit tests kill it"
-                survivors_text.append(f"# {name}  ({path}): {mark}\n{mutant_diff(copy, path, name)}\n")
+                only = switch_only(copy / path, copy / CORES[core][0] / "bugs.py", name, diff)
+                tally.add(name, unit_tests="pass" if unit else "fail", switch_only="yes" if only else "no")
+                mark = ("switch-only code: set aside" if only else
+                        "equivalence candidate: the unit tests miss it too" if unit else "unit tests kill it")
+                survivors_text.append(f"# {name}  ({path}): {mark}\n{diff}\n")
             print(f"[{core} {i}/{len(chosen)}] {name}: suite {suite.outcome} ({suite.wall_s:.0f} s)"
                   + (f", search {facts['search']}" if "search" in facts else "")
                   + (f", unit tests {facts['unit_tests']}" if "unit_tests" in facts else ""), flush=True)
@@ -230,6 +236,9 @@ def main() -> int:
     ap.add_argument("--search-budget", type=float, default=60.0, metavar="S",
                     help="--judge suite: seconds of `pdchaos search` for each mutant the suite lets through "
                          "(0: none; default 60)")
+    ap.add_argument("--presets", default="scaled,production", metavar="P[,P]",
+                    help="--judge suite: the settings presets the default suite runs at, in turn (default "
+                         "scaled,production: both the project ships)")
     ap.add_argument("--results", type=Path, metavar="FILE",
                     help="--judge suite: write every mutant's outcome here as JSON (rewritten as it goes)")
     ap.add_argument("--core", choices=(*CORES, "both"), default="both")

@@ -2,18 +2,23 @@
 
 mutmut 3 makes the mutants (every mutant of a file sits in one trampolined copy under `mutants/`; the
 environment variable MUTANT_UNDER_TEST picks the live one). Here the judge is not a unit test: it is what a
-gateway team runs, the default suite in simulated time (`pdchaos run --world sim`), then for the mutants it
-lets through, a short `pdchaos search`. A mutant is killed when the suite does not pass (a cell fails or is
+gateway team runs, the default suite in simulated time (`pdchaos run --world sim`, at each settings preset:
+scaled, as real time runs it, then production), then for the mutants it lets through, a short
+`pdchaos search`. A mutant is killed when the suite does not pass (a cell fails or is
 unknown: CI goes red either way) or runs past its time limit (a hang is seen too).
 
 The first cell that does not pass ends the suite (its `result.json` is watched as cells finish), so a killed
-mutant costs a fraction of a clean run. Equivalent mutants are set aside by a stated rule, never by hand:
-a mutant that the suite, the search and the core's own unit tests all let through is an equivalence
-candidate (listed for review, shown apart from the score).
+mutant costs a fraction of a clean run. Mutants are set aside by two stated rules, never by hand, and both
+are listed for review and shown apart from the score:
+- equivalence candidates: the suite, the search and the core's own unit tests all let it through;
+- switch-only code: the mutation sits where only a test-only bug switch leads (the body of an
+  `if SWITCH in bugs` branch, or the switch catalog itself). No run without `--inject-bug` executes it: it
+  is not the router's behaviour, and the suite runs no switch. Its test, an `if` on a switch, stays in.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -99,6 +104,19 @@ def run_suite(copy: Path, mutant: str, limit_s: float, extra: Sequence[str] = ()
         return JudgeRun("error" if proc.returncode == 3 else "unknown", wall, f"exit {proc.returncode}")
 
 
+def run_presets(copy: Path, mutant: str, limit_s: float, presets: Sequence[str]) -> JudgeRun:
+    """The default suite at each settings preset in turn (`pdchaos run --settings`), up to the first that
+    does not pass; its wall time is all of them."""
+    wall = 0.0
+    run = JudgeRun("pass", 0.0)
+    for preset in presets:
+        run = run_suite(copy, mutant, limit_s, ("--settings", preset))
+        wall += run.wall_s
+        if run.outcome != "pass":
+            return JudgeRun(run.outcome, wall, f"{preset}: {run.detail}")
+    return JudgeRun(run.outcome, wall, run.detail)
+
+
 def run_search(copy: Path, mutant: str, budget_s: float, jobs: int) -> JudgeRun:
     """`pdchaos search` with a small budget, stopping at the first failure (exit 1: it found one)."""
     with tempfile.TemporaryDirectory(prefix="search-", dir=copy) as tmp:
@@ -125,6 +143,71 @@ def unit_tests_pass(copy: Path, mutant: str, tests: str) -> bool:
     return done.returncode == 0
 
 
+def _changed_lines(diff: str) -> list[int]:
+    """1-based lines of the original function text that a mutant's diff changes (mutmut diffs a function)."""
+    out: list[int] = []
+    old = 0
+    for line in diff.splitlines():
+        if line.startswith("@@"):
+            old = int(line.split()[1].lstrip("-").split(",")[0])
+        elif line.startswith("---") or line.startswith("+++"):
+            continue
+        elif line.startswith("-"):
+            out.append(old)
+            old += 1
+        elif line.startswith(" "):
+            old += 1
+    return out
+
+
+def _function(tree: ast.Module, mutant: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The function a mutmut mutant name stands for: `x_func__mutmut_N` or `xǁClassǁmethod__mutmut_N`."""
+    leaf = mutant.rsplit(".", 1)[-1].split("__mutmut_")[0]
+    parts = leaf.removeprefix("x").strip("ǁ_").split("ǁ") if "ǁ" in leaf else [leaf.removeprefix("x_")]
+    body: list[ast.stmt] = tree.body
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        kind = (ast.FunctionDef, ast.AsyncFunctionDef) if last else (ast.ClassDef,)
+        found = next((n for n in body if getattr(n, "name", None) == part and isinstance(n, kind)), None)
+        if found is None:
+            return None
+        if last:
+            return found  # type: ignore[return-value]
+        body = found.body  # type: ignore[union-attr]
+    return None
+
+
+def _switch_names(bugs_file: Path) -> set[str]:
+    """The switch constants a core's bug catalog defines (UPPER_CASE names bound to strings)."""
+    out: set[str] = set()
+    for n in ast.parse(bugs_file.read_text()).body:
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str):
+            out.update(t.id for t in n.targets if isinstance(t, ast.Name) and t.id.isupper())
+    return out
+
+
+def _names_a_switch(test: ast.expr, switches: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in switches for n in ast.walk(test))
+
+
+def switch_only(source: Path, bugs_file: Path, mutant: str, diff: str) -> bool:
+    """Whether every line the mutant changes lies where only a bug switch leads (see the module doc)."""
+    if source.resolve() == bugs_file.resolve():
+        return True
+    tree = ast.parse(source.read_text())
+    func = _function(tree, mutant)
+    lines = _changed_lines(diff)
+    if func is None or not lines:
+        return False
+    switches = _switch_names(bugs_file)
+    guarded: set[int] = set()
+    for node in ast.walk(func):
+        if isinstance(node, ast.If) and _names_a_switch(node.test, switches):
+            for stmt in node.body:
+                guarded.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
+    return all(func.lineno - 1 + line in guarded for line in lines)
+
+
 @dataclass
 class SuiteTally:
     core: str
@@ -145,7 +228,9 @@ class SuiteTally:
                 n["killed_search"] += 1
             elif suite == "pass":
                 n["survived"] += 1
-                if facts.get("unit_tests") == "pass":
+                if facts.get("switch_only") == "yes":
+                    n["switch_only"] += 1
+                elif facts.get("unit_tests") == "pass":
                     n["equivalent_candidates"] += 1
             else:
                 n["not_judged"] += 1
@@ -154,7 +239,7 @@ class SuiteTally:
     def scores(self) -> tuple[float | None, float | None]:
         """(suite, suite + search): killed over the sampled mutants that are not equivalence candidates."""
         n = self.counts()
-        judged = n["sampled"] - n["equivalent_candidates"] - n["not_judged"]
+        judged = n["sampled"] - n["equivalent_candidates"] - n["switch_only"] - n["not_judged"]
         if judged <= 0:
             return None, None
         return n["killed_suite"] / judged, (n["killed_suite"] + n["killed_search"]) / judged
@@ -166,7 +251,8 @@ def print_tally(tally: SuiteTally, wall_s: float) -> None:
     print(f"core {tally.core}: {n['sampled']} mutants sampled; suite killed {n['killed_suite']} "
           f"(fail {n['suite_fail']}, unknown {n['suite_unknown']}, timeout {n['suite_timeout']}); "
           f"search killed {n['killed_search']} more; survived {n['survived']} "
-          f"({n['equivalent_candidates']} also pass the unit tests: equivalence candidates, set aside); "
+          f"({n['equivalent_candidates']} also pass the unit tests: equivalence candidates, set aside; "
+          f"{n['switch_only']} in switch-only code, set aside); "
           f"not judged {n['not_judged']}", flush=True)
     print(f"core {tally.core}: score suite {_percent(suite)}, suite + search {_percent(both)}; "
           f"wall {wall_s / 60:.1f} min", flush=True)

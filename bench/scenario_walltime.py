@@ -79,7 +79,7 @@ def main() -> int:
             print(f"  verdict {r.status}; scenario's own time {r.duration_s:.1f} s", flush=True)
 
     if not args.only_2491:
-        suite = default_suite(scenarios)
+        suite = default_suite(scenarios, "real")
         cells = expand_matrix(suite)
         res = asyncio.run(timed(f"default suite ({len(suite)} scenarios)", suite, cells, base / "suite",
                                 args.router))

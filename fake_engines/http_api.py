@@ -266,11 +266,8 @@ class HttpSurface:
         body = _parse_body(await request.read())
         leg.shape, leg.tag = calls.leg_of_openai(body, chat), calls.tag_of_openai(body)
         rid = leg.request_id = self._request_id(body, chat, request.headers.get("X-Request-Id"))
-        model = body.get("model")
-        if model is not None and model != self.engine.config.model:
-            # vLLM answers a model it does not serve with 404 NotFoundError (serving.py `_check_model`).
-            raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError")
-        req, stream = gen_request_from_openai(body, chat, rid, self.engine.config.seed)
+        req, stream = gen_request_from_openai(body, chat, rid, self.engine.config.seed,
+                                              served_model=self.engine.config.model)
         problem = max_tokens_problem(req.max_tokens)
         if problem is not None:
             raise RequestError(400, problem)

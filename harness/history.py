@@ -385,6 +385,7 @@ class RequestView:
     error: str | None = None
     text_ok: bool | None = None
     timed_out: bool = False
+    mistake: str | None = None  # the client's mistake it carried (None: a right request)
 
     @property
     def completed(self) -> bool:
@@ -658,6 +659,8 @@ class History:
             v.endpoint = r.get("endpoint")
             v.deadline_s = _f(r.get("deadline_s"))
             v.prompt_chars = r.get("prompt_chars")
+            mistake = r.get("mistake")
+            v.mistake = mistake if isinstance(mistake, str) else None
         elif kind == "request_completed":
             v = self._req(r)
             v.completed_t = t

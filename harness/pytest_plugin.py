@@ -203,7 +203,7 @@ def _in_default_suite(scenario: Any, folder: Path, config: pytest.Config) -> boo
         for f in all_scenario_files(folder):
             with contextlib.suppress(ScenarioError):
                 found += scenarios_in_file(f)
-        defaults[folder] = {s.name for s in default_suite(found)}
+        defaults[folder] = {s.name for s in default_suite(found, config.getoption("--pdchaos-world"))}
     return scenario.name in defaults[folder]
 
 

@@ -67,9 +67,11 @@ def is_default(scenario: Any) -> bool:
     return DEFAULT_TAG in tuple(getattr(scenario, "tags", ()) or ())
 
 
-def default_suite(scenarios: Sequence[Any]) -> list[Any]:
+def default_suite(scenarios: Sequence[Any], world: str | None = None) -> list[Any]:
     """Scenarios tagged 'default' (cut to their suite cells); if no scenario carries the tag, every scenario
-    not tagged 'slow'."""
+    not tagged 'slow'. `world`: only those whose default suite in that world holds them (`suite_worlds`)."""
+    if world is not None:
+        scenarios = [s for s in scenarios if world in tuple(getattr(s, "suite_worlds", (world,)))]
     marked = [s for s in scenarios if is_default(s)]
     if marked:
         return [s.suite_cut() if hasattr(s, "suite_cut") else s for s in marked]
@@ -89,7 +91,7 @@ def select_suite(args: argparse.Namespace) -> tuple[list[str] | None, list[Any]]
     """`--topology` and the scenarios to run (those named, else the default suite), checked (UsageError)."""
     topologies = split_topologies(args.topology)
     loaded = load_named(args.scenarios)
-    scenarios = loaded if args.scenarios else default_suite(loaded)
+    scenarios = loaded if args.scenarios else default_suite(loaded, getattr(args, "world", None))
     if not scenarios:
         raise UsageError("no scenarios to run")
     check_expectations(scenarios)

@@ -66,7 +66,7 @@ SCENARIOS = [
         "0.3 s after it: its requests park), then comes back. A graceful stop finishes what it started: "
         "every pull of KV it computed before the stop succeeds; only new requests move to the other prefill.",
         bugs=("shutdown_drops_pulls",),
-        catches=("shutdown_drops_pulls",),
+        catches=("shutdown_drops_pulls", "healthy_while_draining"),
         topologies=("2p1d",),
         connectors=("mooncake", "nixl"),
         router=ROUTER,

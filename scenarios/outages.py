@@ -40,6 +40,10 @@ _LONGER = replace(WORKLOAD, duration_s=8.0)
 SCENARIOS = [
     Scenario(
         name="worker_registered_while_loading",
+        # A contract workout (Pending, Failed, back to Ready): in the simulated default suite.
+        tags=("default",),
+        suite_worlds=("sim",),
+        suite_topologies=("1p1d",),
         description="The router is started with a decode that is still loading (connections refused for 4 "
         "s): it goes Pending, then Failed after 10 probes, and must still become Ready once the engine "
         "serves.",
@@ -313,6 +317,10 @@ SCENARIOS = [
     ),
     Scenario(
         name="worker_api_add_remove",
+        # A contract workout (a worker joining and leaving through the API under load): simulated suite.
+        tags=("default",),
+        suite_worlds=("sim",),
+        suite_connectors=("mooncake",),
         description="A second prefill is registered through the worker API mid-traffic (with its connector "
         "and bootstrap port), then the first one is removed once the new one is Ready. The added worker must "
         "hand off like a configured one, and the removal must drain without a client error.",

@@ -29,7 +29,7 @@ SCENARIOS = [
         "probe fails). The router must re-read the id: minting the dead id makes every decode wait out the "
         "KV transfer timeout (vLLM #2491: 480 s at production settings; the scaled preset waits 2 s).",
         bugs=("#2491", "zoo-1"),
-        catches=("stale_engine_id", "api_reports_first_id"),
+        catches=("stale_engine_id", "api_reports_first_id", "reports_first_id"),
         topologies=ALL_SHAPES,
         connectors=("mooncake",),
         router=ROUTER,

@@ -1,8 +1,9 @@
 """Test-only switches that put a field bug back into the fake engines (off by default), so a harness user can
 reproduce an engine bug and see the suite tell it apart from a router bug (`pdchaos-engine --inject-bug`,
 `EngineSettings.inject_bugs`). Each switch is one `if NAME in bugs:` branch next to the correct code:
-`kv_store` (KV freed while a decode may still read it), `engine_state` (graceful stop that drops pulls),
-`handoff` (handshake cache keyed by address)."""
+`kv_store` (KV freed while a decode may still read it), `engine_state` (graceful stop that drops pulls, an
+engine healthy while it drains, an id reported from the first start), `handoff` (handshake cache keyed by
+address)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from pdchaos.bugs import BugSwitch, catalog, validate_names
 KV_FREED_WHILE_READ = "kv_freed_while_read"
 SHUTDOWN_DROPS_PULLS = "shutdown_drops_pulls"
 STALE_PEER_HANDSHAKE = "stale_peer_handshake"
+HEALTHY_WHILE_DRAINING = "healthy_while_draining"
+REPORTS_FIRST_ID = "reports_first_id"
 
 ENGINE_BUGS: dict[str, BugSwitch] = catalog(
     [
@@ -47,6 +50,27 @@ ENGINE_BUGS: dict[str, BugSwitch] = catalog(
             symptom="decode: NIXL handshakes / Mooncake bootstrap lookups are cached by peer address, not "
             "engine id: after a prefill is replaced on the same address every pull goes to the dead peer and "
             "fails (NIXL) or times out (Mooncake), although the router sent the new engine id",
+        ),
+        BugSwitch(
+            name=HEALTHY_WHILE_DRAINING,
+            side="engine",
+            zoo="field",
+            reference="https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination (a "
+            "terminating pod must fail its readiness so traffic stops; one that keeps passing it still gets "
+            "requests it refuses)",
+            symptom="any engine: after SIGTERM it drains but keeps answering its health checks healthy until "
+            "the process exits: routers keep sending it requests, which it refuses with 503",
+        ),
+        BugSwitch(
+            name=REPORTS_FIRST_ID,
+            side="engine",
+            zoo="field",
+            reference="https://github.com/kvcache-ai/Mooncake/issues/2246 (metadata kept for a restarted "
+            "engine names its earlier start: readers are sent to an endpoint that is gone)",
+            symptom="prefill: after a restart in place its bootstrap /query and GetServerInfo still report "
+            "the engine id of its first start: a correct router mints that dead id and the decode's pulls "
+            "fail, and only the engines' records show the engine told it",
+            connectors=("mooncake",),
         ),
     ]
 )

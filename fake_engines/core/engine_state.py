@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fake_engines.core.bootstrap import build_query_answer
-from fake_engines.core.bugs import SHUTDOWN_DROPS_PULLS
+from fake_engines.core.bugs import HEALTHY_WHILE_DRAINING, REPORTS_FIRST_ID, SHUTDOWN_DROPS_PULLS
 from fake_engines.core.calls import GENERATE, make_call
 from fake_engines.core.engine_config import EngineConfig
 from fake_engines.core.fault_state import FaultState
@@ -64,6 +64,7 @@ class EngineState:
         self._new_id = new_id
         self.on_record = on_record
         self.identity = EngineIdentity.first(now, config.engine_id, new_id)
+        self._first_id = self.identity.engine_id
         self.faults = FaultState()
         self.store = KvStore(abort_timeout_s=config.kv_abort_timeout_s, bugs=config.bugs)
         self.bootstrap_cache = HandshakeCache()
@@ -92,11 +93,17 @@ class EngineState:
 
     def reported_engine_id(self) -> str:
         """The id told to others (GetServerInfo, bootstrap, prefill params): "" under ``no_engine_id``."""
-        return "" if self.faults.no_engine_id else self.identity.engine_id
+        if self.faults.no_engine_id:
+            return ""
+        if REPORTS_FIRST_ID in self.config.bugs:
+            # BUG: the id registered at the process's first start, kept across restarts in place.
+            return self._first_id
+        return self.identity.engine_id
 
     def start(self, now: float) -> None:
         """The first start is when serving begins (after any load time), so the id is minted then."""
         self.identity = EngineIdentity.first(now, self.config.engine_id, self._new_id)
+        self._first_id = self.identity.engine_id
 
     def restart(self, now: float, engine_id: str | None = None) -> dict[str, Any]:
         """A new start, as a new process would be: new identity (``engine_id``, else the configured pin, else
@@ -117,6 +124,8 @@ class EngineState:
     @property
     def healthy(self) -> bool:
         """What health checks say: not after an engine death, not while stopping."""
+        if self.draining and HEALTHY_WHILE_DRAINING in self.config.bugs:
+            return not self.dead  # BUG: readiness flips only when the process exits
         return not (self.dead or self.draining)
 
     def begin_drain(self, now: float) -> None:

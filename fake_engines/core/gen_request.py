@@ -139,12 +139,27 @@ def prompt_of(body: dict[str, Any]) -> tuple[str, list[int]]:
     raise RequestError(400, "prompt must be a string or a non-empty list of token ids (batches of one)")
 
 
+def model_problem(body: dict[str, Any], served: str) -> RequestError | None:
+    """A body naming a model the engine does not serve: vLLM's 404 NotFoundError (serving.py `_check_model`,
+    before any other check)."""
+    model = body.get("model")
+    if model is not None and model != served:
+        return RequestError(404, f"The model `{model}` does not exist.", "NotFoundError")
+    return None
+
+
 def gen_request_from_openai(
-    body: dict[str, Any], chat: bool, request_id: str, default_seed: int | None, *, grpc: bool = False
+    body: dict[str, Any], chat: bool, request_id: str, default_seed: int | None, *, grpc: bool = False,
+    served_model: str | None = None,
 ) -> tuple[GenRequest, bool]:
     """An OpenAI completion or chat body as the engine's request, and whether it streams (400s as
     RequestError). `request_id`: the name the caller gave (else a fresh one, the shell's choice); `grpc`:
-    the body came as a router's Generate request (its leg shape, `core.calls.leg_of_openai`)."""
+    the body came as a router's Generate request (its leg shape, `core.calls.leg_of_openai`; no model name
+    travels); `served_model`: the model the engine serves over HTTP (another is a 404)."""
+    if served_model is not None and not grpc:
+        wrong = model_problem(body, served_model)
+        if wrong is not None:
+            raise wrong
     problem = request_problem(body, chat)
     if problem is not None:
         raise RequestError(400, problem)

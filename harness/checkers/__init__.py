@@ -35,6 +35,7 @@ from harness.checkers.prompt_503 import Prompt503Expect, check_prompt_503
 from harness.checkers.recovery import RecoveryExpect, check_recovery
 from harness.checkers.reported_id import ReportedEngineIdExpect, check_reported_engine_id
 from harness.checkers.request_contract import RequestContractExpect, check_request_contract
+from harness.checkers.router_events import RouterEventsExpect, check_router_events
 from harness.checkers.status_contract import StatusContractExpect, check_status_contract
 from harness.checkers.transfer_timeout import TransferTimeoutExpect, check_transfer_timeout
 from harness.history import History
@@ -65,6 +66,7 @@ __all__ = [
     "RecoveryExpect",
     "ReportedEngineIdExpect",
     "RequestContractExpect",
+    "RouterEventsExpect",
     "StatusContractExpect",
     "TransferTimeoutExpect",
     "check_availability",
@@ -85,6 +87,7 @@ __all__ = [
     "check_recovery",
     "check_reported_engine_id",
     "check_request_contract",
+    "check_router_events",
     "check_run_complete",
     "check_status_contract",
     "check_transfer_timeout",
@@ -138,12 +141,13 @@ CHECKERS: dict[str, CheckerSpec] = {
         CheckerSpec("handoff_params", HandoffParamsExpect, check_handoff_params, needs=HANDOFFS),
         CheckerSpec("request_contract", RequestContractExpect, check_request_contract, needs=HANDOFFS),
         CheckerSpec("breaker_contract", BreakerContractExpect, check_breaker_contract, needs=HANDOFFS),
+        CheckerSpec("router_events", RouterEventsExpect, check_router_events, needs=HANDOFFS),
     )
 }
 
 # The router's contract on every leg, probe and worker status the engines saw: any router, any scenario.
 CONTRACT_CHECKS: tuple[str, ...] = (
-    "status_contract", "breaker_contract", "leg_shape", "handoff_params", "request_contract",
+    "status_contract", "breaker_contract", "leg_shape", "handoff_params", "request_contract", "router_events",
 )
 
 # What every scenario gets when it names no checker.

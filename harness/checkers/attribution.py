@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.checkers._common import find_setting, kind_matches
+from harness.contract.evidence import misreported
 from harness.history import FaultView, Handoff, History, base_engine_id
 
 SIDES = ("router", "engine", "fault", "unknown")
@@ -60,6 +61,9 @@ def blame(history: History, d: Handoff, problem: str) -> Blame:
     if p is None:
         why = f"no prefill record for {d.tag}: cannot tell what the router should have sent"
         return Blame("unknown", why)
+    lie = _engine_told_wrong(history, d, p)
+    if lie is not None:
+        return Blame("engine", lie)
     wrong = _router_told_wrong(history, d, p)
     if wrong is not None:
         return Blame("router", wrong)
@@ -68,6 +72,20 @@ def blame(history: History, d: Handoff, problem: str) -> Blame:
     if problem in ("failed", "timed_out", "recomputed"):
         return _lost_pull(history, d, p)
     return Blame("unknown", f"{problem} with the router's parameters right")
+
+
+def _engine_told_wrong(history: History, d: Handoff, p: Handoff) -> str | None:
+    """The router passed on an engine id the prefill itself reported while it served as another: the
+    engine's word was wrong, not the router (None: not so)."""
+    told, real = base_engine_id(d.remote_engine_id), base_engine_id(p.engine_id)
+    if not told or not real or told == real:
+        return None
+    call = misreported(history, p.engine or "", told)
+    if call is None:
+        return None
+    return (f"{d.engine} was told engine id {short(told)} for {d.tag}, the id {p.engine} itself reported in "
+            f"its {call.call} at t={call.at:.2f} while it served as {short(call.engine_id)}: the router "
+            "passed on what the engine told it")
 
 
 def _router_told_wrong(history: History, d: Handoff, p: Handoff) -> str | None:

@@ -61,8 +61,10 @@ def requests_in(
 ) -> list[RequestView]:
     """`before` (and `after` when `bounded`: a next fault starts at `end`): started in [start, end) and
     over before `end` (a request the fault cut short belongs to the fault); `during`: overlapping
-    [start, end]; `after` of the last fault (and a run without faults): started in [start, end)."""
+    [start, end]; `after` of the last fault (and a run without faults): started in [start, end). A request
+    carrying the client's own mistake is not the service's to serve: left out."""
     reqs = history.requests_started_in(start, end) if name != "during" else history.request_list()
+    reqs = [r for r in reqs if r.mistake is None]
     if name == "before" or bounded:
         return [r for r in reqs if request_end(history, r) < end]
     if name == "during":

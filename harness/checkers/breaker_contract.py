@@ -22,6 +22,7 @@ from harness.contract.breaker_model import (
     SUCCESS,
     BreakerRules,
     BreakerStates,
+    advance,
     hidden_failures,
     on_outcome,
     on_pick,
@@ -88,6 +89,14 @@ class BreakerTimeline:
         spans = self._spans(a, b)
         return bool(spans) and all(surely_refuses(states, hi, self.rules) for _, hi, states in spans)
 
+    def kinds_in(self, a: float, b: float) -> set[str]:
+        """Every state the breaker may have been in at some moment of [a, b]."""
+        out: set[str] = set()
+        for lo, hi, states in self._spans(a, b):
+            for t in (lo, hi):
+                out.update(s.kind for s in advance(states, t, self.rules))
+        return out
+
     def admitted_all_along(self, a: float, b: float) -> bool:
         """Surely admitting at every moment of [a, b] (admission only comes with time: each span's start)."""
         spans = self._spans(a, b)
@@ -115,8 +124,9 @@ def breaker_timeline(view: EngineView, engine: str, legs: list[Leg], rules: Brea
     for t, _, what, item in events:
         if what == "window":
             assert isinstance(item, Window)
-            # Legs fail unseen only where the router sends them: to a worker it may have had Ready.
-            if READY in status.statuses_in(item.start, item.end):
+            # Legs fail unseen only where the router sends them: to a worker it may have had Ready when it
+            # picked it (a leg picked up to a request timeout before may land in the window).
+            if READY in status.statuses_in(item.start - contract.request_timeout_s, item.end):
                 states = hidden_failures(states, item.start, item.end, rules)
         elif what == "pick":
             states = on_pick(states, t, rules)

@@ -16,12 +16,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from harness.checkers._common import cap
-from harness.contract.evidence import EngineView, Leg
+from harness.contract.evidence import EngineView, Leg, misreported, reported_ids
 from harness.contract.settings import ID_READ_CALLS
 from harness.history import History
 from harness.verdict import Verdict
 
 NAME = "handoff_params"
+# A found line that is the engine's doing, not the router's (evidence says `engine side:`).
+ENGINE_SIDE = "engine side: "
 
 
 @dataclass(frozen=True)
@@ -31,15 +33,12 @@ class HandoffParamsExpect:
     slack_s: float = 0.1
 
 
-def reported_ids(view: EngineView, engine: str) -> list[tuple[float, str]]:
-    """(when the router had it, id) for every engine id `engine` reported in an id read."""
+def ids_reported(view: EngineView, engine: str) -> list[tuple[float, str]]:
+    """(when the router had it, id) for every engine id `engine` reported in an id read of the router's."""
     out = []
-    for call in view.history.engine_calls:
-        if call.engine != engine or call.call not in ID_READ_CALLS or call.by_harness or call.status != 200:
-            continue
-        ids = call.detail.get("engine_ids") or [call.detail.get("kv_engine_id")]
-        done = call.at + (call.duration_s or 0.0)
-        out.extend((done, i) for i in ids if isinstance(i, str) and i)
+    for call in view.history.engine_calls_of(engine, *ID_READ_CALLS):
+        if call.status == 200:
+            out.extend((call.ended_at, i) for i in reported_ids(call))
     return sorted(out)
 
 
@@ -65,7 +64,7 @@ def _mooncake(view: EngineView, tag: str, p: Leg, d: Leg, slack: float) -> list[
     out: list[str] = []
     kv = d.leg.get("kv_transfer_params") if d.leg else None
     told = p.leg.get("kv_transfer_params") if p.leg else None
-    known = [(t, i) for t, i in reported_ids(view, p.engine) if t <= p.at + slack]
+    known = [(t, i) for t, i in ids_reported(view, p.engine) if t <= p.at + slack]
     if not isinstance(kv, dict) or not kv:
         if known and not isinstance(told, dict):
             last_t, last = known[-1]
@@ -77,14 +76,18 @@ def _mooncake(view: EngineView, tag: str, p: Leg, d: Leg, slack: float) -> list[
                    f"{told.get('transfer_id')}")
     minted = kv.get("remote_engine_id")
     base = minted.split("_dp")[0] if isinstance(minted, str) else minted
-    if base not in {i for _, i in reported_ids(view, p.engine)} | {s.engine_id for s in
+    if base not in {i for _, i in ids_reported(view, p.engine)} | {s.engine_id for s in
                                                                    view.history.engines.get(p.engine, [])}:
         out.append(f"{tag}: minted engine id {minted}, which {p.engine} never had nor reported")
         return out
     if p.engine_id and base != p.engine_id:
         since = _id_since(view, p.engine, p.engine_id)
         bound = refresh_bound_s(view)
-        if since is not None and (bound is None or d.at - since > bound + slack):
+        lied = misreported(view.history, p.engine, base)
+        if lied is not None:
+            out.append(f"{ENGINE_SIDE}{tag}: minted {minted}, the id {p.engine} itself reported in its "
+                       f"{lied.call} at t={lied.at:.3f} while it served as {lied.engine_id}")
+        elif since is not None and (bound is None or d.at - since > bound + slack):
             limit = "no refresh bound: the router never re-reads it" if bound is None else f"bound {bound:g}s"
             out.append(f"{tag}: minted {minted} at t={d.at:.3f}, but {p.engine} serves as {p.engine_id} "
                        f"since t={since:.3f} ({limit})")
@@ -129,7 +132,7 @@ def check_handoff_params(history: History, exp: HandoffParamsExpect | None = Non
         p, d = prefills[0], decodes[0]
         found = (_mooncake(view, tag, p, d, exp.slack_s) if connector == "mooncake"
                  else _nixl(tag, p, d, request_ids.get(tag)))
-        evidence.extend(f"router side: {line}" for line in found)
+        evidence.extend(line if line.startswith(ENGINE_SIDE) else f"router side: {line}" for line in found)
     numbers = {"requests": judged, "bad": len(evidence), "refresh_bound_s": refresh_bound_s(view)}
     if evidence:
         what = f"{len(evidence)} handoff parameter(s) not what the contract derives"

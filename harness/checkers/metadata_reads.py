@@ -62,7 +62,7 @@ def check_metadata_reads(history: History, exp: MetadataReadsExpect | None = Non
         outcomes = Counter(f"{c.call} {c.status}" for c in calls)
         evidence = [f"t={c.at:.2f} {c.call} answered {c.status}" for c in calls[:25]]
         count = len(calls)
-        contract = contract_of(history.run)
+        contract = contract_of(history)
         identity = contract.identity_check_interval_s if contract is not None else None
         if identity:
             allowed += math.ceil((end - start) / identity) + 1

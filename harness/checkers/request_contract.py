@@ -5,7 +5,8 @@ the client's answer, for any router:
 - within the router's own deadline: a request answered by the router within its request timeout for the
   prefill legs plus one for the decode leg (a client that waits longer must not be the one that ends it);
 - a client error is the client's: a leg an engine refused as the client's mistake (4xx), with no leg after
-  it, is answered to the client as a 4xx, never as a server error or a success.
+  it, is answered to the client as a 4xx, never as a server error or a success; a request carrying a
+  client's mistake (the workload's `mistake_fraction`) never gets a server error.
 (Legs run once and in order: `legs_once`, `legs_sequenced`.)
 """
 
@@ -61,6 +62,18 @@ def _over_deadline(history: History, view: EngineView, exp: RequestContractExpec
 
 def _client_errors(history: History, legs: dict[str, list[Leg]]) -> tuple[int, list[str]]:
     judged, out = 0, []
+    for req in history.request_list():
+        if req.mistake is None or not req.completed or req.timed_out:
+            continue
+        mine = legs.get(req.tag or "", [])
+        if not mine or any(leg.kind != REFUSED or not 400 <= (leg.status or 0) < 500 for leg in mine):
+            # No engine saw the mistake (refused before any leg, or gRPC carries no model name): nothing
+            # says the answer had to be the client's.
+            continue
+        judged += 1
+        if (req.status or 0) >= 500:
+            out.append(f"router side: {req.tag} carried the client's mistake ({req.mistake}) and got "
+                       f"{req.status}, a server error")
     for tag, mine in legs.items():
         last = mine[-1]
         if last.kind != REFUSED or last.status is None or not 400 <= last.status < 500 or last.status == 499:
@@ -69,7 +82,7 @@ def _client_errors(history: History, legs: dict[str, list[Leg]]) -> tuple[int, l
         if req is None or not req.completed or req.timed_out:
             continue
         judged += 1
-        if not 400 <= req.status < 500:
+        if not 400 <= (req.status or 0) < 500:
             out.append(f"router side: {last.engine} refused {tag}'s leg {last.status} (the client's "
                        f"mistake), but the client got {req.status}")
     return judged, out

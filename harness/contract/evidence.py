@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.contract.reach import Window, probe_windows
-from harness.contract.settings import RouterContract, contract_of
+from harness.contract.settings import ID_READ_CALLS, RouterContract, contract_of
 from harness.contract.timeline import ProbeSeen, WorkerTimeline, build_timeline
-from harness.history import History
+from harness.history import EngineCall, History, base_engine_id
 
 REFUSED = "refused"
 
@@ -51,7 +51,7 @@ class EngineView:
 
     @classmethod
     def of(cls, history: History) -> EngineView | None:
-        contract = contract_of(history.run)
+        contract = contract_of(history)
         return None if contract is None else cls(history, contract)
 
     def workers(self, role: str | None = None) -> list[str]:
@@ -123,3 +123,23 @@ def engine_legs(history: History) -> list[Leg]:
                        role=call.role))
     out.sort(key=lambda leg: leg.at)
     return out
+
+
+def reported_ids(call: EngineCall) -> list[str]:
+    """The engine ids one id read answered (its `/query` ranks, or GetServerInfo's `kv_engine_id`)."""
+    ids = call.detail.get("engine_ids") or [call.detail.get("kv_engine_id")]
+    return [i for i in ids if isinstance(i, str) and i]
+
+
+def misreported(history: History, engine: str, engine_id: str | None) -> EngineCall | None:
+    """A read in which `engine` told a router the id `engine_id` while it served as another (the engine's own
+    word was wrong: a router that minted it told the truth it was given), or None."""
+    wanted = base_engine_id(engine_id)
+    if not wanted:
+        return None
+    for call in history.engine_calls_of(engine, *ID_READ_CALLS, by_router=False):
+        if call.status != 200 or base_engine_id(call.engine_id) == wanted:
+            continue
+        if wanted in {base_engine_id(i) for i in reported_ids(call)}:
+            return call
+    return None

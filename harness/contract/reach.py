@@ -6,8 +6,11 @@ the router sees it answered. Inside them:
   without reaching it. The router probes on a schedule, so a long stretch holds at least a known number of
   such failures (the contract's detection bound) and at most another.
 - MURKY: probes may reach it late, be cut on the way back or be answered after the router gave up (a slow
-  or broken link, a wedged or slowed health surface, a process just resumed): what the engine saw of a
-  probe says nothing sure of what the router saw, and any number of failures may be hidden.
+  or broken link, a process just resumed): what the engine saw of a probe says nothing sure of what the
+  router saw, and any number of failures may be hidden.
+- LOSSY: every probe reaches the engine and its record says how long it took (a wedged or slowed health
+  surface: the engine answers late, or is cut), so a probe it recorded is judged as it is; but one still
+  hanging when the run ends leaves no record, so failures may be hidden.
 
 Windows are built from the faults the harness carried out (the ledger's own records), never from the
 engine's word about itself.
@@ -23,6 +26,7 @@ from harness.history import FaultView, History
 
 DOWN = "down"
 MURKY = "murky"
+LOSSY = "lossy"
 
 # Slack after a window for a probe answered just as it closed (the two clocks of a real run, a hop).
 EDGE_S = 0.1
@@ -99,11 +103,11 @@ def fault_windows(fault: FaultView, history: History, contract: RouterContract) 
             # Frozen: probes hang, then the ones still queued are answered once it resumes.
             return [Window(start, end, DOWN, why), edge]
         if params.get("surface", "all") in _HEALTH_SURFACES:
-            return [Window(start, end, MURKY, why), edge]
+            return [Window(start, end, LOSSY, why)]
         return []
     if kind == "latency":
         if params.get("surface", "all") in _HEALTH_SURFACES:
-            return [Window(start, end, MURKY, why), edge]
+            return [Window(start, end, LOSSY, why)]
         return []
     # A fault this model does not know: nothing sure of the probes in its time.
     return [Window(start, end, MURKY, why), edge]
@@ -141,15 +145,15 @@ def leg_windows(history: History, engine: str, contract: RouterContract) -> list
 
 
 def merge(windows: list[Window]) -> list[Window]:
-    """Overlapping windows as one: DOWN only where every one merged is (the stricter lower bound would not
-    hold across a stretch where probes may have got through)."""
+    """Overlapping windows as one: of their kind when they all are, else MURKY (a DOWN window's lower bound
+    would not hold across a stretch where probes may have got through)."""
     out: list[Window] = []
     for w in sorted(windows, key=lambda w: (w.start, w.end)):
         if w.end <= w.start:
             continue
         if out and w.start < out[-1].end:
             last = out.pop()
-            kind = DOWN if last.kind == DOWN and w.kind == DOWN else MURKY
+            kind = last.kind if last.kind == w.kind else MURKY
             out.append(Window(last.start, max(last.end, w.end), kind, f"{last.why}; {w.why}"))
             continue
         out.append(w)

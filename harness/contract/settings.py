@@ -1,9 +1,10 @@
 """What the router under test was configured with, as the contract checkers need it.
 
-The numbers come from the run's own record (`run_started.settings`: what the session told the router), and
-the rules a real gateway documents differently from the reference router come from its adapter
-(`run_started.settings.contract`, see `harness.routers.base.RouterAdapter.contract`). A rule no setting
-explains is held to the reference contract: a difference is a finding, not noise.
+The numbers come from the run's own record: what the router took, as its adapter says (a `router contract`
+note: a gateway rounds to whole seconds, keeps its own breaker when none is asked, has no identity checks),
+else what the session told it (`run_started.settings`). The rules a real gateway documents differently from
+the reference router come from its adapter too (`rules`, see `harness.routers.base.RouterAdapter.contract`).
+A rule no setting explains is held to the reference contract: a difference is a finding, not noise.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from fake_engines.core import calls
 from harness.contract.status_model import Thresholds
+from harness.history import History
 
 # The calls each transport's routers probe with (engine call names, CONTRACTS §1).
 PROBE_CALLS = {"http": (calls.HEALTH,), "grpc": (calls.GRPC_HEALTH, calls.GRPC_HEALTH_V1)}
@@ -53,11 +55,39 @@ class RouterContract:
         return self.thresholds.success * self.interval_s + self.probe_timeout_s
 
 
-def contract_of(run: Mapping[str, Any] | None) -> RouterContract | None:
-    """The contract a history's `run_started` record describes (None: not enough settings to judge)."""
+CONTRACT_NOTE = "router contract"
+
+
+def told(history: History) -> dict[str, Any]:
+    """What the router under test was configured with, as its adapter says it took it (the `router contract`
+    note: whole seconds, its own defaults, its documented rules), else as the run told it."""
+    settings = dict(history.settings)
+    router = dict(settings.get("router") or {})
+    for r in history.records:
+        if r.get("type") == "note" and r.get("message") == CONTRACT_NOTE:
+            effective = r.get("router_contract")
+            if isinstance(effective, Mapping):
+                rules = effective.get("rules")
+                router.update({k: v for k, v in effective.items() if k != "rules"})
+                settings.update({k: v for k, v in effective.items() if k in _TOP})
+                if isinstance(rules, Mapping):
+                    settings["contract"] = {**(settings.get("contract") or {}), **rules}
+    settings["router"] = router
+    return settings
+
+
+# The numbers `run_started.settings` also carries at its top level.
+_TOP = (
+    "health_interval_s", "health_timeout_s", "failure_threshold", "success_threshold", "request_timeout_s",
+)
+
+
+def contract_of(history: History) -> RouterContract | None:
+    """The contract a history's router was held to (None: not enough settings to judge)."""
+    run = history.run
     if not run:
         return None
-    settings = run.get("settings") or {}
+    settings = told(history)
     router = settings.get("router") or {}
 
     def num(key: str, *where: Mapping[str, Any]) -> float | None:
@@ -72,10 +102,8 @@ def contract_of(run: Mapping[str, Any] | None) -> RouterContract | None:
     failure = num("failure_threshold", settings, router)
     success = num("success_threshold", settings, router)
     request_timeout = num("request_timeout_s", settings, router)
-    if None in (interval, timeout, failure, success, request_timeout):
+    if interval is None or timeout is None or failure is None or success is None or request_timeout is None:
         return None
-    assert interval is not None and timeout is not None and failure is not None and success is not None
-    assert request_timeout is not None
     transport = str(run.get("transport") or "http")
     rules = dict(settings.get("contract") or {})
     breaker = router.get("circuit_breaker_failures")

@@ -2,8 +2,9 @@
 
 The probes an engine answered are outcomes the router saw, outside the windows where a fault could hide
 or bend them (`harness.contract.reach`). Inside a MURKY window a probe it answered may have looked either
-way to the router, and failed probes it never saw may be hidden; across a DOWN window the router's probes
-failed unseen, at least and at most as many as its schedule allows. The result, per worker, is the set of
+way to the router, and failed probes it never saw may be hidden; inside a LOSSY one a probe it answered is
+judged as it is, but failed ones may be hidden too; across a DOWN window the router's probes failed
+unseen, at least and at most as many as its schedule allows. The result, per worker, is the set of
 states the router may be in at every moment (`WorkerTimeline`), as Knossos keeps the set of states a
 history allows.
 """
@@ -15,7 +16,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from harness.contract.reach import DOWN, Window
+from harness.contract.reach import DOWN, LOSSY, Window
 from harness.contract.settings import RouterContract
 from harness.contract.status_model import (
     DRAINING,
@@ -132,10 +133,10 @@ def build_timeline(
         if isinstance(what, ProbeSeen):
             if ABSENT in statuses(states):
                 continue  # a probe before the router knew the worker (another caller's, or early)
-            murky = bool(opened)
+            murky = any(o.window.kind != LOSSY for o in opened)
             outcome = Outcome.EITHER if murky else probe_outcome(what, contract.probe_timeout_s)
             states = apply(states, outcome, th)
-            if murky:
+            if opened:
                 states = apply_hidden_failures(states, max(o.window.hidden(contract)[1] for o in opened), th)
             for o in opened:
                 o.exact = False

@@ -61,6 +61,13 @@ class RouterAdapter:
     ) -> RouterLaunch:
         raise NotImplementedError
 
+    def contract(self, settings: RouterSettings) -> dict[str, Any] | None:
+        """What this router took of `settings` as the contract checkers judge it, after `launch` (None: the
+        settings as told): its probe and timeout numbers, its breaker, its identity checks, and under `rules`
+        what it documents differently from the reference router (`harness.contract.settings`)."""
+        del settings
+        return None
+
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 

@@ -1,5 +1,5 @@
 """Gateway profiles: the reference router with the bug switches that describe a real gateway release's known
-behaviour (docs/GATEWAYS.md, README "What the suite says about real gateways"), so a release can be explored
+behaviour (docs/GATEWAYS.md, docs/real-gateways.md), so a release can be explored
 where the real one cannot go: in simulated time at production settings, or at scale.
 
 `--router profile:NAME` runs the reference router with the profile's switches, in either world. A profile also

@@ -23,7 +23,7 @@ class Restart:
 
     mode `control`: in-process via the control API (`down_s` listeners closed); `process`: SIGKILL the
     process and spawn it again on the same ports after `down_s`. A `down_s` shorter than the probe interval
-    is a restart only the router's identity check can notice (see README, Scenario format).
+    is a restart only the router's identity check can notice (see docs/scenarios.md).
     """
 
     target: str

@@ -82,6 +82,9 @@ class Scenario:
     # other's), why.
     worlds: tuple[str, ...] = ("real", "sim")
     world_notes: Mapping[str, str] = field(default_factory=dict)
+    # The worlds whose default suite runs it (a contract workout judged in simulation keeps the real-time
+    # suite short). Named, it runs in every world of `worlds`.
+    suite_worlds: tuple[str, ...] = ("real", "sim")
     # The settings preset its times are in (`harness.scenario.presets`; set by apply_preset), what a preset
     # should give it differently, and how often the harness reads the router meanwhile.
     preset: str = "scaled"
@@ -228,6 +231,9 @@ def validate(scenario: Scenario) -> None:
     for world in scenario.worlds:
         if world not in WORLDS:
             problems.append(f"unknown world {world!r} (known: {', '.join(WORLDS)})")
+    for world in scenario.suite_worlds:
+        if world not in WORLDS:
+            problems.append(f"suite_worlds names unknown world {world!r} (known: {', '.join(WORLDS)})")
     for name in scenario.preset_overrides:
         if name not in PRESETS:
             problems.append(f"preset_overrides names unknown preset {name!r} (known: {', '.join(PRESETS)})")

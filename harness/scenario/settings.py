@@ -78,6 +78,10 @@ class Workload:
     max_tokens: int = 8
     deadline_s: float = 6.0
     think_time_s: float = 0.02
+    # The share of requests carrying a client's mistake only an engine can refuse: a model name no engine
+    # serves (HTTP: the engine answers 404, which the router must relay as the client's and never count
+    # against the engine; gRPC carries no model name: served). 0 keeps every request right.
+    mistake_fraction: float = 0.0
     # Closed loop: once no fault is active, the load goes on at least this long, however late the last heal
     # came (a loaded machine can take seconds to start an engine again), so what is judged after a heal
     # always has traffic. None: the load ends at `duration_s`.

@@ -140,6 +140,10 @@ class SearchCase:
     failure_threshold: int = 1
     # Identity checks on (every scaled second) or pushed out of the run (IDENTITY_OFF_S).
     identity_checks: bool = True
+    # Good probes that bring a worker back (the scaled 1, or 2: an off-by-one shows only above 1).
+    success_threshold: int = 1
+    # The share of requests carrying a client's mistake (`Workload.mistake_fraction`).
+    mistake_fraction: float = 0.0
 
     @property
     def engines(self) -> list[str]:
@@ -166,7 +170,8 @@ def shifted(case: SearchCase, by_s: float) -> SearchCase:
     return replace(case, faults=tuple(replace(f, start_s=round(f.start_s + by_s, 3)) for f in case.faults))
 
 
-def recovery_bound_s(settings: str, breaker: Breaker | None, identity_checks: bool = True) -> float:
+def recovery_bound_s(settings: str, breaker: Breaker | None, identity_checks: bool = True,
+                     success_threshold: int | None = None) -> float:
     """Heal -> first correct handoff through the healed engine on a correct router, in scaled seconds: one
     probe interval to notice, the promotion (success threshold probes), a probe timeout for a probe caught
     by the fault, the id re-read (a probe timeout) and an identity check (when they are on: off, every id
@@ -177,6 +182,9 @@ def recovery_bound_s(settings: str, breaker: Breaker | None, identity_checks: bo
     router = {**{f: getattr(SCALED_ROUTER, f) for f in (
         "health_interval_s", "health_timeout_s", "success_threshold", "identity_check_interval_s")},
         **p.router}
+    if success_threshold is not None:
+        # A case's own threshold (a count: the preset keeps it, as it keeps a scenario's).
+        router["success_threshold"] = success_threshold
     k = p.time_scale
     secs = ((router["success_threshold"] + 1) * router["health_interval_s"] + 2 * router["health_timeout_s"]
             + ((router["identity_check_interval_s"] or 0.0) if identity_checks else 0.0)) / k
@@ -194,7 +202,7 @@ def tail_s(case: SearchCase) -> float:
 
 
 def bound_of(case: SearchCase) -> float:
-    return recovery_bound_s(case.settings, case.breaker, case.identity_checks)
+    return recovery_bound_s(case.settings, case.breaker, case.identity_checks, case.success_threshold)
 
 
 def duration_s(case: SearchCase) -> float:
@@ -213,12 +221,14 @@ def workload(case: SearchCase) -> Workload:
         prompt_words=ld.prompt_words,
         max_tokens=ld.max_tokens,
         deadline_s=CLIENT_DEADLINE_S,
+        mistake_fraction=case.mistake_fraction,
     )
     return base
 
 
 def router_settings(case: SearchCase) -> RouterSettings:
-    r = replace(SCALED_ROUTER, request_timeout_s=REQUEST_TIMEOUT_S, failure_threshold=case.failure_threshold)
+    r = replace(SCALED_ROUTER, request_timeout_s=REQUEST_TIMEOUT_S, failure_threshold=case.failure_threshold,
+                success_threshold=case.success_threshold)
     if not case.identity_checks:
         r = replace(r, identity_check_interval_s=IDENTITY_OFF_S)
     if case.breaker is not None:

@@ -314,6 +314,10 @@ def schedules(draw: Any, space: Space, engines: list[str], connector: str) -> tu
     return faults
 
 
+# A share of the load with a client's mistake in it, when drawn (a tenth: the breaker sees some in a row).
+MISTAKE_FRACTION = 0.1
+
+
 @st.composite
 def search_cases(draw: Any, space: Space | None = None) -> SearchCase:
     space = space or Space()
@@ -343,6 +347,9 @@ def search_cases(draw: Any, space: Space | None = None) -> SearchCase:
     if not identity and not identity_checks_optional(faults, threshold):
         # An id change the probes may miss: only an identity check shows it to a correct router.
         identity = True
+    # Drawn last: the draws above shrink as they always did.
+    success = draw(st.sampled_from([1, 2]))
+    mistakes = draw(st.sampled_from([0.0, MISTAKE_FRACTION]))
     return SearchCase(
         topology=topology,
         connector=connector,
@@ -356,4 +363,6 @@ def search_cases(draw: Any, space: Space | None = None) -> SearchCase:
         kv_abort_s=kv_abort_s,
         failure_threshold=threshold,
         identity_checks=identity,
+        success_threshold=success,
+        mistake_fraction=mistakes,
     )

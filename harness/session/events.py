@@ -86,11 +86,15 @@ class FaultApplied:
 
 @dataclass(frozen=True)
 class FaultVerified:
-    """A fault was checked after it was applied: `evidence` says what was seen."""
+    """A fault was checked after it was applied: `evidence` says what was seen. `ok` rests on what the
+    harness can see of the process and the link (a signal delivered, a port refused, a toxic listed), never
+    on the engine's word alone; `engine_finding`: what the engine answered that its contract does not allow
+    (e.g. healthy while it drains), a finding on the engine's side."""
 
     fault: str
     ok: bool
     evidence: Any = None
+    engine_finding: str | None = None
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ class FaultLedger:
         self.history = history
         self.active: list[ActiveFault] = []
         self.failures: list[str] = []  # actions that could not be applied or verified
+        self.engine_findings: list[str] = []  # what engines answered that their contract does not allow
 
     # -- what the world reports
 
@@ -63,10 +64,13 @@ class FaultLedger:
         self.history.fault_applied(fault, kind, target, dict(params), dict(changed))
         self.active.append(ActiveFault(fault, kind, target, link, dict(params)))
 
-    def verified(self, fault: str, ok: bool, evidence: Any) -> None:
-        self.history.fault_verified(fault, ok, evidence)
+    def verified(self, fault: str, ok: bool, evidence: Any, engine_finding: str | None = None) -> None:
+        extra = {} if engine_finding is None else {"engine_finding": engine_finding}
+        self.history.fault_verified(fault, ok, evidence, **extra)
         if not ok:
             self.failures.append(f"{fault}: not verified ({evidence})")
+        if engine_finding is not None:
+            self.engine_findings.append(f"engine side: {fault}: {engine_finding}")
 
     def raised(self, fault: str, error: str) -> None:
         """The action broke: evidence that the fault may not be in place, never an abort of the run."""

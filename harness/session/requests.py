@@ -14,6 +14,9 @@ from fake_engines.core.generator import expected_chat_completion, expected_compl
 from harness.scenario import Workload
 
 MODEL = "pdchaos-fake"
+# What a request with a client's mistake names instead (`Workload.mistake_fraction`).
+UNKNOWN_MODEL = "pdchaos-no-such-model"
+MISTAKE_UNKNOWN_MODEL = "unknown_model"
 
 # Plain words only: the fake engines' tokenizer round-trips them and the tag stays intact.
 _WORDS = (
@@ -33,6 +36,7 @@ class RequestPlan:
     max_tokens: int
     deadline_s: float
     body: dict[str, Any]
+    mistake: str | None = None  # the client's mistake it carries (None: a right request)
 
     @property
     def chat(self) -> bool:
@@ -57,7 +61,12 @@ def plan_request(seq: int, run_id: str, rng: random.Random, w: Workload, model: 
     else:
         endpoint = "/v1/completions"
         body["prompt"] = prompt
-    return RequestPlan(seq, tag, endpoint, stream, prompt, w.max_tokens, w.deadline_s, body)
+    mistake = None
+    # Drawn only when asked for: a workload without mistakes draws what it always drew (same histories).
+    if w.mistake_fraction > 0 and rng.random() < w.mistake_fraction:
+        mistake = MISTAKE_UNKNOWN_MODEL
+        body["model"] = UNKNOWN_MODEL
+    return RequestPlan(seq, tag, endpoint, stream, prompt, w.max_tokens, w.deadline_s, body, mistake)
 
 
 def expected_text(plan: RequestPlan) -> str:

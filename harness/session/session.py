@@ -413,7 +413,7 @@ class ScenarioSession:
             return []
         if isinstance(ev, e.FaultVerified):
             assert self.ledger is not None
-            self.ledger.verified(ev.fault, ev.ok, ev.evidence)
+            self.ledger.verified(ev.fault, ev.ok, ev.evidence, ev.engine_finding)
             return []
         if isinstance(ev, e.EngineState):
             self._engine_state(ev.name, ev.state)
@@ -613,8 +613,9 @@ class ScenarioSession:
         plan = self._next_plan()
         self._plans[plan.seq] = (plan, client)
         self.invoked += 1
+        extra = {} if plan.mistake is None else {"mistake": plan.mistake}
         self._h.request_invoked(plan.seq, plan.tag, stream=plan.stream, endpoint=plan.endpoint,
-                                deadline_s=plan.deadline_s, prompt_chars=len(plan.prompt))
+                                deadline_s=plan.deadline_s, prompt_chars=len(plan.prompt), **extra)
         return c.SendRequest(plan)
 
     def _load(self, now: float) -> list[c.Command]:
@@ -778,6 +779,11 @@ class ScenarioSession:
                 evidence=failures[:25]))
         else:
             self.extra_verdicts.append(Verdict.ok("faults", numbers={"steps": len(self.scenario.timeline)}))
+        findings = self.ledger.engine_findings
+        if findings:
+            # The fault is in place by what the harness saw; the engine's own answer broke its contract.
+            what = f"{len(findings)} engine answer(s) its contract does not allow: {findings[0]}"
+            self.extra_verdicts.append(Verdict.fail("engine_conduct", what, evidence=findings[:25]))
         if self.workers.supported is False:
             why = f" (GET /workers {self.workers.problem})" if self.workers.problem else ""
             self._h.note(f"router has no readable /workers{why}: status-based checks cannot judge")

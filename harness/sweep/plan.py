@@ -102,13 +102,22 @@ def plan_sweep(spec: SweepSpec, scenarios: Sequence[Scenario] | None = None) -> 
                 for engines in spec.engines:
                     backend = spec.backends.get(engines) if engines != LOCAL_ENGINES else None
                     for s in scen:
-                        _expand(plan, s, world, settings, router, engines, backend)
+                        if _in_sweep(spec, s, world):
+                            _expand(plan, s, world, settings, router, engines, backend)
     for name, bugs in spec.bugs.items():
         places = [(c.key.connector, c.key.transport) for c in plan.cells if c.key.scenario == name]
         absent = absent_bug(bugs, places, f"cells of {name}") if places else None  # none: skipped, said why
         if absent is not None:
             raise SweepError(f"[bugs] {absent}")
     return plan
+
+
+def _in_sweep(spec: SweepSpec, s: Scenario, world: str) -> bool:
+    """Whether the sweep runs `s` in `world`: one there only through `default` runs where the default suite
+    holds it (`Scenario.suite_worlds`); one named or from `all`, in every world."""
+    if "all" in spec.scenarios or s.name in spec.scenarios or "default" not in spec.scenarios:
+        return True
+    return world in s.suite_worlds
 
 
 def _expand(plan: SweepPlan, s: Scenario, world: str, settings: str, router: RouterChoice, engines: str,

@@ -24,7 +24,7 @@ from typing import Self
 
 from harness.session import ScenarioSession
 from harness.session.commands import Command
-from harness.session.events import CommandFailed, Event
+from harness.session.events import CommandFailed, Event, FaultVerified
 
 Emit = Callable[[Event], None]
 
@@ -35,6 +35,16 @@ MAX_WAIT_S = 1.0
 INTERRUPTED_TEARDOWN_S = 30.0
 # How long a respawn lets an engine process still there (dying, draining) end by itself before killing it.
 RESPAWN_WAIT_S = 10.0
+
+
+def graceful_stop_verified(fault: str, delivered: bool, health: str, pid: int | None) -> FaultVerified:
+    """A graceful stop is in place once its SIGTERM reached the process (not on the engine's word); an
+    engine still answering its health check healthy a second later is a finding on the engine's side."""
+    finding = None
+    if delivered and health == "ok:200":
+        finding = "answered its health check healthy 1 s after SIGTERM (a draining engine must fail it)"
+    return FaultVerified(fault, delivered, {"signal": "SIGTERM", "delivered": delivered, "health": health,
+                                            "pid": pid}, finding)
 
 
 class World(abc.ABC):

@@ -239,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.baseline_runs < 1:
             raise UsageError("--baseline-runs must be at least 1")
         loaded = load_named(args.scenarios)
-        scenarios = loaded if args.scenarios else default_suite(loaded)
+        scenarios = loaded if args.scenarios else default_suite(loaded, args.world)
         if args.world == "sim":
             scenarios = [s for s in scenarios if "sim" in s.worlds]
         scenarios = _restrict(scenarios, args)

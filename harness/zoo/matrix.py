@@ -115,8 +115,11 @@ def build_matrix(
     cells: list[str] = []
     transport: dict[str, str] = {}
     baseline_fail: dict[str, set[str]] = {}
-    # Per cell, the checkers that passed in every baseline run: only these can catch a switch there.
+    # Per cell, the checkers that passed in every baseline run, and every verdict any baseline run gave: only a
+    # checker that passed every time, or a verdict no baseline gave at all (one the harness adds only when it has
+    # something to say, e.g. `engine_conduct`), can catch a switch there.
     baseline_pass: dict[str, set[str]] = {}
+    baseline_seen: dict[str, set[str]] = {}
     baseline_status: dict[str, list[str]] = {}
     false_alarms: dict[str, list[str]] = {}
     baseline_runs = 0
@@ -130,6 +133,7 @@ def build_matrix(
         baseline_status.setdefault(run.cell_key, []).append(res.status or "unknown")
         passed = {v.name for v in res.verdicts if v.status == PASS}
         baseline_pass[run.cell_key] = baseline_pass.get(run.cell_key, passed) & passed
+        baseline_seen.setdefault(run.cell_key, set()).update(v.name for v in res.verdicts)
         for v in res.verdicts:
             if v.status == FAIL:
                 baseline_fail.setdefault(run.cell_key, set()).add(v.name)
@@ -139,7 +143,9 @@ def build_matrix(
         if run.switch is None:
             continue
         trusted = baseline_pass.get(run.cell_key, set())
-        fresh = [v for v in res.verdicts if v.status == FAIL and v.name in trusted]
+        seen = baseline_seen.get(run.cell_key)
+        fresh = [v for v in res.verdicts if v.status == FAIL
+                 and (v.name in trusted or (seen is not None and v.name not in seen))]
         outcome = CellOutcome(
             caught=bool(fresh), checkers=[v.name for v in fresh],
             evidence=_evidence(fresh), status=res.status or "unknown",

@@ -48,6 +48,13 @@ _STATUS = {"ready": "ready", "notready": "not_ready", "not_ready": "not_ready", 
            "draining": "draining", "pending": "pending", "healthy": "ready", "unhealthy": "not_ready"}
 
 
+# What smg and vllm-router run with where no flag says otherwise (their `--help` defaults).
+GATEWAY_DEFAULTS: dict[str, Any] = {
+    "health_interval_s": 60.0, "health_timeout_s": 5.0, "failure_threshold": 3, "success_threshold": 2,
+    "request_timeout_s": 1800.0, "circuit_breaker_failures": 10, "circuit_breaker_open_s": 60.0,
+}
+
+
 def whole_seconds(x: float, minimum: int = 1) -> int:
     """Seconds for a flag that takes whole seconds: rounded up (never shorter than asked), >= `minimum`."""
     return max(minimum, math.ceil(x - 1e-9))
@@ -163,6 +170,36 @@ class GatewayAdapter(RouterAdapter):
         if known is not None:
             out += [f"{f}: not in this release, left out" for f in self.optional_flags() if f not in known]
         return out
+
+    def contract(self, settings: RouterSettings) -> dict[str, Any]:
+        """The numbers the gateway runs with: whole seconds, and its own default where a flag was not
+        passed (none asked for, or this release has no such flag); no identity checks (no gateway has
+        them)."""
+        s, dropped = settings, set(self.dropped)
+        asked: dict[str, tuple[str, Any]] = {
+            "health_interval_s": ("--health-check-interval-secs", float(whole_seconds(s.health_interval_s))),
+            "health_timeout_s": ("--health-check-timeout-secs", float(whole_seconds(s.health_timeout_s))),
+            "failure_threshold": ("--health-failure-threshold", s.failure_threshold),
+            "success_threshold": ("--health-success-threshold", s.success_threshold),
+            "request_timeout_s": ("--request-timeout-secs", float(whole_seconds(s.request_timeout_s))),
+        }
+        out: dict[str, Any] = {key: GATEWAY_DEFAULTS[key] if flag in dropped else value
+                               for key, (flag, value) in asked.items()}
+        out["identity_check_interval_s"] = None
+        if "--disable-circuit-breaker" in self.extra_args:
+            out["circuit_breaker_failures"] = None
+        elif s.circuit_breaker_failures is None or "--cb-failure-threshold" in dropped:
+            out["circuit_breaker_failures"] = GATEWAY_DEFAULTS["circuit_breaker_failures"]
+            out["circuit_breaker_open_s"] = GATEWAY_DEFAULTS["circuit_breaker_open_s"]
+        else:
+            out["circuit_breaker_failures"] = s.circuit_breaker_failures
+            out["circuit_breaker_open_s"] = float(whole_seconds(s.circuit_breaker_open_s))
+        out["rules"] = self.rules()
+        return out
+
+    def rules(self) -> dict[str, Any]:
+        """What this gateway documents differently from the reference router's contract."""
+        return {}
 
     def optional_flags(self) -> list[str]:
         """Flags the launch passes only when the release's help names them."""

@@ -36,7 +36,7 @@ from harness.scenario.actions import (
 )
 from harness.session.events import ActionDone, EngineState, Event, FaultApplied, FaultVerified, WorldNote
 from harness.topology import Topology
-from harness.worlds.base import RESPAWN_WAIT_S
+from harness.worlds.base import RESPAWN_WAIT_S, graceful_stop_verified
 from harness.worlds.real.engines import EngineFleet
 from harness.worlds.real.probes import http_probe, port_closed, port_open, process_state, sees_refused
 from harness.worlds.real.processes import ManagedProcess
@@ -44,6 +44,9 @@ from pdchaos.waiting import poll_until
 
 # How long a graceful stop's end waits for its verification to be said first.
 VERIFY_WAIT_S = 30.0
+# A worker API call a router answers 202 runs as a job later (smg): how long its effect may take to show.
+ACCEPTED = 202
+WORKER_JOB_S = 5.0
 
 Emit = Callable[[Event], None]
 
@@ -204,7 +207,7 @@ class EngineActions:
             emit(FaultVerified(fid, False, {"error": "no process"}))
             return
         start = asyncio.get_running_loop().time()
-        proc.signal(signal.SIGTERM)
+        delivered = proc.signal(signal.SIGTERM)
         # The SIGKILL after `grace_s` counts from the signal, as an orchestrator's does, whatever the
         # verification below takes (a stopped process answers no probe); the end is noted after it.
         verified = asyncio.Event()
@@ -218,7 +221,7 @@ class EngineActions:
                 if health in ("ok:503", "refused"):
                     break
                 await asyncio.sleep(0.1)
-            emit(FaultVerified(fid, health in ("ok:503", "refused"), {"health": health, "pid": proc.pid}))
+            emit(graceful_stop_verified(fid, delivered, health, proc.pid))
         finally:
             verified.set()
 
@@ -330,26 +333,52 @@ class EngineActions:
         before = await self._worker(name)
         status, body = await self.router.patch_worker(self.session, self.router_topo, name, a.body)
         emit(FaultApplied(fid, "patch_worker", name, dict(a.body), {"status": status}))
-        after = await self._worker(name)
+
+        def took(w: dict[str, Any] | None) -> bool:
+            return w is not None and all(w.get(k) == v for k, v in a.body.items())
+
+        after, waited = await self._job_done(status, name, took)
         kept = {
             k: (before or {}).get(k) == (after or {}).get(k)
             for k in ("connector", "role", "bootstrap_port", "kv_engine_id", "url")
         }
-        applied = all((after or {}).get(k) == v for k, v in a.body.items())
-        evidence = {"status": status, "kept": kept, "applied": applied, "after": after, "answer": body}
+        applied = took(after)
+        evidence = {"status": status, "kept": kept, "applied": applied, "after": after, "answer": body,
+                    **waited}
         emit(FaultVerified(fid, 200 <= status < 300 and applied, evidence))
 
     async def _add_worker(self, fid: str, a: AddWorker, emit: Emit) -> None:
         status, body = await self.router.add_worker(self.session, self.router_topo, a.target)
         emit(FaultApplied(fid, "add_worker", a.target, {}, {"status": status}))
-        w = await self._worker(a.target)
-        evidence = {"status": status, "worker": w or body}
+        w, waited = await self._job_done(status, a.target, lambda w: w is not None)
+        evidence = {"status": status, "worker": w or body, **waited}
         emit(FaultVerified(fid, 200 <= status < 300 and w is not None, evidence))
 
     async def _remove_worker(self, fid: str, a: RemoveWorker, emit: Emit) -> None:
         status, body = await self.router.remove_worker(self.session, self.router_topo, a.target)
         emit(FaultApplied(fid, "remove_worker", a.target, {}, {"status": status}))
-        emit(FaultVerified(fid, 200 <= status < 300, {"status": status, "answer": body}))
+        w, waited = await self._job_done(status, a.target, _removed)
+        done = status != ACCEPTED or _removed(w)
+        emit(FaultVerified(fid, 200 <= status < 300 and done, {"status": status, "answer": body, **waited}))
+
+    async def _job_done(
+        self, status: int, name: str, took: Callable[[dict[str, Any] | None], bool]
+    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """The engine's worker once the router's update took effect: at once for an answer that says it is
+        done; for 202 (a job the router runs later, as smg does) once the worker list shows it, within
+        WORKER_JOB_S. Also what was waited, for the evidence."""
+        if status != ACCEPTED:
+            return await self._worker(name), {}
+        start = asyncio.get_running_loop().time()
+        seen: list[dict[str, Any] | None] = [None]
+
+        async def check() -> bool:
+            seen[0] = await self._worker(name)
+            return took(seen[0])
+
+        done = await poll_until(check, WORKER_JOB_S, interval_s=0.05)
+        waited = round(asyncio.get_running_loop().time() - start, 3)
+        return seen[0], {"job": "done" if done else f"not done within {WORKER_JOB_S:g} s", "job_s": waited}
 
     async def _worker(self, name: str) -> dict[str, Any] | None:
         for w in await self.router.workers(self.session, self.router_topo) or []:
@@ -367,6 +396,11 @@ class EngineActions:
             resumed.append(name)
         self.stopped.clear()
         return resumed
+
+
+def _removed(worker: dict[str, Any] | None) -> bool:
+    """Gone from the worker list, or draining out of it."""
+    return worker is None or worker.get("status") == "draining"
 
 
 def _changed(resp: Any) -> dict[str, Any]:

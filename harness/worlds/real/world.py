@@ -19,6 +19,7 @@ from typing import Any, assert_never
 
 import aiohttp
 
+from harness.contract.settings import CONTRACT_NOTE
 from harness.routers import RouterAdapter
 from harness.scenario.links import LinkRef, NetworkAction
 from harness.session import CellPlan
@@ -167,6 +168,9 @@ class RealWorld(CommandWorld):
                 launch = self.router.launch(rtopo, cmd.settings, list(cmd.registered),
                                             str(self.out / "router-events.jsonl"))
                 emit(e.WorldNote("router launch", {"argv": launch.argv}))
+                contract = self.router.contract(cmd.settings)
+                if contract is not None:
+                    emit(e.WorldNote(CONTRACT_NOTE, {"router_contract": contract}))
                 self._router_proc = await self.supervisor.spawn(
                     "router", launch.argv, env=launch.env or None, ready_prefix=launch.ready_prefix,
                     ready_timeout_s=ROUTER_READY_TIMEOUT_S,

@@ -483,7 +483,8 @@ class SimRouter:
         )
         grpc = self.transport == "grpc"
         try:
-            req, _stream = gen_request_from_openai(body, chat, rid, None, grpc=grpc)
+            served = engine.config.model if engine is not None else None
+            req, _stream = gen_request_from_openai(body, chat, rid, None, grpc=grpc, served_model=served)
         except RequestError as exc:
             # The engine's surface refuses it: the leg still goes there (and is in its records).
             refused = exc

@@ -58,7 +58,7 @@ from harness.session import CellPlan, ScenarioSession
 from harness.session import commands as c
 from harness.session import events as e
 from harness.topology import Topology
-from harness.worlds.base import RESPAWN_WAIT_S, Emit, World
+from harness.worlds.base import RESPAWN_WAIT_S, Emit, World, graceful_stop_verified
 from harness.worlds.sim.engine import SimEngine
 from harness.worlds.sim.network import HOP_S, CallResult, Deadline, SimNetwork
 from harness.worlds.sim.router import SimRouter
@@ -551,6 +551,7 @@ class SimActions:
 
     def _graceful_stop(self, fid: str, eng: SimEngine, a: GracefulStop) -> Generator[Any, Any, None]:
         pid = {"pid": {"old": eng.pid}}
+        alive = eng.exists  # the SIGTERM reaches a process only if there is one
         self.emit(e.FaultApplied(fid, "graceful_stop", eng.name, {"grace_s": a.grace_s}, pid))
         sigterm = self.env.now
         # The drain goes on behind the timeline, as in real time, from the signal on (the SIGKILL after
@@ -559,7 +560,7 @@ class SimActions:
         verified_event = self.env.event()
         self.env.process(self._stop_ended(fid, eng, a.grace_s, sigterm, verified_event))
         health = yield from self._health(eng)
-        self.emit(e.FaultVerified(fid, health in ("ok:503", "refused"), {"health": health, "pid": eng.pid}))
+        self.emit(graceful_stop_verified(fid, alive, health, eng.pid))
         verified_event.succeed()
 
     def _stop_ended(self, fid: str, eng: SimEngine, grace_s: float, sigterm: float,

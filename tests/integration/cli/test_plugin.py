@@ -140,7 +140,7 @@ def test_bare_option_collects_the_shipped_default_suite(pytester: pytest.Pyteste
     pytester.makeini(INI + "testpaths = .\n")
     result = pytester.runpytest("--pdchaos", "--collect-only", "-q")
     ids = _ids(result)
-    want = expand_matrix(default_suite(load_scenarios()))
+    want = expand_matrix(default_suite(load_scenarios(), "real"))
     assert len(ids) == len(want) > 0
     assert not any("test_plain" in i for i in ids)
     assert {i.split("::")[1].split("[")[0] for i in ids} == {s.name for s, _ in want}

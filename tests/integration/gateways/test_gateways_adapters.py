@@ -336,3 +336,26 @@ def test_each_router_names_the_flag_value_that_selects_it_again() -> None:
     assert CommandRouter("my-router --port {port}").cli_spec() == "cmd:my-router --port {port}"
     assert ReferenceRouter().cli_spec() == "reference"
     assert ProfileRouter(profile_named("smg-1.12.0")).cli_spec() == "profile:smg-1.12.0"
+
+
+def test_the_contract_a_gateway_is_held_to_is_what_it_took() -> None:
+    topo = allocate("1p1d", "mooncake", "grpc")
+    a = SmgRouter("smg", version="1.13.0", flags=SMG_FLAGS)
+    a.launch(topo, SETTINGS, ["prefill-0", "decode-0"], "/dev/null")
+    c = a.contract(SETTINGS)
+    # Whole seconds as passed; its own breaker (none asked); no identity checks.
+    assert (c["health_interval_s"], c["health_timeout_s"], c["request_timeout_s"]) == (1.0, 1.0, 8.0)
+    assert (c["failure_threshold"], c["success_threshold"]) == (2, 3)
+    assert (c["circuit_breaker_failures"], c["circuit_breaker_open_s"]) == (10, 60.0)
+    assert c["identity_check_interval_s"] is None
+    asked = replace(SETTINGS, circuit_breaker_failures=4, circuit_breaker_open_s=2.5)
+    a.launch(topo, asked, ["prefill-0", "decode-0"], "/dev/null")
+    took = a.contract(asked)
+    assert (took["circuit_breaker_failures"], took["circuit_breaker_open_s"]) == (4, 3.0)
+    # A flag this release lacks: the gateway's own default is what it runs with.
+    old = SmgRouter("smg", version="1.0.0", flags=SMG_FLAGS - {"--health-failure-threshold"})
+    old.launch(topo, SETTINGS, ["prefill-0", "decode-0"], "/dev/null")
+    assert old.contract(SETTINGS)["failure_threshold"] == 3
+    off = SmgRouter("smg", version="1.13.0", flags=SMG_FLAGS, extra_args=["--disable-circuit-breaker"])
+    off.launch(topo, SETTINGS, ["prefill-0", "decode-0"], "/dev/null")
+    assert off.contract(SETTINGS)["circuit_breaker_failures"] is None

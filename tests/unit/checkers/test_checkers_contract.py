@@ -15,6 +15,7 @@ from harness.checkers import (
     MetadataReadsExpect,
     ProbeScheduleExpect,
     RequestContractExpect,
+    RouterEventsExpect,
     StatusContractExpect,
     check_breaker_contract,
     check_handoff_params,
@@ -23,8 +24,10 @@ from harness.checkers import (
     check_metadata_reads,
     check_probe_schedule,
     check_request_contract,
+    check_router_events,
     check_status_contract,
 )
+from harness.checkers.attribution import blame
 from harness.contract.breaker_model import (
     FAILURE,
     INITIAL,
@@ -37,7 +40,7 @@ from harness.contract.breaker_model import (
     surely_admits,
     surely_refuses,
 )
-from harness.contract.reach import DOWN, MURKY, Window, probe_windows
+from harness.contract.reach import DOWN, LOSSY, MURKY, Window, probe_windows
 from harness.contract.settings import contract_of
 from harness.contract.status_model import (
     FAILED,
@@ -113,7 +116,7 @@ class Run:
         self.hb.at(t + 0.01).handoff(rec)
 
     def pd(self, t: float, prefill_leg: Shape | None = None, decode_leg: Shape | None = None,
-           decode_fields: Shape | None = None) -> str:
+           decode_fields: Shape | None = None, prefill_id: str = "A") -> str:
         tag = self.hb.request(t, 0.05)
         transfer = f"xfer-{tag}"
         p = prefill_leg if prefill_leg is not None else {
@@ -126,7 +129,7 @@ class Run:
             "stream": False, "max_tokens": 6,
             "kv_transfer_params": {"do_remote_decode": False, "do_remote_prefill": True,
                                    "transfer_id": transfer, "remote_engine_id": "A"}}
-        self.leg(t, "prefill-0", "prefill", tag, p, transfer_id=transfer)
+        self.leg(t, "prefill-0", "prefill", tag, p, transfer_id=transfer, engine_id=prefill_id)
         kv = d.get("kv_transfer_params") or {}
         self.leg(t + 0.02, "decode-0", "decode", tag, d, engine_id="D", transfer_id=kv.get("transfer_id"),
                  remote_engine_id=kv.get("remote_engine_id"), **(decode_fields or {}))
@@ -198,13 +201,13 @@ def test_fault_windows_follow_what_the_fault_does_to_probes() -> None:
     hb.at(7.0).fault_applied("meta", "wedge", "prefill-0", {"surface": "metadata"}, {})
     hb.end(9.0)
     h = hb.history()
-    contract = contract_of(h.run)
+    contract = contract_of(h)
     assert contract is not None
     windows = probe_windows(h, "prefill-0", contract)
     kinds = [(round(w.start, 2), round(w.end, 2), w.kind) for w in windows]
     assert (1.0, 3.0, DOWN) in kinds, "a crash: down until it serves again"
     assert (4.5, 5.0, DOWN) in kinds, "a frozen process answers nothing"
-    assert (6.0, 6.5, MURKY) in kinds, "a slowed health surface bends what the router saw"
+    assert (6.0, 6.5, LOSSY) in kinds, "a slowed health surface: its probes' records may come too late"
     assert not any(w.start >= 7.0 for w in windows), "a side channel or metadata fault leaves probes alone"
     assert not any(4.0 <= w.start < 4.5 for w in windows)
     least, most = Window(1.0, 3.0, DOWN, "crash").hidden(contract)
@@ -531,3 +534,99 @@ def test_a_refusal_while_the_breaker_surely_admits_kept_a_worker_out() -> None:
     assert check_breaker_contract(breaker_run([500, 500], refused_at=3.0)).status == "pass", "opened: a 503"
     v = check_breaker_contract(breaker_run([500, 500], refused_at=7.0))
     assert v.status == "fail", "its open period was over: it admits a trial"
+
+
+def test_probes_a_wedged_health_surface_answered_late_are_failures_the_router_saw() -> None:
+    def run(shown: str) -> Any:
+        r = Run()
+        r.probes("decode-0", 0.1, 5.9)
+        r.probes("prefill-0", 0.1, 2.0)
+        wedge = {"mode": "control", "surface": "health"}
+        r.hb.at(2.0).fault_applied("stall", "wedge", "prefill-0", wedge, {})
+        r.hb.at(3.5).fault_healed("stall", "wedge", "prefill-0")
+        for t in (2.1, 2.4, 2.7, 3.0):
+            r.probe(t, "prefill-0", healthy=True, duration=3.5 - t)  # answered only once the wedge cleared
+        r.probes("prefill-0", 3.6, 5.9)
+        r.hb.at(3.3).router_status("w-p0", "http://p0", "prefill", shown, None, engine="prefill-0")
+        return r.history()
+
+    v = check_status_contract(run("ready"))
+    assert v.status == "fail" and "showed prefill-0 ready at t=3.300" in v.evidence[0]
+    assert check_status_contract(run("not_ready")).status != "fail"
+
+
+def test_an_id_the_prefill_itself_reported_while_serving_as_another_is_blamed_on_the_engine() -> None:
+    def run(reported: str) -> Any:
+        r = healthy_run()
+        r.hb.at(2.0).engine_state("prefill-0", "B", 2, 4001, role="prefill", url="http://p0")
+        r.hb.at(2.2).engine_call({
+            "record": "engine_call", "ts": WALL0 + 2.2, "engine": "prefill-0", "engine_id": "B",
+            "generation": 2, "role": "prefill", "call": "bootstrap_query", "status": 200,
+            "duration_s": 0.001, "caller": "router", "detail": {"engine_ids": [reported]}})
+        r.pd(4.5, decode_leg={"stream": False, "max_tokens": 6, "kv_transfer_params": {
+            "do_remote_prefill": True, "transfer_id": "xfer-[pdchaos:run:1]", "remote_engine_id": "A"}},
+            decode_fields={"outcome": "failed"}, prefill_id="B")
+        return r
+    # The prefill serves as B since t=2.0 but its /query still says A: the router minted what it was told.
+    hist = run("A").history()
+    v = check_handoff_params(hist)
+    assert v.status == "fail" and v.evidence[0].startswith("engine side:"), v.evidence
+    d = next(h for h in hist.handoffs if h.kind == "decode")
+    assert blame(hist, d, "failed").side == "engine"
+    hist = run("B").history()
+    assert check_handoff_params(hist).evidence[0].startswith("router side:")
+    d = next(h for h in hist.handoffs if h.kind == "decode")
+    assert blame(hist, d, "failed").side == "router"
+
+
+# ------------------------------------------------------------------------------------ router_events
+
+
+def router_event(run: Run, t: float, kind: str, **fields: Any) -> None:
+    run.hb.at(t).router_event({"type": kind, "ts": WALL0 + t, "worker": "w1", "url": "http://p0", **fields})
+
+
+def test_a_router_is_held_to_its_own_probe_and_status_events() -> None:
+    run = Run()
+    run.probe(1.9, "prefill-0")
+    run.probe(2.1, "prefill-0", healthy=False)
+    router_event(run, 1.902, "probe", ok=True, duration_s=0.002)  # agrees
+    router_event(run, 2.102, "probe", ok=True, duration_s=0.002)  # the engine said 503
+    router_event(run, 2.5, "status_change", **{"from": "not_ready", "to": "ready"})
+    v = check_router_events(run.history(), RouterEventsExpect())
+    assert v.status == "fail" and len(v.evidence) == 2, v.evidence
+    assert "counted prefill-0 healthy" in v.evidence[0] and "moved prefill-0 to ready" in v.evidence[1]
+
+
+def test_a_probe_or_status_change_the_router_leaves_out_of_its_events_is_a_violation() -> None:
+    run = Run()
+    run.probe(1.0, "prefill-0")
+    run.probe(1.3, "prefill-0")
+    run.probe(2.0, "prefill-0")
+    router_event(run, 1.002, "probe", ok=True, duration_s=0.002)
+    router_event(run, 2.002, "probe", ok=True, duration_s=0.002)  # the router's events were read past 1.4
+    run.hb.at(1.1).router_status("w1", "http://p0", "prefill", "ready", None, engine="prefill-0")
+    run.hb.at(1.4).router_status("w1", "http://p0", "prefill", "pending", None, engine="prefill-0")
+    v = check_router_events(run.history())
+    assert v.status == "fail"
+    assert any("probe of the router's at t=1.300" in e for e in v.evidence)
+    assert any("go ready -> pending" in e for e in v.evidence)
+
+
+def test_engine_id_events_take_reported_ids_and_never_clear_one() -> None:
+    run = healthy_run(transport="grpc")
+    run.hb.at(0.2).engine_call({
+        "record": "engine_call", "ts": WALL0 + 0.2, "engine": "prefill-0", "engine_id": "A", "generation": 1,
+        "role": "prefill", "call": "server_info", "status": 200, "duration_s": 0.001, "caller": "router",
+        "detail": {"kv_engine_id": "A"}})
+    router_event(run, 0.3, "engine_id", old=None, new="A", confirmed=True)
+    router_event(run, 2.0, "engine_id", old="A", new="Z", confirmed=True)
+    router_event(run, 3.0, "engine_id", old="A", new=None, confirmed=False)
+    v = check_router_events(run.history())
+    assert v.status == "fail" and len(v.evidence) == 2
+    assert "took id Z" in v.evidence[0] and "cleared prefill-0's id A" in v.evidence[1]
+
+
+def test_a_router_without_events_has_nothing_of_its_own_to_be_held_to() -> None:
+    v = check_router_events(healthy_run().history())
+    assert v.status == "pass" and v.numbers["events"] == 0

@@ -38,7 +38,9 @@ from fake_engines.core import (
 )
 from fake_engines.core.bugs import (
     ENGINE_BUGS,
+    HEALTHY_WHILE_DRAINING,
     KV_FREED_WHILE_READ,
+    REPORTS_FIRST_ID,
     SHUTDOWN_DROPS_PULLS,
     STALE_PEER_HANDSHAKE,
     engine_bug_names,
@@ -48,11 +50,12 @@ from fake_engines.core.bugs import (
 NEW_ID = "prefill-new"
 
 
-def test_the_catalog_declares_three_engine_field_bugs_with_public_references() -> None:
-    assert engine_bug_names() == (KV_FREED_WHILE_READ, SHUTDOWN_DROPS_PULLS, STALE_PEER_HANDSHAKE)
+def test_the_catalog_declares_the_engine_field_bugs_with_public_references() -> None:
+    assert engine_bug_names() == (HEALTHY_WHILE_DRAINING, KV_FREED_WHILE_READ, REPORTS_FIRST_ID,
+                                  SHUTDOWN_DROPS_PULLS, STALE_PEER_HANDSHAKE)
     for switch in ENGINE_BUGS.values():
         assert (switch.side, switch.zoo) == ("engine", "field")
-        assert switch.reference.startswith("https://github.com/") and switch.symptom
+        assert switch.reference.startswith("https://") and switch.symptom
     assert validate_engine_bugs([STALE_PEER_HANDSHAKE]) == frozenset({STALE_PEER_HANDSHAKE})
     with pytest.raises(ValueError, match="unknown bug name"):
         validate_engine_bugs(["stale_engine_id"])
@@ -148,6 +151,30 @@ def test_a_restart_ends_a_drain() -> None:
     state, clock = _stopping_prefill(frozenset())
     state.restart(clock.now)
     assert not state.draining and state.healthy
+
+
+def test_healthy_while_draining_keeps_passing_its_health_checks_until_it_dies() -> None:
+    state, _ = _stopping_prefill(frozenset({HEALTHY_WHILE_DRAINING}))
+    assert state.draining and state.healthy
+    state.die()
+    assert not state.healthy
+
+
+# -- reports_first_id ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bugs", [frozenset(), frozenset({REPORTS_FIRST_ID})])
+def test_reports_first_id_tells_the_first_starts_id_after_a_restart_in_place(bugs: frozenset[str]) -> None:
+    state = make_state("prefill", "mooncake", bootstrap_port=8998, bugs=bugs)
+    state.side_channel_ports = [SIDE_PORT]
+    first = state.engine_id
+    state.restart(1.0)
+    assert state.engine_id != first
+    told = first if bugs else state.engine_id
+    assert state.reported_engine_id() == told
+    assert state.bootstrap_answer()["0"]["engine_id"] == told
+    state.faults.apply_spec({"fault": "no_engine_id"})
+    assert state.reported_engine_id() == ""
 
 
 # -- stale_peer_handshake ----------------------------------------------------------------------------------

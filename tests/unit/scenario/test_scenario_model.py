@@ -392,6 +392,21 @@ def test_plan_request_is_tagged_and_deterministic() -> None:
         assert ("messages" in p.body) == p.endpoint.endswith("chat/completions")
 
 
+def test_a_share_of_requests_carries_the_clients_mistake_only_when_asked() -> None:
+    plain, wrong = Workload(), Workload(mistake_fraction=0.5)
+    rng_a, rng_b = random.Random(3), random.Random(3)
+    right = [plan_request(i, "r", rng_a, plain, "m") for i in range(1, 40)]
+    assert all(p.mistake is None and p.body["model"] == "m" for p in right)
+    # No mistake asked: the same draws as ever (a seed's requests do not move).
+    again = [plan_request(i, "r", rng_b, replace(plain, mistake_fraction=0.0), "m") for i in range(1, 40)]
+    assert again == right
+    rng = random.Random(3)
+    mixed = [plan_request(i, "r", rng, wrong, "m") for i in range(1, 40)]
+    bad = [p for p in mixed if p.mistake is not None]
+    assert 0 < len(bad) < len(mixed)
+    assert all(p.mistake == "unknown_model" and p.body["model"] == "pdchaos-no-such-model" for p in bad)
+
+
 def test_parse_sse() -> None:
     lines = ['data: {"choices":[{"text":" a"}]}', "", 'data: {"choices":[{"text":" b"}]}', "data: [DONE]"]
     assert stream_text(lines, chat=False) == (" a b", None, True)
@@ -410,3 +425,15 @@ def test_status_changes_diff() -> None:
     w2 = [{"id": "w1", "status": "ready", "kv_engine_id": "e2"}]
     changed, snap = status_changes(snap, w2)
     assert [(c["id"], c["status"]) for c in changed] == [("w1", "ready"), ("w2", "absent")]
+
+
+def test_a_contract_workout_is_in_the_simulated_default_suite_only() -> None:
+    from harness.suite import default_suite
+
+    found = load_scenarios()
+    real = {s.name for s in default_suite(found, "real")}
+    sim = {s.name for s in default_suite(found, "sim")}
+    assert "breaker_trials" in sim and "breaker_trials" not in real
+    assert real < sim and real <= {s.name for s in default_suite(found)}
+    with pytest.raises(ScenarioError, match="suite_worlds names unknown world 'cloud'"):
+        validate(Scenario(name="x", description="x", suite_worlds=("cloud",)))

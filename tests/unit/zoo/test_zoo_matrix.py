@@ -88,3 +88,19 @@ def test_a_baseline_that_could_not_tell_makes_nothing_caught() -> None:
             results.append(_result(("output", "fail")))
     m = build_matrix(runs, results, {"grpc_bug": GRPC_ONLY}, "sim", "scaled")
     assert m.caught_by("grpc_bug") == [] and m.missing_transports("grpc_bug") == ["grpc"] and not m.ok
+
+
+def test_a_verdict_no_baseline_gave_can_catch_but_one_that_wavered_cannot() -> None:
+    """`engine_conduct` appears only when fault verification found the engine misbehaving: absent from every
+    baseline run, it failing with the switch on is news. A checker that was unknown in a baseline is not."""
+    runs = zoo_plan([SCEN], [BOTH], baseline_runs=2)
+    results = []
+    for r in runs:
+        if r.switch is None:
+            results.append(_result(("output", "pass"), ("router", "unknown" if r.repeat else "pass")))
+        else:
+            results.append(_result(("output", "pass"), ("router", "fail"), ("engine_conduct", "fail"),
+                                   evidence="engine side: sigterm: answered its health check healthy"))
+    m = build_matrix(runs, results, {"both_bug": BOTH}, "sim", "production")
+    assert sorted(m.caught_by("both_bug")) == ["s[1p1d/mooncake/grpc]", "s[1p1d/mooncake/http]"]
+    assert m.outcomes["both_bug"]["s[1p1d/mooncake/http]"].checkers == ["engine_conduct"]

@@ -1,0 +1,68 @@
+"""Contract workouts: runs that take a router through the parts of its contract the outage scenarios seldom
+reach (a circuit breaker's open, half-open and closed states; thresholds above one). What they check is
+mostly the contract checkers' (every scenario's core expectations): any router move the contract does not
+allow fails them. They are in the default suite in simulation, where they cost no wall time."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from harness.scenario import At, Die, EngineFault, Expect, Heal, Respawn, Scenario, Step, Wedge
+from scenarios._common import BASE_EXPECT, ENGINES, ROUTER, WORKLOAD
+
+SCENARIOS = [
+    Scenario(
+        name="breaker_trials",
+        bugs=("breaker bookkeeping", "client mistake charged to an engine"),
+        catches=("retry_failed_requests", "error_as_200"),
+        tags=("default",),
+        suite_worlds=("sim",),
+        description="One of two decodes answers its next 12 requests with HTTP 500, under a circuit breaker "
+        "of 3 failures kept open 1 s. Its breaker opens, then lets one trial request through each time its "
+        "open period ends; each failed trial opens it again, until a trial succeeds and closes it. Meanwhile "
+        "the other decode serves everything else, and only the requests the breaker let through fail. One "
+        "request in five names a model no engine serves (over HTTP the prefill answers 404): the client's "
+        "mistake, relayed as such and never counted against an engine's breaker.",
+        topologies=("1p2d",),
+        connectors=("mooncake",),
+        router=replace(ROUTER, circuit_breaker_failures=3, circuit_breaker_open_s=1.0),
+        engines=ENGINES,
+        workload=replace(WORKLOAD, duration_s=16.0, mistake_fraction=0.2),
+        timeline=(
+            Step("fail", EngineFault("decode-0", "fail_requests", {"count": 12, "status": 500}), At(1.0)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("handoff"),
+            Expect("availability", {"before": 0.95, "after": None, "kinds": ["fail_requests"]}),
+        ),
+    ),
+    Scenario(
+        name="thresholds_of_two",
+        bugs=("threshold off-by-one", "zoo-6"),
+        catches=("failed_terminal", "retry_failed_requests"),
+        tags=("default",),
+        suite_worlds=("sim",),
+        description="Thresholds above one (2 failed probes take a worker out, 2 good ones bring it back): "
+        "one decode's health check hangs for 1.2 s, then the other decode dies (health 503) and is started "
+        "again 2 s later. Each goes out only after two failed probes and back only after two good ones, "
+        "while the other decode carries the load.",
+        topologies=("1p2d",),
+        connectors=("mooncake",),
+        router=replace(ROUTER, failure_threshold=2, success_threshold=2),
+        engines=ENGINES,
+        workload=replace(WORKLOAD, duration_s=9.0),
+        timeline=(
+            Step("stall", Wedge("decode-0", "health"), At(1.0)),
+            Step("resume", Heal("decode-0", "wedge"), At(2.2)),
+            Step("die", Die("decode-1", exit_after_s=0.8), At(3.5)),
+            Step("respawn", Respawn("decode-1"), At(5.5)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("handoff", {"grace_s": 2.5}),
+            Expect("recovery", {"kinds": ["die"], "max_recovery_s": 3.0}),
+            Expect("availability", {"before": 0.95, "after": 0.95, "settle_s": 1.0, "kinds": ["die"]}),
+        ),
+    ),
+]

@@ -1,0 +1,66 @@
+"""The stated rules `bench/mutation.py --judge suite` sets mutants aside by (bench/mutation_suite.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers.bench_script import load_bench
+
+suite = load_bench("mutation_suite")
+
+SOURCE = '''from .bugs import SWITCH, OTHER
+
+
+def decide(x, bugs):
+    if SWITCH in bugs:
+        return "buggy"
+    return "right"
+
+
+class Flow:
+    def step(self, bugs):
+        if OTHER in bugs and self:
+            y = 1
+            return y
+        return 2
+'''
+BUGS = 'SWITCH = "switch"\nOTHER = "other"\nNOT_A_SWITCH = 3\n'
+
+
+def _diff(start: int, before: str, after: str, context: tuple[str, ...] = ()) -> str:
+    body = "".join(f" {c}\n" for c in context) + f"-{before}\n+{after}\n"
+    return f"--- a.py\n+++ a.py\n@@ -{start},3 +{start},3 @@\n{body}"
+
+
+def test_a_mutation_inside_a_switch_branch_is_switch_only(tmp_path: Path) -> None:
+    src, bugs = tmp_path / "core.py", tmp_path / "bugs.py"
+    src.write_text(SOURCE)
+    bugs.write_text(BUGS)
+    # Line 3 of decide() is `return "buggy"`, inside the branch; line 2 is the switch's own test.
+    inside = _diff(2, '        return "buggy"', '        return "XXbuggyXX"', ("    if SWITCH in bugs:",))
+    assert suite.switch_only(src, bugs, "m.core.x_decide__mutmut_3", inside)
+    test = _diff(2, "    if SWITCH in bugs:", "    if SWITCH not in bugs:")
+    assert not suite.switch_only(src, bugs, "m.core.x_decide__mutmut_1", test)
+    after = _diff(4, '    return "right"', '    return "XXrightXX"')
+    assert not suite.switch_only(src, bugs, "m.core.x_decide__mutmut_5", after)
+    method = _diff(3, "            y = 1", "            y = 2", ("        if OTHER in bugs and self:",))
+    assert suite.switch_only(src, bugs, "m.core.xǁFlowǁstep__mutmut_2", method)
+    assert suite.switch_only(bugs, bugs, "m.bugs.anything", inside), "the catalog itself"
+    assert not suite.switch_only(src, bugs, "m.core.x_missing__mutmut_1", inside)
+
+
+def test_the_switch_names_are_the_catalogs_string_constants(tmp_path: Path) -> None:
+    bugs = tmp_path / "bugs.py"
+    bugs.write_text(BUGS)
+    assert suite._switch_names(bugs) == {"SWITCH", "OTHER"}
+
+
+def test_a_tally_sets_switch_only_and_equivalence_candidates_apart() -> None:
+    t = suite.SuiteTally("router")
+    t.add("a", suite="fail")
+    t.add("b", suite="pass", unit_tests="fail", switch_only="yes")
+    t.add("c", suite="pass", unit_tests="pass", switch_only="no")
+    t.add("d", suite="pass", unit_tests="fail", switch_only="no")
+    n = t.counts()
+    assert (n["killed_suite"], n["survived"], n["switch_only"], n["equivalent_candidates"]) == (1, 3, 1, 1)
+    assert t.scores() == (0.5, 0.5)
