@@ -145,9 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--engines", default="fake", metavar="BACKEND",
                      help="engine backend: fake (the default), vllm (real vLLM on this machine; `pdchaos "
                      "engines install vllm` first; one cell at a time unless --jobs says otherwise), "
-                     "command:FILE (command templates start, kill, pause and resume engines elsewhere; see "
-                     "docs/vllm.md) or k8s:FILE (engines as pods on a Kubernetes cluster; the file is a sweep's "
-                     "[engines.NAME] table). Cells a backend cannot run are skipped with the reason")
+                     "command:FILE (command templates start, kill, pause and resume engines elsewhere; "
+                     "see docs/vllm.md) or k8s:FILE (engines as pods on a Kubernetes cluster; the file is a "
+                     "sweep's [engines.NAME] table). Cells a backend cannot run are skipped with the reason")
     run.add_argument("--check-determinism", action="store_true",
                      help="sim: run each cell twice and require byte-identical histories")
     run.add_argument("--out", type=Path, metavar="DIR",

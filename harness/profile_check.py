@@ -47,8 +47,8 @@ _REFERENCE: dict[str, dict[str, str]] = {}
 # accumulated (`--accumulate`).
 EXPLAINED: dict[str, str] = {}
 
-# Scenarios on which releases are known to differ from the reference (docs/real-gateways.md, the release matrix), plus the
-# ones that guard the profiles' switches.
+# Scenarios on which releases are known to differ from the reference (docs/real-gateways.md, the release
+# matrix), plus the ones that guard the profiles' switches.
 SCENARIOS = (
     "sole_prefill_down", "prefill_restart_mooncake", "prefill_restart_between_probes",
     "side_channel_reset_during_pull", "one_of_two_prefills_down", "prefill_link_partitioned",

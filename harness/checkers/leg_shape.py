@@ -1,11 +1,12 @@
 """Leg shape: every leg reached its engine as the PD contract says it must (docs/DESIGN.md §2).
 
-A prefill leg is sanitised: not streamed, one token (`max_tokens` 1), one choice, no `min_tokens` nor
-`stream_options`, `ignore_eos` over gRPC, and tagged for a remote decode (`do_remote_decode` true,
-`do_remote_prefill` false; Mooncake: the minted `transfer_id`). A decode leg carries the client's own
-parameters (stream, max_tokens, min_tokens, n) and, when it hands off, `do_remote_prefill` true. Judged from
-what the engines recorded of each leg (`leg` on their records), so it holds for any router; a gateway that
-documents another shape says so through its adapter's rules (`prefill_max_tokens`, `prefill_ignore_eos`).
+A prefill leg is sanitised: not streamed, one token (`max_tokens` 1), one choice, no `min_tokens` above
+its `max_tokens` nor `stream_options`, `ignore_eos` over gRPC, and tagged for a remote decode
+(`do_remote_decode` true, `do_remote_prefill` false; Mooncake: the minted `transfer_id`). A decode leg
+carries the client's own parameters (stream, max_tokens, min_tokens, n) and, when it hands off,
+`do_remote_prefill` true. Judged from what the engines recorded of each leg (`leg` on their records), so it
+holds for any router; a gateway that documents another shape says so through its adapter's rules
+(`prefill_max_tokens`, `prefill_ignore_eos`).
 """
 
 from __future__ import annotations
@@ -46,8 +47,12 @@ def prefill_problems(leg: Leg, view: EngineView) -> list[str]:
         out.append(f"max_tokens {shape.get('max_tokens')} (contract: {wanted})")
     if shape.get("n") not in (None, 1):
         out.append(f"n {shape.get('n')}")
-    if shape.get("min_tokens") is not None:
-        out.append(f"min_tokens {shape.get('min_tokens')} kept")
+    # A min_tokens the leg cannot reach (the client's, carried over) is refused by vLLM; one within the
+    # one-token cap (vllm-router sets min_tokens 1 beside max_tokens 1) changes nothing.
+    low, cap_ = shape.get("min_tokens"), shape.get("max_tokens")
+    if isinstance(low, int) and low > (cap_ if isinstance(cap_, int) else wanted):
+        top = cap_ if cap_ is not None else wanted
+        out.append(f"min_tokens {low} above max_tokens {top} (vLLM refuses it)")
     if shape.get("stream_options"):
         out.append("stream_options kept")
     grpc = view.contract.transport == "grpc"

@@ -115,9 +115,9 @@ def build_matrix(
     cells: list[str] = []
     transport: dict[str, str] = {}
     baseline_fail: dict[str, set[str]] = {}
-    # Per cell, the checkers that passed in every baseline run, and every verdict any baseline run gave: only a
-    # checker that passed every time, or a verdict no baseline gave at all (one the harness adds only when it has
-    # something to say, e.g. `engine_conduct`), can catch a switch there.
+    # Per cell, the checkers that passed in every baseline run, and every verdict any baseline run gave.
+    # Only a checker that passed every time, or a verdict no baseline gave at all (one the harness adds only
+    # when it has something to say, e.g. `engine_conduct`), can catch a switch there.
     baseline_pass: dict[str, set[str]] = {}
     baseline_seen: dict[str, set[str]] = {}
     baseline_status: dict[str, list[str]] = {}

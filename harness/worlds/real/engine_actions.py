@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, assert_never
 
 import aiohttp
@@ -335,7 +335,7 @@ class EngineActions:
         emit(FaultApplied(fid, "patch_worker", name, dict(a.body), {"status": status}))
 
         def took(w: dict[str, Any] | None) -> bool:
-            return w is not None and all(w.get(k) == v for k, v in a.body.items())
+            return w is not None and shows_update(w, a.body)
 
         after, waited = await self._job_done(status, name, took)
         kept = {
@@ -418,3 +418,16 @@ def _identity_evidence(before: dict[str, Any] | None, after: dict[str, Any] | No
         "generation": (after or {}).get("generation"),
         "side_channel_port": (after or {}).get("side_channel_port"),
     }
+
+
+def shows_update(worker: dict[str, Any], update: Mapping[str, Any]) -> bool:
+    """Whether a worker as the router lists it carries `update`. A mapping field (labels) counts once it holds
+    every pair asked for: routers merge labels with the ones they read from the engine (smg does)."""
+    for key, want in update.items():
+        have = worker.get(key)
+        if isinstance(want, Mapping) and isinstance(have, Mapping):
+            if any(have.get(k) != v for k, v in want.items()):
+                return False
+        elif have != want:
+            return False
+    return True

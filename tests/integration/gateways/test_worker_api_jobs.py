@@ -16,7 +16,7 @@ from harness.routers.gateways.adapters import SmgRouter
 from harness.scenario import AddWorker, PatchWorker, RemoveWorker
 from harness.session.events import FaultVerified
 from harness.topology import Topology, allocate
-from harness.worlds.real.engine_actions import EngineActions
+from harness.worlds.real.engine_actions import EngineActions, shows_update
 
 
 class JobGateway:
@@ -124,3 +124,11 @@ async def test_a_job_that_never_ends_leaves_the_fault_unverified_saying_so(
     seen.clear()
     await actions.apply("a", AddWorker("decode-1"), seen.append)
     assert not _verified(seen).ok
+
+
+def test_a_label_update_shows_once_the_labels_hold_it_among_the_engines_own() -> None:
+    listed = {"priority": 7, "labels": {"model_type": "pdchaos_fake", "tier": "gold"}}
+    assert shows_update(listed, {"labels": {"tier": "gold"}, "priority": 7})
+    assert not shows_update(listed, {"labels": {"tier": "silver"}})
+    assert not shows_update(listed, {"labels": {"tier": "gold"}, "priority": 3})
+    assert not shows_update({"priority": 7}, {"labels": {"tier": "gold"}})

@@ -332,7 +332,8 @@ def test_legs_shaped_as_the_contract_says_pass_on_both_transports() -> None:
     ({"stream": False, "max_tokens": 6, "kv_transfer_params": {"do_remote_decode": True, "transfer_id": "x"}},
      "max_tokens 6"),
     ({"stream": False, "max_tokens": 1, "min_tokens": 2,
-      "kv_transfer_params": {"do_remote_decode": True, "transfer_id": "x"}}, "min_tokens 2 kept"),
+      "kv_transfer_params": {"do_remote_decode": True, "transfer_id": "x"}},
+     "min_tokens 2 above max_tokens 1"),
     ({"stream": False, "max_tokens": 1, "kv_transfer_params": {"do_remote_decode": True}}, "no transfer_id"),
     ({"stream": False, "max_tokens": 1,
       "kv_transfer_params": {"do_remote_prefill": True, "transfer_id": "x"}},
@@ -343,6 +344,15 @@ def test_a_prefill_leg_shaped_otherwise_is_a_violation(leg: dict[str, Any], word
     run.pd(1.0, prefill_leg=leg)
     v = check_leg_shape(run.history())
     assert v.status == "fail" and words in v.evidence[0], v.evidence
+
+
+def test_a_prefill_leg_with_min_tokens_within_its_one_token_passes() -> None:
+    """vllm-router 0.1.17 sends min_tokens 1 beside max_tokens 1: nothing vLLM would refuse."""
+    run = healthy_run()
+    kv = {"do_remote_decode": True, "transfer_id": "xfer-[pdchaos:run:1]"}
+    run.pd(1.0, prefill_leg={"stream": False, "max_tokens": 1, "min_tokens": 1, "kv_transfer_params": kv})
+    v = check_leg_shape(run.history())
+    assert v.status == "pass", v.evidence
 
 
 def test_a_decode_leg_must_carry_the_clients_parameters_and_grpc_prefills_ignore_eos() -> None:

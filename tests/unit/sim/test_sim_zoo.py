@@ -2,10 +2,10 @@
 gateway profiles run in simulation.
 
 `tests/data/zoo.json` is the last full `pdchaos zoo --baseline-runs 3` (default suite, simulated, production
-settings; the command is in docs/zoo-and-search.md). These tests re-run, per switch and per transport it can occur on, the
-first default-suite cell the matrix says catches it, with the switch on and off, at scaled settings (so they
-stay fast): the switch must fail a checker that passes without it. They also check that the stored matrix has
-no hole and no false alarm, and that it covers every switch there is.
+settings; the command is in docs/zoo-and-search.md). These tests re-run, per switch and per transport it
+can occur on, the first default-suite cell the matrix says catches it, with the switch on and off, at scaled
+settings (so they stay fast): the switch must fail a checker that passes without it. They also check that the
+stored matrix has no hole and no false alarm, and that it covers every switch there is.
 """
 
 from __future__ import annotations
