@@ -602,6 +602,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "transports": list(s.transports),
                 "tags": list(s.tags),
                 "worlds": list(s.worlds),
+                "suite_worlds": [w for w in s.suite_worlds if w in s.worlds],
                 "world_notes": dict(s.world_notes),
                 "checks": _checks(s),
                 "catches": list(s.catches),
@@ -613,8 +614,11 @@ def cmd_list(args: argparse.Namespace) -> int:
     for s in scenarios:
         flag = "*" if s.name in defaults else " "
         bugs = ", ".join(s.bugs) if s.bugs else "-"
+        suite = [w for w in s.suite_worlds if w in s.worlds]
+        narrower = s.name in defaults and suite != list(s.worlds)
+        only = f"; default suite: {'/'.join(suite)} only" if narrower else ""
         print(f"{flag} {s.name}  [{' '.join(s.topologies)}; {'/'.join(s.connectors)}; "
-              f"{'/'.join(s.transports)}; worlds: {'/'.join(s.worlds)}]  bugs: {bugs}")
+              f"{'/'.join(s.transports)}; worlds: {'/'.join(s.worlds)}{only}]  bugs: {bugs}")
         print(f"    {s.description}")
         print(f"    checks: {', '.join(_checks(s))}; "
               f"fails under --inject-bug: {', '.join(s.catches) or '-'}")

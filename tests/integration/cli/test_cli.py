@@ -357,8 +357,15 @@ def test_sim_runs_replay_and_fail_with_the_bug(tmp_path: Path, capsys: pytest.Ca
 def test_list_says_which_worlds(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _err = _main(capsys, "list", "--json")
     assert code == cli.EXIT_PASS
-    worlds = {s["name"]: s["worlds"] for s in json.loads(out)}
-    assert worlds["prefill_restart_mooncake"] == ["real", "sim"]
+    listed = {s["name"]: s for s in json.loads(out)}
+    assert listed["prefill_restart_mooncake"]["worlds"] == ["real", "sim"]
+    assert listed["prefill_restart_mooncake"]["suite_worlds"] == ["real", "sim"]
+    # A contract workout runs in both worlds when named, but only the simulated default suite holds it.
+    assert listed["breaker_trials"]["worlds"] == ["real", "sim"]
+    assert listed["breaker_trials"]["suite_worlds"] == ["sim"]
+    _code, text, _err = _main(capsys, "list")
+    line = next(x for x in text.splitlines() if x.startswith("* breaker_trials"))
+    assert "worlds: real/sim; default suite: sim only" in line
 
 
 @pytest.mark.parametrize(
