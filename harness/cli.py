@@ -629,8 +629,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from harness.run_folder import find_histories
     from reports import rerender, summarize
-    from reports.collect import find_histories
 
     if not args.run_dir.is_dir():
         what = "is a file, not a run folder" if args.run_dir.exists() else "does not exist"
@@ -649,7 +649,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _refuse_a_folder_of_runs(folder: Path) -> None:
     """`pdchaos report runs` would judge every run below as one and write its report among them: a folder
     that is no run's own but holds runs is refused, with the runs it holds."""
-    from reports.collect import is_run_folder, run_folders_in
+    from harness.run_folder import is_run_folder, run_folders_in
 
     if is_run_folder(folder):
         return

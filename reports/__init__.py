@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.result import ScenarioResult, summarize
-from reports.collect import collect_results, result_from_history
+from harness.run_folder import REPORT_JSON, SCHEMA, collect_results, read_results, result_from_history
 from reports.html import REPORT_HTML, write_html
-from reports.json_report import REPORT_JSON, SCHEMA, read_json, write_json
+from reports.json_report import write_json
 from reports.junit import JUNIT_XML, write_junit
 
 __all__ = [
@@ -25,7 +25,7 @@ __all__ = [
     "SCHEMA",
     "ScenarioResult",
     "collect_results",
-    "read_json",
+    "read_results",
     "report_from_run_dir",
     "report_names",
     "rerender",

@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.run_folder import collect_results
 from pdchaos.jsonl import read_jsonl
-from reports.collect import collect_results
 
 COMPARE_JSON = "compare.json"
 COMPARE_HTML = "compare.html"

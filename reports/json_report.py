@@ -9,10 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.result import ScenarioResult, summarize
+from harness.run_folder import REPORT_JSON, SCHEMA
 from pdchaos import __version__
-
-REPORT_JSON = "report.json"
-SCHEMA = "pdchaos.report/1"
 
 
 def report_document(results: list[ScenarioResult], run_dir: Path) -> dict[str, Any]:
@@ -33,15 +31,3 @@ def write_json(results: list[ScenarioResult], run_dir: Path, name: str = REPORT_
     tmp.write_text(json.dumps(report_document(results, run_dir), indent=2, default=str), encoding="utf-8")
     os.replace(tmp, path)
     return path
-
-
-def read_json(path: Path) -> list[ScenarioResult]:
-    """Results from a report.json; raises ValueError for another schema or a damaged file."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e:  # not JSON, or not UTF-8 text
-        raise ValueError(f"{path}: not JSON ({e})") from e
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise ValueError(f"{path}: not a {SCHEMA} document")
-    base = path.parent
-    return [ScenarioResult.from_dict(r, base) for r in doc.get("results") or [] if isinstance(r, dict)]

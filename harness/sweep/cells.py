@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.run_folder import REPORT_JSON, SCHEMA
 from harness.sweep.keys import CellKey
 from pdchaos.jsonl import read_jsonl
 
-REPORT_JSON = "report.json"
-REPORT_SCHEMA = "pdchaos.report/1"
 SWEEP_JSON = "sweep.json"
 SWEEP_SCHEMA = "pdchaos.sweep/1"
 EVIDENCE_ITEMS = 8
@@ -63,8 +62,8 @@ def load_cells(folder: str | Path) -> dict[CellKey, CellRecord]:
         doc = json.loads(report.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8 text
         raise BaselineError(f"{report}: unreadable ({e})") from None
-    if not isinstance(doc, Mapping) or doc.get("schema") != REPORT_SCHEMA:
-        raise BaselineError(f"{report}: not a {REPORT_SCHEMA} document")
+    if not isinstance(doc, Mapping) or doc.get("schema") != SCHEMA:
+        raise BaselineError(f"{report}: not a {SCHEMA} document")
     keys = _sweep_keys(root)
     out: dict[CellKey, CellRecord] = {}
     for res in doc.get("results") or []:

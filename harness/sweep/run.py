@@ -111,7 +111,7 @@ BACKENDS_DIR = "engines"
 def partial_sweep(plan: SweepPlan, out: Path, jobs: int) -> SweepRun:
     """An interrupted sweep as its folder holds it: every cell that has a history, with the result the runner
     saved once it judged the cell, else one judged from the history (cut short: unknown)."""
-    from reports.collect import cell_result
+    from harness.run_folder import cell_result
 
     run = SweepRun(plan, out, jobs, skipped=list(plan.skipped))
     for c in plan.cells:

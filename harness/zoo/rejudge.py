@@ -65,7 +65,7 @@ def rejudge(
     """The finished runs with their results (a run not run yet, or cut short by an interruption, is left out:
     `pdchaos zoo --resume` runs it): judged again from the histories with today's checkers (`fresh`), else
     as the runner saved them. Judged again, a run keeps the verdicts no checker gives (`cell_result`)."""
-    from reports.collect import cell_result
+    from harness.run_folder import cell_result
 
     kept: list[ZooRun] = []
     results: list[ScenarioResult] = []

@@ -14,7 +14,7 @@ import pytest
 
 from harness.runner import CELL_RESULT, run_scenario
 from harness.scenario import load_scenarios
-from reports import ScenarioResult, read_json, report_from_run_dir, write_reports
+from reports import ScenarioResult, read_results, report_from_run_dir, write_reports
 
 SCENARIO = next(s for s in load_scenarios() if s.name == "prefill_restart_mooncake")
 
@@ -44,7 +44,7 @@ async def test_the_report_keeps_the_replay_command_and_wall_times_of_each_cell(
     assert (r.status, r.replay, r.duration_s, r.started_at) == (
         "fail", saved["replay"], saved["duration_s"], saved["started_at"])
     assert r.description == SCENARIO.description
-    [again] = read_json(run_dir / "report.json")
+    [again] = read_results(run_dir / "report.json")
     assert again.replay == saved["replay"]
     props = {p.get("name"): p.get("value") for p in ET.parse(run_dir / "junit.xml").iter("property")}
     assert props["replay"] == saved["replay"]

@@ -18,7 +18,7 @@ from harness.verdict import Verdict
 from reports import (
     SCHEMA,
     ScenarioResult,
-    read_json,
+    read_results,
     report_from_run_dir,
     result_from_history,
     write_reports,
@@ -77,7 +77,7 @@ def test_report_json_is_versioned_and_round_trips(run: tuple[Path, list[Scenario
     assert first["history"] == "good__1p1d-mooncake-http/history.jsonl"
     assert first["logs"] == ["good__1p1d-mooncake-http/logs/router.log"]
     assert [v["name"] for v in first["verdicts"]] == ["run_complete", "recovery", "handoff", "nothing_lost"]
-    back = read_json(run_dir / "report.json")
+    back = read_results(run_dir / "report.json")
     assert [(r.scenario, r.status) for r in back] == [(r.scenario, r.status) for r in results]
     assert back[1].overall.reason == results[1].overall.reason
     assert back[0].history_path == run_dir / "good__1p1d-mooncake-http" / "history.jsonl"
@@ -230,10 +230,10 @@ def test_result_status_follows_verdict_and_dict_round_trip(tmp_path: Path) -> No
     assert back.status == "fail" and back.verdicts == r.verdicts and back.cell == "2p2d-nixl"
     (tmp_path / "report.json").write_text(json.dumps({"schema": "other/9", "results": []}))
     with pytest.raises(ValueError):
-        read_json(tmp_path / "report.json")
+        read_results(tmp_path / "report.json")
     (tmp_path / "report.json").write_text("{not json")
     with pytest.raises(ValueError):
-        read_json(tmp_path / "report.json")
+        read_results(tmp_path / "report.json")
 
 
 def test_html_without_plots(run: tuple[Path, list[ScenarioResult]]) -> None:

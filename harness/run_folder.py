@@ -1,7 +1,10 @@
-"""Results from a run folder: saved ones (report.json) and ones derived from histories (crashed suites)."""
+"""Results from a run folder: the saved ones (report.json, each cell's result.json) and ones judged from
+histories (a suite that crashed, or `--recheck`). Judging is the harness's: the renderers in `reports` get
+results from here and only render them."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import replace
@@ -13,9 +16,22 @@ from harness.history import load_history
 from harness.result import ScenarioResult
 from harness.runner import saved_cell_result
 from harness.verdict import Verdict
-from reports.json_report import REPORT_JSON, read_json
 
 HISTORY_NAME = "history.jsonl"
+REPORT_JSON = "report.json"
+SCHEMA = "pdchaos.report/1"
+
+
+def read_results(path: Path) -> list[ScenarioResult]:
+    """Results from a report.json; raises ValueError for another schema or a damaged file."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # not JSON, or not UTF-8 text
+        raise ValueError(f"{path}: not JSON ({e})") from e
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: not a {SCHEMA} document")
+    base = path.parent
+    return [ScenarioResult.from_dict(r, base) for r in doc.get("results") or [] if isinstance(r, dict)]
 
 
 def _expects(settings: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -116,7 +132,7 @@ def collect_results(run_dir: Path, recheck: bool = False) -> list[ScenarioResult
     report = run_dir / REPORT_JSON
     if report.is_file():
         try:
-            saved = read_json(report)
+            saved = read_results(report)
         except (ValueError, OSError):
             saved = []
     by_history = {os.path.abspath(r.history_path): r for r in saved if r.history_path is not None}
