@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.scenario import At, Die, EngineFault, Expect, Heal, Respawn, Scenario, Step, Wedge
-from scenarios._common import BASE_EXPECT, ENGINES, ROUTER, WORKLOAD
+from harness.scenario.defaults import BASE_EXPECT, SCALED_ENGINES, SCALED_ROUTER, SCALED_WORKLOAD
 
 SCENARIOS = [
     Scenario(
@@ -25,9 +25,9 @@ SCENARIOS = [
         "mistake, relayed as such and never counted against an engine's breaker.",
         topologies=("1p2d",),
         connectors=("mooncake",),
-        router=replace(ROUTER, circuit_breaker_failures=3, circuit_breaker_open_s=1.0),
-        engines=ENGINES,
-        workload=replace(WORKLOAD, duration_s=16.0, mistake_fraction=0.2),
+        router=replace(SCALED_ROUTER, circuit_breaker_failures=3, circuit_breaker_open_s=1.0),
+        engines=SCALED_ENGINES,
+        workload=replace(SCALED_WORKLOAD, duration_s=16.0, mistake_fraction=0.2),
         timeline=(
             Step("fail", EngineFault("decode-0", "fail_requests", {"count": 12, "status": 500}), At(1.0)),
         ),
@@ -49,9 +49,9 @@ SCENARIOS = [
         "while the other decode carries the load.",
         topologies=("1p2d",),
         connectors=("mooncake",),
-        router=replace(ROUTER, failure_threshold=2, success_threshold=2),
-        engines=ENGINES,
-        workload=replace(WORKLOAD, duration_s=9.0),
+        router=replace(SCALED_ROUTER, failure_threshold=2, success_threshold=2),
+        engines=SCALED_ENGINES,
+        workload=replace(SCALED_WORKLOAD, duration_s=9.0),
         timeline=(
             Step("stall", Wedge("decode-0", "health"), At(1.0)),
             Step("resume", Heal("decode-0", "wedge"), At(2.2)),

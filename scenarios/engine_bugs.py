@@ -23,7 +23,14 @@ from harness.scenario import (
     Step,
     Wedge,
 )
-from scenarios._common import BASE_EXPECT, CORE_EXPECT, ENGINES, ROUTER, STRICT_LOCAL, WORKLOAD
+from harness.scenario.defaults import (
+    BASE_EXPECT,
+    CORE_EXPECT,
+    SCALED_ENGINES,
+    SCALED_ROUTER,
+    SCALED_WORKLOAD,
+    STRICT_LOCAL,
+)
 
 # The prefill's KV abort timeout in the late-pull scenario: far above a normal pull, under the decode's stall.
 _SHORT_ABORT_S = 0.3
@@ -41,9 +48,9 @@ SCENARIOS = [
         catches=("kv_freed_while_read",),
         topologies=("1p1d",),
         connectors=("mooncake", "nixl"),
-        router=ROUTER,
-        engines=replace(ENGINES, kv_abort_timeout_s=_SHORT_ABORT_S),
-        workload=replace(WORKLOAD, mode="open", rate_rps=10.0, duration_s=3.0),
+        router=SCALED_ROUTER,
+        engines=replace(SCALED_ENGINES, kv_abort_timeout_s=_SHORT_ABORT_S),
+        workload=replace(SCALED_WORKLOAD, mode="open", rate_rps=10.0, duration_s=3.0),
         timeline=(
             Step("stall", Wedge("decode-0", "generate"), At(0.5)),
             Step("resume", Heal("decode-0", "wedge"), At(1.3)),
@@ -69,12 +76,12 @@ SCENARIOS = [
         catches=("shutdown_drops_pulls", "healthy_while_draining"),
         topologies=("2p1d",),
         connectors=("mooncake", "nixl"),
-        router=ROUTER,
-        engines=ENGINES,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
         # Six clients: about three parked requests hold KV on prefill-0 when the stop comes. The load goes on
         # 3 s past the respawn, which a loaded machine can delay by seconds, so the availability checker
         # always has requests after it.
-        workload=replace(WORKLOAD, concurrency=6, duration_s=5.0, after_heal_s=3.0),
+        workload=replace(SCALED_WORKLOAD, concurrency=6, duration_s=5.0, after_heal_s=3.0),
         timeline=(
             Step("stall", Wedge("decode-0", "generate"), At(0.7)),
             Step("sigterm", GracefulStop("prefill-0", grace_s=3.0), At(1.0)),
@@ -106,12 +113,12 @@ SCENARIOS = [
         catches=("stale_peer_handshake",),
         topologies=("1p1d",),
         connectors=("mooncake", "nixl"),
-        router=ROUTER,
-        engines=ENGINES,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
         # A decode pulling from the dead peer fails at once (NIXL) or waits out the 2 s transfer timeout
         # (Mooncake): long enough that, either way, such pulls go on well past the grace window whatever the
         # timing of the restart (`handoff` then fails in both worlds, not by luck).
-        workload=replace(WORKLOAD, duration_s=7.0),
+        workload=replace(SCALED_WORKLOAD, duration_s=7.0),
         timeline=(Step("replace", Restart("prefill-0", down_s=0.6), At(1.0)),),
         expect=(
             *BASE_EXPECT,

@@ -11,7 +11,15 @@ from dataclasses import replace
 from typing import Any
 
 from harness.scenario import After, At, EngineFault, Expect, Heal, Restart, Scenario, Step, Wedge
-from scenarios._common import ALL_SHAPES, BASE_EXPECT, CORE_EXPECT, ENGINES, ROUTER, STRICT_LOCAL, WORKLOAD
+from harness.scenario.defaults import (
+    ALL_SHAPES,
+    BASE_EXPECT,
+    CORE_EXPECT,
+    SCALED_ENGINES,
+    SCALED_ROUTER,
+    SCALED_WORKLOAD,
+    STRICT_LOCAL,
+)
 
 # Longer than the probe timeout of every preset (scaled 0.5 s, production 5 s): the probes fail in both.
 _SLOW_HEALTH = EngineFault("prefill-0", "latency", {"surface": "health", "ms": 8000})
@@ -24,8 +32,8 @@ _READ_AT_PROMOTION: dict[str, Any] = {
     "topologies": ALL_SHAPES,
     "connectors": ("mooncake",),
     "transports": ("grpc",),
-    "router": replace(ROUTER, identity_check_interval_s=30.0),
-    "engines": ENGINES,
+    "router": replace(SCALED_ROUTER, identity_check_interval_s=30.0),
+    "engines": SCALED_ENGINES,
 }
 _READ_AT_PROMOTION_EXPECT = (*BASE_EXPECT, Expect("handoff", {"grace_s": 2.5}))
 
@@ -49,9 +57,9 @@ SCENARIOS = [
         topologies=ALL_SHAPES,
         connectors=("mooncake",),
         transports=("grpc",),
-        router=ROUTER,
-        engines=ENGINES,
-        workload=WORKLOAD,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=SCALED_WORKLOAD,
         timeline=(
             Step("wedge_metadata", Wedge("prefill-0", "metadata"), At(1.0)),
             *_force_reread(1.2),
@@ -74,9 +82,9 @@ SCENARIOS = [
         topologies=ALL_SHAPES,
         connectors=("mooncake",),
         transports=("grpc",),
-        router=ROUTER,
-        engines=ENGINES,
-        workload=WORKLOAD,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=SCALED_WORKLOAD,
         timeline=(
             Step("partial", EngineFault("prefill-0", "fail_server_info"), At(1.0)),
             *_force_reread(1.2),
@@ -99,7 +107,7 @@ SCENARIOS = [
         "keep retrying on later probes and pick up the new id once the read succeeds; one failed read must "
         "not leave the dead id in force for life.",
         **_READ_AT_PROMOTION,
-        workload=replace(WORKLOAD, duration_s=8.0),
+        workload=replace(SCALED_WORKLOAD, duration_s=8.0),
         timeline=(
             Step("restart", Restart("prefill-0", down_s=0.0), At(1.0)),
             Step("slow_health", _SLOW_HEALTH, At(1.3)),
@@ -116,7 +124,7 @@ SCENARIOS = [
         "retry the read on later probes and hand off to the new id once it succeeds. The two-fault form of "
         "reread_fails_at_promotion (no health stall needed: the probes see this restart).",
         **_READ_AT_PROMOTION,
-        workload=replace(WORKLOAD, duration_s=10.0),
+        workload=replace(SCALED_WORKLOAD, duration_s=10.0),
         timeline=(
             Step("restart", Restart("prefill-0", down_s=1.5), At(1.0)),
             # The restart holds later steps back until it is done: this lands as the prefill comes back,
@@ -139,9 +147,9 @@ SCENARIOS = [
         topologies=("1p1d",),
         connectors=("mooncake",),
         transports=("grpc",),
-        router=ROUTER,
-        engines=ENGINES,
-        workload=WORKLOAD,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=SCALED_WORKLOAD,
         timeline=(
             Step("no_id", EngineFault("prefill-0", "no_engine_id"), At(1.0)),
             *_force_reread(1.2),

@@ -6,22 +6,28 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.scenario import (
-                     At,
-                     EngineSettings,
-                     Expect,
-                     HealLink,
-                     LinkBandwidth,
-                     LinkFlap,
-                     LinkLatency,
-                     LinkReset,
-                     Partition,
-                     Scenario,
-                     Step,
+    At,
+    EngineSettings,
+    Expect,
+    HealLink,
+    LinkBandwidth,
+    LinkFlap,
+    LinkLatency,
+    LinkReset,
+    Partition,
+    Scenario,
+    Step,
 )
-from scenarios._common import CORE_EXPECT, ENGINES, ROUTER, STRICT_LOCAL, WORKLOAD
+from harness.scenario.defaults import (
+    CORE_EXPECT,
+    SCALED_ENGINES,
+    SCALED_ROUTER,
+    SCALED_WORKLOAD,
+    STRICT_LOCAL,
+)
 
 # Short runs: a few seconds of load around each fault.
-_LOAD = replace(WORKLOAD, duration_s=6.0)
+_LOAD = replace(SCALED_WORKLOAD, duration_s=6.0)
 _SLOW_LINK_MS = 400
 _KV_RATE_KB_S = 8
 # A cut link costs only the prefill legs on the wire at the instant of the cut: they may have reached the
@@ -64,8 +70,8 @@ SCENARIOS = [
         connectors=("mooncake", "nixl"),
         # Three failed probes to NotReady: a refused leg marks the worker suspect and its probe fails, but it
         # stays Ready for a while and keeps being picked, so several legs are refused: each must be retried.
-        router=replace(ROUTER, failure_threshold=3),
-        engines=ENGINES,
+        router=replace(SCALED_ROUTER, failure_threshold=3),
+        engines=SCALED_ENGINES,
         # The load goes on past the recovery bound after the mend: on a machine running several cells at once
         # the router can take seconds to see the prefill Ready again, and a prefill still out at the bound is
         # a failure, not an unknown (a gateway whose breaker keeps it out for a minute).
@@ -89,9 +95,9 @@ SCENARIOS = [
         catches=("no_suspect_probe",),
         topologies=("2p1d",),
         connectors=("mooncake", "nixl"),
-        router=replace(ROUTER, health_interval_s=0.5, failure_threshold=3, circuit_breaker_failures=6,
+        router=replace(SCALED_ROUTER, health_interval_s=0.5, failure_threshold=3, circuit_breaker_failures=6,
                        circuit_breaker_open_s=30.0),
-        engines=ENGINES,
+        engines=SCALED_ENGINES,
         # Long enough after the mend for the recovery bound to pass: a held-out prefill is a failure, not
         # an unknown.
         workload=replace(_LOAD, after_heal_s=6.0),
@@ -106,8 +112,8 @@ SCENARIOS = [
         bugs=("zoo-12",),
         topologies=("1p2d",),
         connectors=("mooncake", "nixl"),
-        router=replace(ROUTER, request_timeout_s=2.0),
-        engines=ENGINES,
+        router=replace(SCALED_ROUTER, request_timeout_s=2.0),
+        engines=SCALED_ENGINES,
         workload=replace(_LOAD, deadline_s=5.0),
         timeline=(
             Step("wedge", Partition("decode-1", "serve", "timeout"), At(1.5)),
@@ -132,8 +138,8 @@ SCENARIOS = [
         catches=("breaker_charges_kv_failure", "nixl_not_relayed", "retry_failed_requests"),
         topologies=("1p1d",),
         connectors=("nixl",),
-        router=replace(ROUTER, circuit_breaker_failures=3, circuit_breaker_open_s=5.0),
-        engines=ENGINES,
+        router=replace(SCALED_ROUTER, circuit_breaker_failures=3, circuit_breaker_open_s=5.0),
+        engines=SCALED_ENGINES,
         workload=_LOAD,
         timeline=(
             Step("reset", LinkReset("prefill-0", "side_channel"), At(1.5)),
@@ -155,7 +161,7 @@ SCENARIOS = [
         bugs=("#2491",),
         topologies=("1p1d",),
         connectors=("mooncake", "nixl"),
-        router=ROUTER,
+        router=SCALED_ROUTER,
         engines=EngineSettings(transfer_timeout_s=2.0, kv_abort_timeout_s=30.0, handshake_timeout_s=1.0),
         workload=_LOAD,
         timeline=(
@@ -178,8 +184,8 @@ SCENARIOS = [
         bugs=("#2491",),
         topologies=("1p1d",),
         connectors=("mooncake", "nixl"),
-        router=ROUTER,
-        engines=ENGINES,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
         workload=_LOAD,
         timeline=(
             Step("cap", LinkBandwidth("prefill-0", "side_channel", rate_kb_s=_KV_RATE_KB_S), At(1.5)),
@@ -202,8 +208,8 @@ SCENARIOS = [
         bugs=("zoo-6",),
         topologies=("2p1d",),
         connectors=("mooncake",),
-        router=ROUTER,
-        engines=ENGINES,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
         workload=replace(_LOAD, duration_s=8.0),
         timeline=(Step("flap", LinkFlap("prefill-1", "serve", down_s=0.6, up_s=0.6, cycles=4), At(1.5)),),
         expect=(

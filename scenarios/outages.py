@@ -21,21 +21,29 @@ from harness.scenario import (
     Wedge,
     WorkerStatus,
 )
-from scenarios._common import ALL_SHAPES, BASE_EXPECT, CORE_EXPECT, ENGINES, ROUTER, STRICT_LOCAL, WORKLOAD
+from harness.scenario.defaults import (
+    ALL_SHAPES,
+    BASE_EXPECT,
+    CORE_EXPECT,
+    SCALED_ENGINES,
+    SCALED_ROUTER,
+    SCALED_WORKLOAD,
+    STRICT_LOCAL,
+)
 
 _LOADING = EngineSettings(
-    transfer_timeout_s=ENGINES.transfer_timeout_s,
-    kv_abort_timeout_s=ENGINES.kv_abort_timeout_s,
-    handshake_timeout_s=ENGINES.handshake_timeout_s,
+    transfer_timeout_s=SCALED_ENGINES.transfer_timeout_s,
+    kv_abort_timeout_s=SCALED_ENGINES.kv_abort_timeout_s,
+    handshake_timeout_s=SCALED_ENGINES.handshake_timeout_s,
     per_engine={"decode-0": {"load_time_s": 4.0}},
 )
 
 # A circuit breaker that the refused legs of a crash open (2 failures) and that stays open past the run unless
 # the worker's recovery re-admits it.
-_BREAKER_ROUTER = replace(ROUTER, circuit_breaker_failures=2, circuit_breaker_open_s=30.0)
+_BREAKER_ROUTER = replace(SCALED_ROUTER, circuit_breaker_failures=2, circuit_breaker_open_s=30.0)
 _GOLD = {"tier": "gold"}
 # A respawned engine takes ~2 s to start: leave time after it to judge recovery and availability.
-_LONGER = replace(WORKLOAD, duration_s=8.0)
+_LONGER = replace(SCALED_WORKLOAD, duration_s=8.0)
 
 SCENARIOS = [
     Scenario(
@@ -50,9 +58,9 @@ SCENARIOS = [
         bugs=("zoo-6",),
         topologies=ALL_SHAPES,
         connectors=("mooncake",),
-        router=ROUTER,
+        router=SCALED_ROUTER,
         engines=_LOADING,
-        workload=replace(WORKLOAD, duration_s=3.0),
+        workload=replace(SCALED_WORKLOAD, duration_s=3.0),
         ready_timeout_s=15.0,
         expect=(*BASE_EXPECT, Expect("handoff"), Expect("availability", {"before": 0.95})),
     ),
@@ -67,8 +75,8 @@ SCENARIOS = [
         bugs=("zoo-6",),
         topologies=("2p1d",),
         connectors=("mooncake", "nixl"),
-        router=ROUTER,
-        engines=ENGINES,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
         workload=_LONGER,
         timeline=(
             Step("crash", Crash("prefill-1"), At(1.5)),
@@ -99,7 +107,7 @@ SCENARIOS = [
         topologies=("1p1d", "1p2d"),
         connectors=("mooncake", "nixl"),
         router=_BREAKER_ROUTER,
-        engines=ENGINES,
+        engines=SCALED_ENGINES,
         workload=_LONGER,
         timeline=(
             Step("crash", Crash("prefill-0"), At(1.5)),
@@ -126,9 +134,9 @@ SCENARIOS = [
         catches=("patch_drops_kv_config",),
         topologies=ALL_SHAPES,
         connectors=("mooncake", "nixl"),
-        router=ROUTER,
-        engines=ENGINES,
-        workload=WORKLOAD,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=SCALED_WORKLOAD,
         timeline=(
             Step("patch_prefill", PatchWorker("prefill-0", {"labels": _GOLD, "priority": 7}), At(1.5)),
             Step("patch_decode", PatchWorker("decode-0", {"labels": _GOLD, "priority": 3}), At(2.5)),
@@ -152,9 +160,9 @@ SCENARIOS = [
         catches=("no_request_timeout",),
         topologies=("1p1d", "1p2d"),
         connectors=("mooncake",),
-        router=replace(ROUTER, request_timeout_s=2.0),
-        engines=ENGINES,
-        workload=WORKLOAD,
+        router=replace(SCALED_ROUTER, request_timeout_s=2.0),
+        engines=SCALED_ENGINES,
+        workload=SCALED_WORKLOAD,
         timeline=(
             Step("wedge_generate", Wedge("decode-0", "generate"), At(1.5)),
             Step("heal_generate", Heal("decode-0", "wedge"), At(4.0)),
@@ -179,10 +187,10 @@ SCENARIOS = [
         topologies=("1p2d",),
         connectors=("mooncake",),
         router=replace(
-            ROUTER, request_timeout_s=1.0, circuit_breaker_failures=2, circuit_breaker_open_s=10.0
+            SCALED_ROUTER, request_timeout_s=1.0, circuit_breaker_failures=2, circuit_breaker_open_s=10.0
         ),
-        engines=ENGINES,
-        workload=replace(WORKLOAD, duration_s=8.0, deadline_s=2.5),
+        engines=SCALED_ENGINES,
+        workload=replace(SCALED_WORKLOAD, duration_s=8.0, deadline_s=2.5),
         timeline=(
             Step("hang", Wedge("decode-0", "generate"), At(1.0)),
             Step("unhang", Heal("decode-0", "wedge"), At(6.0)),
@@ -206,9 +214,9 @@ SCENARIOS = [
         bugs=("zoo-12", "zoo-2"),
         topologies=("1p2d",),
         connectors=("mooncake", "nixl"),
-        router=replace(ROUTER, request_timeout_s=2.0),
-        engines=ENGINES,
-        workload=WORKLOAD,
+        router=replace(SCALED_ROUTER, request_timeout_s=2.0),
+        engines=SCALED_ENGINES,
+        workload=SCALED_WORKLOAD,
         timeline=(
             Step("freeze", Wedge("decode-0", mode="sigstop"), At(1.5)),
             Step("thaw", Heal("decode-0"), At(4.0)),
@@ -230,8 +238,8 @@ SCENARIOS = [
         bugs=("zoo-12", "zoo-2"),
         topologies=("1p1d",),
         connectors=("mooncake", "nixl"),
-        router=replace(ROUTER, request_timeout_s=2.0),
-        engines=ENGINES,
+        router=replace(SCALED_ROUTER, request_timeout_s=2.0),
+        engines=SCALED_ENGINES,
         workload=_LONGER,
         timeline=(
             Step("freeze", Wedge("prefill-0", mode="sigstop"), At(1.5)),
@@ -255,8 +263,8 @@ SCENARIOS = [
         bugs=("zoo-6", "zoo-8"),
         topologies=("1p1d",),
         connectors=("mooncake", "nixl"),
-        router=ROUTER,
-        engines=ENGINES,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
         workload=_LONGER,
         timeline=(
             Step("crash", Crash("decode-0"), At(1.5)),
@@ -277,8 +285,8 @@ SCENARIOS = [
         bugs=("zoo-6", "zoo-8"),
         topologies=("1p1d", "1p2d"),
         connectors=("mooncake",),
-        router=ROUTER,
-        engines=ENGINES,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
         workload=_LONGER,
         timeline=(
             Step("die", Die("decode-0", exit_after_s=1.0), At(1.5)),
@@ -304,9 +312,9 @@ SCENARIOS = [
         catches=("shared_policy",),
         topologies=("1p2d", "2p1d"),
         connectors=("mooncake", "nixl"),
-        router=ROUTER,
-        engines=ENGINES,
-        workload=replace(WORKLOAD, mode="open", rate_rps=40.0, duration_s=3.0),
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=replace(SCALED_WORKLOAD, mode="open", rate_rps=40.0, duration_s=3.0),
         expect=(
             *CORE_EXPECT,
             STRICT_LOCAL,
@@ -327,9 +335,9 @@ SCENARIOS = [
         bugs=("zoo-7",),
         topologies=("2p1d",),
         connectors=("mooncake", "nixl"),
-        router=ROUTER,
-        engines=ENGINES,
-        workload=WORKLOAD,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=SCALED_WORKLOAD,
         unregistered_engines=("prefill-1",),
         timeline=(
             Step("add", AddWorker("prefill-1"), At(1.0)),
@@ -356,9 +364,9 @@ SCENARIOS = [
         catches=("legs_joined", "error_as_200"),
         topologies=("1p1d", "1p2d"),
         connectors=("mooncake", "nixl"),
-        router=ROUTER,
-        engines=ENGINES,
-        workload=WORKLOAD,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=SCALED_WORKLOAD,
         timeline=(
             Step("fail_5", EngineFault("prefill-0", "fail_requests", {"count": 5, "status": 500}), At(1.5)),
             Step("heal", Heal("prefill-0", "fail_requests"), At(2.5)),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.scenario import At, Expect, Restart, Scenario, SlowStart, Step
-from scenarios._common import ALL_SHAPES, BASE_EXPECT, ENGINES, ROUTER, WORKLOAD
+from harness.scenario.defaults import ALL_SHAPES, BASE_EXPECT, SCALED_ENGINES, SCALED_ROUTER, SCALED_WORKLOAD
 
 _RESTART_EXPECT = (
     *BASE_EXPECT,
@@ -32,11 +32,11 @@ SCENARIOS = [
         catches=("stale_engine_id", "api_reports_first_id", "reports_first_id"),
         topologies=ALL_SHAPES,
         connectors=("mooncake",),
-        router=ROUTER,
-        engines=ENGINES,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
         # Long enough that, with the stale id bug, stale handoffs go on past the grace window whatever the
         # timing of the restart (the handoff checker then catches it in both worlds, not by luck).
-        workload=replace(WORKLOAD, duration_s=7.5),
+        workload=replace(SCALED_WORKLOAD, duration_s=7.5),
         timeline=(Step("restart", Restart("prefill-0", down_s=0.6), At(1.5)),),
         expect=_MOONCAKE_RESTART_EXPECT,
     ),
@@ -48,9 +48,9 @@ SCENARIOS = [
         bugs=("#2491", "zoo-11"),
         topologies=ALL_SHAPES,
         connectors=("nixl",),
-        router=ROUTER,
-        engines=ENGINES,
-        workload=WORKLOAD,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=SCALED_WORKLOAD,
         timeline=(Step("restart", Restart("prefill-0", down_s=0.6), At(1.5)),),
         expect=_RESTART_EXPECT,
     ),
@@ -62,11 +62,11 @@ SCENARIOS = [
         catches=("stale_engine_id",),
         topologies=("1p1d", "2p1d"),
         connectors=("mooncake",),
-        router=ROUTER,
-        engines=ENGINES,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
         # Long enough that, with the stale id bug, stale handoffs go on past the grace window whatever the
         # timing of the restart (the handoff checker then catches it in both worlds, not by luck).
-        workload=replace(WORKLOAD, duration_s=7.5),
+        workload=replace(SCALED_WORKLOAD, duration_s=7.5),
         timeline=(Step("restart", Restart("prefill-0", down_s=0.3, mode="process"), At(1.5)),),
         expect=_MOONCAKE_RESTART_EXPECT,
     ),
@@ -81,9 +81,9 @@ SCENARIOS = [
         catches=("stale_engine_id", "no_identity_check"),
         topologies=ALL_SHAPES,
         connectors=("mooncake",),
-        router=replace(ROUTER, health_interval_s=1.0, identity_check_interval_s=1.0),
-        engines=ENGINES,
-        workload=replace(WORKLOAD, duration_s=7.5),
+        router=replace(SCALED_ROUTER, health_interval_s=1.0, identity_check_interval_s=1.0),
+        engines=SCALED_ENGINES,
+        workload=replace(SCALED_WORKLOAD, duration_s=7.5),
         timeline=(Step("restart", Restart("prefill-0", down_s=0.0), At(1.5)),),
         expect=(
             *BASE_EXPECT,
@@ -100,9 +100,9 @@ SCENARIOS = [
         bugs=("zoo-6",),
         topologies=ALL_SHAPES,
         connectors=("mooncake", "nixl"),
-        router=ROUTER,
-        engines=ENGINES,
-        workload=WORKLOAD,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=SCALED_WORKLOAD,
         timeline=(Step("restart", Restart("decode-0", down_s=1.5), At(1.5)),),
         expect=_RESTART_EXPECT,
     ),
@@ -115,11 +115,11 @@ SCENARIOS = [
         catches=("stale_engine_id",),
         topologies=("1p1d", "2p1d"),
         connectors=("mooncake",),
-        router=ROUTER,
-        engines=ENGINES,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
         # Long enough that, with the stale id bug, stale handoffs go on past the grace window whatever the
         # timing of the restart (the handoff checker then catches it in both worlds, not by luck).
-        workload=replace(WORKLOAD, duration_s=8.5),
+        workload=replace(SCALED_WORKLOAD, duration_s=8.5),
         timeline=(Step("slow_start", SlowStart("prefill-0", refuse_s=1.5), At(1.5)),),
         expect=(
             *BASE_EXPECT,
@@ -137,12 +137,12 @@ SCENARIOS = [
         catches=("stale_engine_id",),
         topologies=("1p2d", "2p1d"),
         connectors=("mooncake",),
-        router=ROUTER,
-        engines=ENGINES,
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
         # Three seconds apart: a request whose prefill finished as the restart began (its server lets it
         # finish) waits out the decode's 2 s transfer timeout on the old side channel, and the clients it
         # held must be back before the next restart for the availability window to see anything.
-        workload=replace(WORKLOAD, concurrency=6, duration_s=10.0),
+        workload=replace(SCALED_WORKLOAD, concurrency=6, duration_s=10.0),
         timeline=(
             Step("restart_1", Restart("prefill-0", down_s=0.6), At(1.0)),
             Step("restart_2", Restart("prefill-0", down_s=0.6), At(4.0)),

@@ -30,7 +30,7 @@ from harness.scenario.actions import Action
 from harness.scenario.conditions import After, AllOf, At, Condition
 from harness.scenario.settings import EngineSettings, RouterSettings, Workload
 
-# The scaled reference values every shipped scenario starts from (scenarios/_common.py uses them).
+# The scaled reference values every shipped scenario starts from (harness/scenario/defaults.py exports them).
 SCALED_ROUTER = RouterSettings(
     health_interval_s=0.3,
     health_timeout_s=0.5,

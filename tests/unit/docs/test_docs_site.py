@@ -48,3 +48,21 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_scenario_example_in_the_docs_loads_from_the_public_api(tmp_path: Path) -> None:
+    """The first Python block of docs/scenarios.md, saved as a scenario file of a user's own, loads and
+    validates: what it imports is public (`harness.scenario`, `harness.scenario.defaults`)."""
+    from harness.scenario import validate
+    from harness.scenario.files import scenarios_in_file
+
+    text = (DOCS / "scenarios.md").read_text(encoding="utf-8")
+    block = re.search(r"```python\n(.*?)```", text, flags=re.S)
+    assert block is not None
+    source = block.group(1)
+    assert "scenarios." not in source, "the example imports a private module"
+    path = tmp_path / "my_scenarios.py"
+    path.write_text(source, encoding="utf-8")
+    (found,) = scenarios_in_file(path)
+    validate(found)
+    assert found.name == "prefill_restart_mooncake" and found.expect
