@@ -49,7 +49,7 @@ import harness.worlds.sim.router as sim_router  # noqa: E402
 from fake_engines.core.engine_state import EngineState  # noqa: E402
 from fake_engines.core.fault_state import FaultState  # noqa: E402
 from fake_engines.core.request_flow import RequestFlow  # noqa: E402
-from harness.history import HistoryRecorder  # noqa: E402
+from harness.history_writer import HistoryRecorder  # noqa: E402
 from harness.runner import run_scenario  # noqa: E402
 from harness.session import ScenarioSession  # noqa: E402
 from harness.worlds.sim.world import SimWorld  # noqa: E402

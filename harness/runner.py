@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.checkers import run_checks, validate_expect
-from harness.history import HistoryRecorder
+from harness.history_writer import HistoryRecorder
 from harness.result import ScenarioResult
 from harness.routers import RouterAdapter, RouterAdapterError, make_router_adapter, router_profile
 from harness.routers.profiles import PREFIX as PROFILE_PREFIX

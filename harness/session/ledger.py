@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.history import HistoryRecorder
+from harness.history_writer import HistoryRecorder
 from harness.scenario import (
     Action,
     Crash,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, assert_never
 
 from harness.checkers import run_checks
-from harness.history import HistoryRecorder, ManualClock
+from harness.history_writer import HistoryRecorder, ManualClock
 from harness.result import time_unit
 from harness.scenario import Action, LinkFlap, Observed, Scenario, Step, Timeline, links_in
 from harness.scenario.links import LinkRef, flap_schedule

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.history import HistoryRecorder
+from harness.history_writer import HistoryRecorder
 
 Snapshot = dict[str, tuple[str, str | None]]
 

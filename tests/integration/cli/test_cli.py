@@ -15,7 +15,7 @@ import pytest
 from helpers.paths import ROOT, SCENARIO_FILES
 
 from harness import cli
-from harness.history import HistoryRecorder
+from harness.history_writer import HistoryRecorder
 
 PASS_FILE = SCENARIO_FILES / "cli_scenario_pass.py"
 FAIL_FILE = SCENARIO_FILES / "cli_scenario_fail.py"

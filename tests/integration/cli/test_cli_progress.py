@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from harness.history import HistoryRecorder
+from harness.history_writer import HistoryRecorder
 from harness.progress import ProgressBoard, ProgressReporter
 
 

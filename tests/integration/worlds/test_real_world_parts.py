@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 from helpers.aiohttp_server import serving
 
-from harness.history import HistoryRecorder
+from harness.history_writer import HistoryRecorder
 from harness.routers import ReferenceRouter
 from harness.runner import update_latest
 from harness.scenario import Scenario

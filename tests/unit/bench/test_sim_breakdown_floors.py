@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from helpers.bench_script import load_bench
 
-from harness.history import HistoryRecorder
+from harness.history_writer import HistoryRecorder
 from pdchaos.jsonl import read_jsonl
 
 sb = load_bench("sim_breakdown")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from harness.history import History, HistoryRecorder, ManualClock
+from harness.history import History
+from harness.history_writer import HistoryRecorder, ManualClock
 
 WALL0 = 1_000.0
 

@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 from test_checkers_builders import HB, WALL0, restart_run
 
-from harness.history import (
-    PER_REQUEST_TYPES,
-    History,
-    HistoryRecorder,
-    ManualClock,
-    base_engine_id,
-    load_history,
-)
+from harness.history import PER_REQUEST_TYPES, History, base_engine_id, load_history
+from harness.history_writer import HistoryRecorder, ManualClock
 
 
 def test_records_carry_t_from_the_given_clock_and_contract_fields(tmp_path: Path) -> None:
