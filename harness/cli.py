@@ -35,6 +35,7 @@ from harness.suite import (
     out_folder_problem,
     select_suite,
 )
+from harness.topology import CONNECTORS, TRANSPORTS
 from harness.usage_parser import EXIT_USAGE, UsageParser, seed_arg
 from pdchaos.argtypes import non_negative
 
@@ -110,9 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run only these of each scenario's own NpMd shapes (1p1d, 1p2d, 2p1d...); repeatable or comma "
         "separated (default: all of them)",
     )
-    run.add_argument("--connector", choices=("mooncake", "nixl"),
+    run.add_argument("--connector", choices=CONNECTORS,
                      help="run only this of each scenario's own connectors (default: all of them)")
-    run.add_argument("--transport", choices=("http", "grpc"),
+    run.add_argument("--transport", choices=TRANSPORTS,
                      help="how the router talks to the engines: run only this of each scenario's own "
                      "transports (default: all of them)")
     run.add_argument(

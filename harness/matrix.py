@@ -28,6 +28,7 @@ from harness.routers import RouterAdapter, RouterAdapterError, make_router_adapt
 from harness.routers.gateways.adapters import GatewayAdapter
 from harness.runner import Cell, expand_matrix
 from harness.scenario import Scenario, apply_preset, preset
+from harness.topology import CONNECTORS, TRANSPORTS
 from harness.usage_parser import UsageParser, seed_arg
 from harness.worlds.real.processes import mark_processes
 
@@ -219,8 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="repeatable: reference, smg, smg==X.Y.Z, smg==latest, vllm-router[==X.Y.Z], "
                    "cmd:<template> (default: reference and smg==latest)")
     p.add_argument("--topology", action="append", metavar="T", help="repeatable or comma separated")
-    p.add_argument("--connector", choices=("mooncake", "nixl"))
-    p.add_argument("--transport", choices=("http", "grpc"))
+    p.add_argument("--connector", choices=CONNECTORS)
+    p.add_argument("--transport", choices=TRANSPORTS)
     p.add_argument("--out", type=Path, metavar="DIR", help="default: runs/compare-<timestamp-id>")
     p.add_argument("--seed", type=seed_arg, default=0, metavar="N", help="workload seed, 0 to 2**32-1")
     p.add_argument("--no-progress", action="store_true")

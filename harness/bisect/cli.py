@@ -13,6 +13,7 @@ from typing import Any
 
 from harness.routers.gateways.cache import ReleaseCache
 from harness.suite import out_folder_problem
+from harness.topology import CONNECTORS, TRANSPORTS
 from harness.usage_parser import UsageParser, seed_arg
 from harness.worlds.real.processes import mark_processes
 
@@ -55,8 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checker", metavar="NAME",
                    help="judge by this checker's verdict only (one of the scenario's expectations)")
     p.add_argument("--topology", metavar="T", help="NpMd shape (default: the scenario's first)")
-    p.add_argument("--connector", choices=("mooncake", "nixl"))
-    p.add_argument("--transport", choices=("http", "grpc"))
+    p.add_argument("--connector", choices=CONNECTORS)
+    p.add_argument("--transport", choices=TRANSPORTS)
     p.add_argument("--settings", choices=("scaled", "production"), default=None,
                    help="settings preset (default: scaled, the real-time default)")
     p.add_argument("--seed", type=seed_arg, default=0, metavar="N", help="workload seed, 0 to 2**32-1")

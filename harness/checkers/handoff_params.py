@@ -19,6 +19,7 @@ from harness.checkers._common import cap
 from harness.contract.evidence import EngineView, Leg, misreported, reported_ids
 from harness.contract.settings import ID_READ_CALLS
 from harness.history import History
+from harness.topology import CONNECTORS
 from harness.verdict import Verdict
 
 NAME = "handoff_params"
@@ -114,7 +115,7 @@ def check_handoff_params(history: History, exp: HandoffParamsExpect | None = Non
     if view is None:
         return Verdict.unknown_(NAME, "the router's settings are not in the run's settings")
     connector = view.contract.connector
-    if connector not in ("mooncake", "nixl"):
+    if connector not in CONNECTORS:
         return Verdict.unknown_(NAME, f"no handoff contract for connector {connector!r}")
     by_tag: dict[str, dict[str, list[Leg]]] = defaultdict(lambda: defaultdict(list))
     for leg in view.legs():

@@ -25,6 +25,7 @@ from harness.fidelity.observe import ProbeResult
 from harness.fidelity.probes import PROBES, run_probes
 from harness.fidelity.table import compare, render_markdown, render_text, unexplained
 from harness.suite import out_folder_problem
+from harness.topology import TRANSPORTS
 from harness.usage_parser import UsageParser
 from harness.worlds.real.backends import EngineChoiceError, parse_engines
 from harness.worlds.real.processes import ProcessStartError
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--connector", choices=("nixl", "mooncake"), default="nixl",
                    help="KV connector of both pairs (mooncake: the real side is read from vLLM's source, "
                    "since its connector needs an accelerator)")
-    p.add_argument("--transport", choices=("http", "grpc"), default="http",
+    p.add_argument("--transport", choices=TRANSPORTS, default="http",
                    help="what the probes speak: the OpenAI HTTP API (default) or the VllmEngine gRPC service "
                    "(vLLM's gRPC server; NIXL only)")
     p.add_argument("--real", default="vllm", metavar="BACKEND",

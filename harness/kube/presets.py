@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from harness.topology import TRANSPORTS
 from pdchaos import __version__
 
 VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
@@ -71,7 +72,7 @@ PRESETS: dict[str, EnginePreset] = {
             "pdchaos-fake", "fake",
             "pdchaos's fake engines as pods (no GPU): every fault, and handoff provenance records",
             HARNESS_IMAGE, model="pdchaos-fake", gpus=0, cpu="1", memory="1Gi", shm=None,
-            transports=("http", "grpc"),
+            transports=TRANSPORTS,
         ),
     )
 }

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from harness.routers.gateways.adapters import as_passed
 from harness.routers.reference import ReferenceRouter
 from harness.scenario.bugs import split_bugs, with_bugs
+from harness.topology import TRANSPORTS
 
 if TYPE_CHECKING:
     from harness.scenario import Scenario
@@ -51,7 +52,7 @@ class GatewayProfile:
     release: str  # the router spec of the real release (`--router` of `pdchaos run`/`matrix`)
     bugs: tuple[str, ...]
     description: str
-    transports: tuple[str, ...] = ("http", "grpc")
+    transports: tuple[str, ...] = TRANSPORTS
     breaker_default: tuple[int, float] | None = GATEWAY_BREAKER
 
     def apply(self, scenario: Scenario) -> Scenario:

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeGuard
 
+from harness.topology import CONNECTORS
+
 LinkName = Literal["serve", "bootstrap", "side_channel"]
 LINKS: tuple[str, ...] = ("serve", "bootstrap", "side_channel")
 STREAMS: tuple[str, ...] = ("upstream", "downstream")
@@ -237,7 +239,7 @@ def _link_problems(action: NetworkAction, scenario: Any) -> list[str]:
     link = action.link
     if link not in LINKS:
         return [f"unknown link {link!r} (known: {', '.join(LINKS)})"]
-    connectors = tuple(getattr(scenario, "connectors", ()) or ("mooncake", "nixl"))
+    connectors = tuple(getattr(scenario, "connectors", ()) or CONNECTORS)
     out = []
     for c in connectors:
         why = link_applies(action.target, link, c)

@@ -32,7 +32,7 @@ from harness.scenario.values import (
     router_problems,
     workload_problems,
 )
-from harness.topology import CONNECTORS, parse_topology
+from harness.topology import CONNECTORS, TRANSPORTS, parse_topology
 from reference_router.core.bugs import ROUTER_BUGS
 
 WORLDS: tuple[str, ...] = ("real", "sim")
@@ -57,7 +57,7 @@ class Scenario:
     bugs: tuple[str, ...] = ()
     topologies: tuple[str, ...] = ("1p1d",)
     connectors: tuple[str, ...] = ("mooncake",)
-    transports: tuple[str, ...] = ("http", "grpc")
+    transports: tuple[str, ...] = TRANSPORTS
     router: RouterSettings = field(default_factory=RouterSettings)
     engines: EngineSettings = field(default_factory=EngineSettings)
     workload: Workload = field(default_factory=Workload)
@@ -226,7 +226,7 @@ def validate(scenario: Scenario) -> None:
         if c not in CONNECTORS:
             problems.append(f"bad connector {c!r}")
     for tr in scenario.transports:
-        if tr not in ("http", "grpc"):
+        if tr not in TRANSPORTS:
             problems.append(f"bad transport {tr!r}")
     for world in scenario.worlds:
         if world not in WORLDS:

@@ -38,7 +38,7 @@ from harness.scenario.presets import SCALED_ENGINES, SCALED_ROUTER
 from harness.search.case import Breaker, Load
 from harness.search.faults import KINDS, LONG_GRACE_S, FaultSpec
 from harness.search.strategies import Space
-from harness.topology import parse_topology
+from harness.topology import CONNECTORS, TRANSPORTS, parse_topology
 
 _FAULT_KIND = {"fail_server_info": "fail_server_info", "no_engine_id": "no_engine_id",
                "fail_requests": "fail_requests", "latency": "latency_fault", "wedge": "wedge"}
@@ -221,8 +221,8 @@ def _fits(topology: str, max_side: int) -> bool:
 
 def space_for(bugs: tuple[str, ...], max_side: int = 8, presets: tuple[str, ...] = ("scaled",),
               connector: str | None = None, transport: str | None = None) -> Space:
-    connectors: tuple[str, ...] = ("mooncake", "nixl")
-    transports: tuple[str, ...] = ("http", "grpc")
+    connectors: tuple[str, ...] = CONNECTORS
+    transports: tuple[str, ...] = TRANSPORTS
     for b in bugs:
         sw = SWITCHES[b]
         connectors = tuple(c for c in connectors if c in sw.connectors) or connectors

@@ -28,6 +28,7 @@ from harness.search.case import (
     readmit_only,
 )
 from harness.search.faults import KINDS, LINK_KINDS, SELF_HEALING, FaultSpec, without_conflicts
+from harness.topology import CONNECTORS, TRANSPORTS
 
 # Smallest first: the shrinker walks toward the front. 1p1d..8p8d, biased to few engines by the draw below.
 SMALL_SIDES = (1, 2)
@@ -49,8 +50,8 @@ class Space:
     """What a search may draw."""
 
     max_side: int = 8
-    connectors: tuple[str, ...] = ("mooncake", "nixl")
-    transports: tuple[str, ...] = ("http", "grpc")
+    connectors: tuple[str, ...] = CONNECTORS
+    transports: tuple[str, ...] = TRANSPORTS
     presets: tuple[str, ...] = ("scaled",)
     kinds: tuple[str, ...] = KINDS
     max_groups: int = 4

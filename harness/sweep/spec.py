@@ -51,6 +51,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from harness.topology import CONNECTORS, TRANSPORTS
 from harness.usage_parser import seed_problem
 
 WORLDS = ("real", "sim")
@@ -192,8 +193,8 @@ def parse_sweep(data: Mapping[str, Any], path: Path | None = None) -> SweepSpec:
         scenarios=_strings(axes, "scenarios", problems) or ("default",),
         topologies=_topologies(axes, problems),
         extend_topologies=_bool(axes, "extend_topologies", problems),
-        connectors=_choices(axes, "connectors", ("mooncake", "nixl"), problems),
-        transports=_choices(axes, "transports", ("http", "grpc"), problems),
+        connectors=_choices(axes, "connectors", CONNECTORS, problems),
+        transports=_choices(axes, "transports", TRANSPORTS, problems),
         routers=_routers(axes, problems),
         worlds=_choices(axes, "worlds", WORLDS, problems) or ("real",),
         settings=_choices(axes, "settings", SETTINGS, problems),

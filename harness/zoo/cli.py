@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
+from harness.topology import CONNECTORS, TRANSPORTS
 from harness.usage_parser import UsageParser, seed_arg, seed_problem
 
 _USAGE = """\
@@ -49,8 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline-runs", type=int, default=1, metavar="N",
                    help="baseline runs per cell (no switch); 3 shows flaky verdicts (default 1)")
     p.add_argument("--topology", action="append", metavar="T", help="repeatable or comma separated")
-    p.add_argument("--connector", choices=("mooncake", "nixl"))
-    p.add_argument("--transport", choices=("http", "grpc"))
+    p.add_argument("--connector", choices=CONNECTORS)
+    p.add_argument("--transport", choices=TRANSPORTS)
     p.add_argument("--jobs", type=jobs_arg, default=None, metavar="N", help=JOBS_HELP)
     p.add_argument("--seed", type=seed_arg, default=0, metavar="N", help="workload seed, 0 to 2**32-1")
     p.add_argument("--out", type=Path, metavar="DIR", help="default: runs/zoo-<timestamp-id>")

@@ -33,7 +33,7 @@ from harness.routers.gateways.kv_facts import (
 )
 from harness.scenario import AddWorker, PatchWorker, RemoveWorker, RouterSettings, Scenario
 from harness.session.events import WorldNote
-from harness.topology import Topology
+from harness.topology import TRANSPORTS, Topology
 from pdchaos.ports import free_port
 
 SMG_POLICIES = frozenset({
@@ -95,7 +95,7 @@ class GatewayAdapter(RouterAdapter):
 
     package = "gateway"
     policies: frozenset[str] = frozenset()
-    transports: tuple[str, ...] = ("http", "grpc")
+    transports: tuple[str, ...] = TRANSPORTS
     has_worker_ids = True
     supports_inject_bug = False
     has_events = False
