@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
+from harness.scenario.model import WORLDS
+from harness.scenario.presets import PRESET_NAMES
 from harness.suite import (
     UsageError,
     default_suite,
@@ -127,12 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
         "vllm-router[==X.Y.Z]",
     )
     run.add_argument(
-        "--world", choices=("real", "sim"), default="real",
+        "--world", choices=WORLDS, default="real",
         help="real: processes on loopback in real time (default); sim: the same scenarios in simulated time "
         "(simpy; the reference router's and the fake engines' own cores; exact replay from the seed)",
     )
     run.add_argument(
-        "--settings", choices=("scaled", "production"), default=None,
+        "--settings", choices=PRESET_NAMES, default=None,
         help="settings preset: scaled (the scenarios as written, probes every 0.3 s: the real-time default) "
         "or production (smg's defaults, 60 s probes, vLLM's 480 s transfer timeout; scenario times x600: "
         "the simulation default)",

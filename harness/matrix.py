@@ -28,6 +28,7 @@ from harness.routers import RouterAdapter, RouterAdapterError, make_router_adapt
 from harness.routers.gateways.adapters import GatewayAdapter
 from harness.runner import Cell, expand_matrix
 from harness.scenario import Scenario, apply_preset, preset
+from harness.scenario.presets import PRESET_NAMES
 from harness.topology import CONNECTORS, TRANSPORTS
 from harness.usage_parser import UsageParser, seed_arg
 from harness.worlds.real.processes import mark_processes
@@ -226,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=seed_arg, default=0, metavar="N", help="workload seed, 0 to 2**32-1")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--jobs", type=jobs_arg, default=None, metavar="N", help=JOBS_HELP)
-    p.add_argument("--settings", choices=("scaled", "production"), default="scaled",
+    p.add_argument("--settings", choices=PRESET_NAMES, default="scaled",
                    help="settings preset of every cell: scaled (default: short probes, seconds per cell) or "
                    "production (each gateway's own defaults; tens of minutes per cell)")
     p.add_argument("--resume", action="store_true",

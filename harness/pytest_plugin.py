@@ -38,6 +38,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from harness.scenario.model import WORLDS
+from harness.scenario.presets import PRESET_NAMES
 from harness.usage_parser import seed_arg
 
 T = TypeVar("T")
@@ -67,9 +69,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "release such as smg==X.Y.Z (as `pdchaos run --router`)")
     group.addoption("--pdchaos-seed", type=seed_arg, default=0, metavar="N",
                     help="workload seed, 0 to 2**32-1")
-    group.addoption("--pdchaos-world", choices=("real", "sim"), default="real",
+    group.addoption("--pdchaos-world", choices=WORLDS, default="real",
                     help="real: processes on loopback (default); sim: simulated time (reference router)")
-    group.addoption("--pdchaos-settings", choices=("scaled", "production"), default=None,
+    group.addoption("--pdchaos-settings", choices=PRESET_NAMES, default=None,
                     help="settings preset (default: scaled in real time, production in simulation)")
     group.addoption("--pdchaos-engines", default="fake", metavar="BACKEND",
                     help="engine backend: fake (default), vllm, command:FILE (as `pdchaos run --engines`); "

@@ -30,6 +30,7 @@ from harness.routers.profiles import PREFIX as PROFILE_PREFIX
 from harness.routers.profiles import profile_named
 from harness.scenario import Scenario, ScenarioError, apply_preset, preset, validate
 from harness.scenario.bugs import injected_bugs
+from harness.scenario.model import WORLDS
 from harness.session import ScenarioSession
 from harness.topology import PORTS_PER_ENGINE, Topology, allocate, build_topology, parse_topology
 from harness.verdict import Verdict, combine
@@ -64,7 +65,6 @@ def expectation_problems(s: Scenario) -> list[str]:
     return [p for x in s.expect for p in validate_expect(x.checker, x.params)]
 
 
-WORLD_NAMES = ("real", "sim")
 DEFAULT_SETTINGS = {"real": "scaled", "sim": "production"}
 
 
@@ -77,8 +77,8 @@ def check_cell(scenario: Scenario, topology: str, connector: str, adapter: Route
                world: str = "real") -> None:
     """ScenarioError when the scenario cannot run in this cell with this router in this world."""
     validate(scenario)
-    if world not in WORLD_NAMES:
-        raise ScenarioError(f"unknown world {world!r} (known: {', '.join(WORLD_NAMES)})")
+    if world not in WORLDS:
+        raise ScenarioError(f"unknown world {world!r} (known: {', '.join(WORLDS)})")
     if world not in scenario.worlds:
         why = scenario.world_notes.get(world, "")
         raise ScenarioError(f"scenario {scenario.name!r} does not run in the {world} world"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.routers.gateways.cache import ReleaseCache
+from harness.scenario.presets import PRESET_NAMES
 from harness.suite import out_folder_problem
 from harness.topology import CONNECTORS, TRANSPORTS
 from harness.usage_parser import UsageParser, seed_arg
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", metavar="T", help="NpMd shape (default: the scenario's first)")
     p.add_argument("--connector", choices=CONNECTORS)
     p.add_argument("--transport", choices=TRANSPORTS)
-    p.add_argument("--settings", choices=("scaled", "production"), default=None,
+    p.add_argument("--settings", choices=PRESET_NAMES, default=None,
                    help="settings preset (default: scaled, the real-time default)")
     p.add_argument("--seed", type=seed_arg, default=0, metavar="N", help="workload seed, 0 to 2**32-1")
     p.add_argument("--repeat", type=int, default=1, metavar="N",

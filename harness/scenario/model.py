@@ -80,11 +80,11 @@ class Scenario:
     catches: tuple[str, ...] = ()
     # The worlds it runs in, and for each world the scenario cannot run in (or whose verdicts differ from the
     # other's), why.
-    worlds: tuple[str, ...] = ("real", "sim")
+    worlds: tuple[str, ...] = WORLDS
     world_notes: Mapping[str, str] = field(default_factory=dict)
     # The worlds whose default suite runs it (a contract workout judged in simulation keeps the real-time
     # suite short). Named, it runs in every world of `worlds`.
-    suite_worlds: tuple[str, ...] = ("real", "sim")
+    suite_worlds: tuple[str, ...] = WORLDS
     # The settings preset its times are in (`harness.scenario.presets`; set by apply_preset), what a preset
     # should give it differently, and how often the harness reads the router meanwhile.
     preset: str = "scaled"

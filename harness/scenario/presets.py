@@ -83,6 +83,7 @@ PRODUCTION = SettingsPreset(
     observe_interval_s=2.0,
 )
 PRESETS: dict[str, SettingsPreset] = {p.name: p for p in (SCALED, PRODUCTION)}
+PRESET_NAMES: tuple[str, ...] = tuple(PRESETS)
 
 
 def preset(name: str) -> SettingsPreset:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.jobs import default_jobs, jobs_arg
+from harness.scenario.presets import PRESET_NAMES
 from harness.search import DEFAULT_EXAMPLES, DEFAULT_SHIFTS_S
 from harness.suite import out_folder_problem
 from harness.topology import CONNECTORS, TRANSPORTS
@@ -159,7 +160,7 @@ def _options(args: argparse.Namespace) -> object:
             ray = parse_ray_address(args.ray)
         except ValueError as e:
             raise UsageError(str(e)) from None
-    presets = ("scaled", "production") if args.settings == "any" else (args.settings,)
+    presets = PRESET_NAMES if args.settings == "any" else (args.settings,)
     space = space_for(tuple(dict.fromkeys(args.inject_bug)), max_side=args.max_side, presets=presets,
                       connector=args.connector, transport=args.transport)
     absent = absent_bug(args.inject_bug, [(c, t) for c in space.connectors for t in space.transports],

@@ -51,11 +51,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from harness.scenario.model import WORLDS
+from harness.scenario.presets import PRESET_NAMES
 from harness.topology import CONNECTORS, TRANSPORTS
 from harness.usage_parser import seed_problem
 
-WORLDS = ("real", "sim")
-SETTINGS = ("scaled", "production")
 LOCAL_ENGINES = "local"
 # Axis names as an exclusion writes them (one value of each).
 EXCLUDE_KEYS = ("scenario", "topology", "connector", "transport", "router", "world", "settings", "engine")
@@ -197,7 +197,7 @@ def parse_sweep(data: Mapping[str, Any], path: Path | None = None) -> SweepSpec:
         transports=_choices(axes, "transports", TRANSPORTS, problems),
         routers=_routers(axes, problems),
         worlds=_choices(axes, "worlds", WORLDS, problems) or ("real",),
-        settings=_choices(axes, "settings", SETTINGS, problems),
+        settings=_choices(axes, "settings", PRESET_NAMES, problems),
         engines=_engines(axes, backends, problems),
         exclude=_exclusions(data.get("exclude", []), problems),
         bugs=_bugs(_table(data, "bugs", problems), problems),

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
+from harness.scenario.model import WORLDS
+from harness.scenario.presets import PRESET_NAMES
 from harness.topology import CONNECTORS, TRANSPORTS
 from harness.usage_parser import UsageParser, seed_arg, seed_problem
 
@@ -44,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "cut to its suite cells)")
     p.add_argument("--bug", action="append", metavar="NAME",
                    help="a switch to include (repeatable; default: all of them)")
-    p.add_argument("--world", choices=("sim", "real"), default="sim", help="default: sim")
-    p.add_argument("--settings", choices=("scaled", "production"), default=None,
+    p.add_argument("--world", choices=WORLDS, default="sim", help="default: sim")
+    p.add_argument("--settings", choices=PRESET_NAMES, default=None,
                    help="default: production in sim, scaled in real time")
     p.add_argument("--baseline-runs", type=int, default=1, metavar="N",
                    help="baseline runs per cell (no switch); 3 shows flaky verdicts (default 1)")
