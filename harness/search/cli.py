@@ -45,7 +45,7 @@ examples:
   pdchaos run runs/search-.../found/handoff-0123abcd.py --world sim --settings scaled --seed 0
 """
 
-SETTINGS_CHOICES = ("scaled", "production", "any")
+SETTINGS_CHOICES = (*PRESET_NAMES, "any")
 
 
 class UsageError(ValueError):
