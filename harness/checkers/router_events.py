@@ -2,8 +2,9 @@
 
 The reference router (and any router with an event stream) says what it did: every probe and its outcome,
 every status change, every metadata read and engine id it took, every circuit breaker move. An operator
-reads these to debug an outage, so a router whose account is wrong misleads. Each event is matched to the
-engines' records (`harness.contract`):
+reads these to debug an outage, so a router whose account is wrong misleads. Each event has the documented
+shape (`harness.contract.event_schema`: its fields, their values, a re-read's outcome that fits the read) and
+is matched to the engines' records (`harness.contract`):
 - a `probe` counted ok needs a probe the engine answered healthy in time, one counted failed a probe the
   engine did not answer healthy in time (where no fault could hide or bend it);
 - a `status_change` goes to a status the contract allows at that moment;
@@ -24,6 +25,7 @@ from itertools import pairwise
 from harness.checkers._common import cap
 from harness.checkers.breaker_contract import BreakerTimeline, breaker_timeline
 from harness.contract.breaker_model import CLOSED, HALF, OPEN, BreakerRules
+from harness.contract.event_schema import event_problems
 from harness.contract.evidence import EngineView, reported_ids
 from harness.contract.reach import Window
 from harness.contract.settings import ID_READ_CALLS
@@ -205,6 +207,9 @@ def check_router_events(history: History, exp: RouterEventsExpect | None = None)
     handlers = {"probe": judge.probe, "status_change": judge.status_change,
                 "metadata_read": judge.metadata_read, "engine_id": judge.engine_id, "breaker": judge.breaker}
     for ev in history.router_events:
+        judge.judged += 1
+        for problem in event_problems(ev.event, ev.fields):
+            judge.say(ev, problem)
         handle = handlers.get(ev.event or "")
         engine = judge.engine(ev)
         if handle is not None and engine is not None:
@@ -213,6 +218,6 @@ def check_router_events(history: History, exp: RouterEventsExpect | None = None)
     _unreported_status_changes(judge)
     numbers = {"events": len(history.router_events), "judged": judge.judged, "slack_s": exp.slack_s}
     if judge.evidence:
-        what = f"{len(judge.evidence)} router event(s) the engines' records contradict"
+        what = f"{len(judge.evidence)} router event(s) wrong (engines' records, documented shape)"
         return Verdict.fail(NAME, what, numbers, cap(judge.evidence))
     return Verdict.ok(NAME, f"{judge.judged} router events agree with the engines' records", numbers)

@@ -629,12 +629,41 @@ def test_engine_id_events_take_reported_ids_and_never_clear_one() -> None:
         "record": "engine_call", "ts": WALL0 + 0.2, "engine": "prefill-0", "engine_id": "A", "generation": 1,
         "role": "prefill", "call": "server_info", "status": 200, "duration_s": 0.001, "caller": "router",
         "detail": {"kv_engine_id": "A"}})
-    router_event(run, 0.3, "engine_id", old=None, new="A", confirmed=True)
-    router_event(run, 2.0, "engine_id", old="A", new="Z", confirmed=True)
-    router_event(run, 3.0, "engine_id", old="A", new=None, confirmed=False)
+    router_event(run, 0.3, "engine_id", old=None, new="A", confirmed=True, reason="read")
+    router_event(run, 2.0, "engine_id", old="A", new="Z", confirmed=True, reason="read")
+    router_event(run, 3.0, "engine_id", old="A", new=None, confirmed=False, reason="read")
     v = check_router_events(run.history())
     assert v.status == "fail" and len(v.evidence) == 2
     assert "took id Z" in v.evidence[0] and "cleared prefill-0's id A" in v.evidence[1]
+
+
+@pytest.mark.parametrize(("kind", "fields", "words"), [
+    ("probe", {"ok": "yes", "duration_s": 0.002}, "has ok='yes'"),
+    ("engine_id", {"old": None, "new": None, "confirmed": False}, "lacks reason"),
+    ("XXmetadata_readXX", {"outcome": "id"}, "a type the contract does not document"),
+    ("metadata_read", {"outcome": "error", "read": "timeout", "duration_s": 0.5},
+     "records a timeout read as outcome 'error'"),
+    ("breaker", {"from": "closed", "to": "open", "reason": "consecutive_failures", "failures": 3,
+                 "request_id": "r1", "error": None}, "without the failure that opened it"),
+    ("status_change", {"from": "ready", "to": "sleeping"}, "has to='sleeping'"),
+])
+def test_an_event_not_of_its_documented_shape_is_a_violation(kind: str, fields: dict[str, Any],
+                                                             words: str) -> None:
+    run = healthy_run()
+    router_event(run, 3.5, kind, **fields)
+    v = check_router_events(run.history())
+    assert v.status == "fail" and any(words in e for e in v.evidence), v.evidence
+
+
+def test_events_of_the_documented_shape_pass_the_schema() -> None:
+    from harness.contract.event_schema import event_problems
+
+    where = {"worker": "w1", "url": "http://p0"}
+    assert event_problems("metadata_read", {**where, "outcome": "no_id", "read": "complete",
+                                            "duration_s": 0.01}) == []
+    assert event_problems("breaker", {**where, "from": "open", "to": "half_open", "reason": "open_elapsed",
+                                      "failures": 3, "request_id": None, "error": None}) == []
+    assert event_problems("status_change", {**where, "from": None, "to": "pending", "role": "prefill"}) == []
 
 
 def test_a_router_without_events_has_nothing_of_its_own_to_be_held_to() -> None:
