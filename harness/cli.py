@@ -99,7 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run scenarios and write a report (no scenario named: the default suite)",
         description="Run scenarios, each in every topology/connector/transport cell it applies to, and write "
-        "report.json, junit.xml and report.html into the run folder.",
+        "report.json, junit.xml and report.html into the run folder.\nThe terminal ends with the findings: "
+        "each distinct problem once, with the cells that show it\n(report.html and report.json list them "
+        "first).",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -520,15 +522,16 @@ async def _run_async(plan: RunPlan, show_progress: bool) -> tuple[list[Any], boo
 
 
 def _summary_lines(results: Sequence[Any], run_dir: Path, html: Path | None = None) -> list[str]:
+    from harness.findings import compute_findings
+    from harness.text import clip
     from reports import summarize
+    from reports.findings import findings_lines
 
     lines = []
     for r in results:
         cell = "/".join(x for x in (r.topology, r.connector, r.transport) if x)
         why = (getattr(r, "reason", "") or r.overall.reason) if r.status != "pass" else ""
-        reason = f"  {why}" if why else ""
-        if len(reason) > 160:
-            reason = reason[:157] + "..."
+        reason = f"  {clip(why, 158)}" if why else ""
         lines.append(f"  {r.status.upper():8} {r.scenario} {cell}{reason}")
         if r.status != "pass" and getattr(r, "replay", ""):
             lines.append(f"           replay: {r.replay}")
@@ -537,7 +540,7 @@ def _summary_lines(results: Sequence[Any], run_dir: Path, html: Path | None = No
         f"pdchaos: {_count(s['total'], 'cell')}: {s['pass']} pass, {s['fail']} fail, {s['unknown']} unknown "
         f"-> {s['status'].upper()}; report: {html or run_dir / 'report.html'}"
     )
-    return lines
+    return lines + findings_lines(compute_findings(list(results)))
 
 
 def _count(n: int, noun: str) -> str:

@@ -258,7 +258,7 @@ def _out_problem(out: Path, args: argparse.Namespace) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from reports.compare import load_comparison, markdown_table, write_comparison
+    from reports.compare import findings_lines, load_comparison, markdown_table, write_comparison
 
     if args.compare_only is not None:
         try:
@@ -268,6 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 3
         comp = load_comparison(args.compare_only)
         print(markdown_table(comp))
+        print("\n".join(findings_lines(comp)))
         return EXIT_BY_STATUS.get(comp.status, 2)
     from harness.routers import router_profile
     from harness.routers.gateways.spec import parse_router_spec
@@ -309,6 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     comp = load_comparison(out)
     print(markdown_table(comp))
+    print("\n".join(findings_lines(comp)))
     print(f"pdchaos: comparison: {out / 'compare.html'} ({out / 'compare.md'}, {out / 'compare.json'})")
     return EXIT_BY_STATUS.get(comp.status, 2)
 

@@ -19,7 +19,9 @@ from harness.verdict import Verdict
 
 HISTORY_NAME = "history.jsonl"
 REPORT_JSON = "report.json"
-SCHEMA = "pdchaos.report/1"
+SCHEMA = "pdchaos.report/2"
+# /2 added `findings`; a /1 report (no findings) is still read, and its findings computed from its results.
+READABLE_SCHEMAS = frozenset({"pdchaos.report/1", SCHEMA})
 
 
 def read_results(path: Path) -> list[ScenarioResult]:
@@ -28,7 +30,7 @@ def read_results(path: Path) -> list[ScenarioResult]:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:  # not JSON, or not UTF-8 text
         raise ValueError(f"{path}: not JSON ({e})") from e
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+    if not isinstance(doc, dict) or doc.get("schema") not in READABLE_SCHEMAS:
         raise ValueError(f"{path}: not a {SCHEMA} document")
     base = path.parent
     return [ScenarioResult.from_dict(r, base) for r in doc.get("results") or [] if isinstance(r, dict)]

@@ -1,4 +1,4 @@
-"""Report renderers: report.json (schema `pdchaos.report/1`), junit.xml, report.html.
+"""Report renderers: report.json (schema `pdchaos.report/2`), junit.xml, report.html.
 
 `write_reports(run_dir, results)` writes all three into the run folder (each independently: one failing
 renderer does not stop the others); `report_from_run_dir(run_dir)` re-renders a finished or crashed run.

@@ -23,6 +23,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.findings import (
+    Finding,
+    FindingChange,
+    compute_findings,
+    delta_lines,
+    findings_delta,
+    findings_of,
+)
+from harness.result import ScenarioResult
 from harness.run_folder import collect_results
 from pdchaos.jsonl import read_jsonl
 
@@ -86,6 +95,8 @@ class Comparison:
     routers: list[RouterInfo]
     rows: list[Row]
     generated_at: float = field(default_factory=time.time)
+    # Per router, its findings against the router before it (the first: against none, all new).
+    findings: dict[str, list[FindingChange]] = field(default_factory=dict)
 
     def summary(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -308,6 +319,7 @@ def load_comparison(root: str | os.PathLike[str]) -> Comparison:
     routers = _routers_from_dir(base)
     results: dict[str, list[dict[str, Any]]] = {}
     dirs: dict[str, Path] = {}
+    found: dict[str, list[Finding]] = {}
     for r in routers:
         d = base / r.dir
         dirs[r.label] = d
@@ -315,9 +327,17 @@ def load_comparison(root: str | os.PathLike[str]) -> Comparison:
         if rep.is_file():
             doc = json.loads(rep.read_text(encoding="utf-8"))
             results[r.label] = [x for x in doc.get("results") or [] if isinstance(x, dict)]
+            found[r.label] = findings_of(doc, [ScenarioResult.from_dict(x, d) for x in results[r.label]])
         elif d.is_dir():  # an interrupted router's folder: its cells as they stand (cut short: unknown)
-            results[r.label] = [x.to_dict(base=d) for x in collect_results(d)]
-    return build_comparison(routers, results, dirs)
+            cells = collect_results(d)
+            results[r.label] = [x.to_dict(base=d) for x in cells]
+            found[r.label] = compute_findings(cells)
+    comp = build_comparison(routers, results, dirs)
+    previous: list[Finding] = []
+    for r in routers:
+        comp.findings[r.label] = findings_delta(previous, found.get(r.label, []))
+        previous = found.get(r.label, [])
+    return comp
 
 
 # ---------------------------------------------------------------- writers
@@ -365,6 +385,17 @@ def markdown_table(comp: Comparison) -> str:
     return "\n".join(lines)
 
 
+def findings_lines(comp: Comparison) -> list[str]:
+    """The terminal's last lines of a matrix: each router's findings against the router before it."""
+    lines: list[str] = []
+    before = ""
+    for label, changes in comp.findings.items():
+        lines += [line.replace("pdchaos: findings", f"pdchaos: {label}: findings", 1)
+                  for line in delta_lines(changes, before or "no router")]
+        before = label
+    return lines
+
+
 def _transport(cell: str) -> str:
     return cell.rsplit("-", 1)[-1]
 
@@ -409,6 +440,7 @@ def comparison_json(comp: Comparison) -> dict[str, Any]:
         "status": comp.status,
         "routers": [asdict(r) for r in comp.routers],
         "summary": comp.summary(),
+        "findings": {label: [c.to_dict() for c in changes] for label, changes in comp.findings.items()},
         "rows": [
             {"scenario": r.scenario, "cell": r.cell, "differs": r.differs,
              "outcomes": {k: asdict(o) for k, o in r.outcomes.items()}}
@@ -447,6 +479,24 @@ def _rel(path: str | None, base: Path) -> str | None:
         return path
 
 
+def _findings_by_router(comp: Comparison) -> str:
+    """Each router's findings against the router before it: what a release brought and what it fixed."""
+    h = ["<h2>Findings by router</h2><p>Each router against the one before it (the first against none): "
+         "new findings, gone ones, and those it kept.</p><table><tr><th>router</th><th>change</th>"
+         "<th>finding</th><th>cells</th></tr>"]
+    for label, changes in comp.findings.items():
+        if not changes:
+            h.append(f"<tr><td>{_e(label)}</td><td colspan='3'>no finding</td></tr>")
+        for c in changes:
+            cells = c.current_cells if c.kind != "gone" else c.baseline_cells
+            row = "fail" if c.kind == "new" else ""
+            h.append(f"<tr class='{row}'><td>{_e(label)}</td><td>{_e(c.kind)}</td>"
+                     f"<td>{_e(c.finding.title)}<br><code>{_e(c.finding.signature)}</code></td>"
+                     f"<td>{cells}</td></tr>")
+    h.append("</table>")
+    return "".join(h)
+
+
 def comparison_html(comp: Comparison, base: Path) -> str:
     labels = [r.label for r in comp.routers]
     summ = comp.summary()
@@ -483,6 +533,7 @@ def comparison_html(comp: Comparison, base: Path) -> str:
             h.append(f"<td class='{_e(o.status)}' title='{_e(title)}'>{text}</td>")
         h.append("</tr>")
     h.append("</table>")
+    h.append(_findings_by_router(comp))
     h.append("<h2>Key numbers</h2><table><tr><th>scenario</th><th>cell</th><th>router</th><th>verdict</th>"
              "<th>recovery (heal to Ready)</th><th>heal to first handoff</th><th>requests</th><th>errors</th>"
              "<th>error statuses</th><th>client timeouts</th><th>decode handoff outcomes</th></tr>")

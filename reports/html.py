@@ -13,14 +13,19 @@ from typing import Any
 
 from harness.checkers import check_recovery
 from harness.checkers.stats import latency_summary
+from harness.findings import cell_label, compute_findings
 from harness.history import History, load_history
 from harness.result import ScenarioResult, relative, summarize
+from harness.text import clip
 from harness.verdict import Verdict
 from pdchaos import __version__
+from reports.findings import CSS as FINDINGS_CSS
+from reports.findings import findings_html
 from reports.plot import timeline_png
 
 REPORT_HTML = "report.html"
 MAX_LINKS = 100
+REASON_CHARS = 220
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
@@ -68,17 +73,25 @@ def _load(r: ScenarioResult) -> tuple[History | None, str]:
 def _summary_table(results: list[ScenarioResult]) -> str:
     rows = []
     for r in results:
-        reason = r.overall.reason if r.status != "pass" else ""
+        reason = _reason_cell(r.overall.reason) if r.status != "pass" else ""
         rows.append(
             f'<tr class="{esc(r.status)}"><td><a href="#{anchor(r)}">{esc(r.scenario)}</a></td>'
             f"<td>{esc(', '.join(r.bugs))}</td><td>{esc(r.cell)}</td><td>{esc(r.router)}</td>"
-            f"<td>{badge(r.status)}</td><td>{esc(reason[:300])}</td><td>{fmt_s(r.duration_s)}</td></tr>"
+            f"<td>{badge(r.status)}</td><td>{reason}</td><td>{fmt_s(r.duration_s)}</td></tr>"
         )
     head = (
         "<tr><th>Scenario</th><th>Bugs</th><th>Cell</th><th>Router</th><th>Verdict</th><th>Reason</th>"
         "<th>Wall time</th></tr>"
     )
     return f'<table class="summary">{head}{"".join(rows)}</table>'
+
+
+def _reason_cell(reason: str) -> str:
+    """Whole clauses, then "(+N more)"; the full text one click away."""
+    short = clip(reason, REASON_CHARS)
+    if short == " ".join(reason.split()):
+        return esc(reason)
+    return f"<details><summary>{esc(short)}</summary>{esc(reason)}</details>"
 
 
 def _verdict_table(verdicts: list[Verdict]) -> str:
@@ -228,12 +241,14 @@ def render_html(results: list[ScenarioResult], run_dir: Path, plots: bool = True
         f"<h1>{esc(title)}</h1>",
         f"<p>Overall {badge(s['status'])} &mdash; {esc(counts)}. Unknown means the harness could not tell: "
         f"it is not a pass. pdchaos {esc(__version__)}.</p>",
+        findings_html(compute_findings(results), {cell_label(r): anchor(r) for r in results}),
+        "<h2>Cells</h2>",
         _summary_table(results),
         *(_section(r, run_dir, plots) for r in results),
     ]
     return (
         f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{esc(title)}</title>'
-        f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n"
+        f"<style>{CSS}{FINDINGS_CSS}</style></head><body>{''.join(body)}</body></html>\n"
     )
 
 

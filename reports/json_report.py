@@ -1,4 +1,5 @@
-"""report.json: versioned, machine-readable results of a run (schema `pdchaos.report/1`)."""
+"""report.json: versioned, machine-readable results of a run (schema `pdchaos.report/2`): the summary, the
+findings (each distinct problem once, `harness.findings`), and every cell's result."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.findings import compute_findings
 from harness.result import ScenarioResult, summarize
 from harness.run_folder import REPORT_JSON, SCHEMA
 from pdchaos import __version__
@@ -20,6 +22,7 @@ def report_document(results: list[ScenarioResult], run_dir: Path) -> dict[str, A
         "pdchaos_version": __version__,
         "run_dir": run_dir.name,
         "summary": summarize(results),
+        "findings": [f.to_dict() for f in compute_findings(results)],
         "results": [r.to_dict(base=run_dir) for r in results],
     }
 

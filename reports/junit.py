@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from harness.result import ScenarioResult, relative, summarize
+from harness.text import clip
 from pdchaos import __version__
 
 JUNIT_XML = "junit.xml"
@@ -91,10 +92,10 @@ def junit_tree(results: list[ScenarioResult], run_dir: Path) -> ET.ElementTree:
             ET.SubElement(props, "property", name=name, value=value)
         reason = r.overall.reason or r.status or ""
         if r.status == "fail":
-            el = ET.SubElement(case, "failure", message=reason[:500], type="fail")
+            el = ET.SubElement(case, "failure", message=clip(reason, 500), type="fail")
             el.text = _details(r)
         elif r.status != "pass":
-            el = ET.SubElement(case, "error", message=reason[:500], type="unknown")
+            el = ET.SubElement(case, "error", message=clip(reason, 500), type="unknown")
             el.text = _details(r)
         out = ET.SubElement(case, "system-out")
         # Failing cases carry the checker lines in <failure>/<error>; passing ones here.

@@ -25,6 +25,7 @@ from harness.sweep.keys import CellKey
 
 SWEEP_HTML = "sweep.html"
 COMPARISON_JSON = "comparison.json"
+_FINDING_COLOR = {"new": "#c62828", "gone": "#2e7d32", "unchanged": "#777"}
 _KIND_COLOR = {"regression": "#c62828", "new": "#1565c0", "gone": "#6d4c41", "improvement": "#2e7d32",
                "changed": "#ef6c00", "same": "#757575"}
 _STATUS_COLOR = {"pass": "#2e7d32", "fail": "#c62828", "unknown": "#ef6c00"}
@@ -86,6 +87,7 @@ def render_html(out: Path, sweep: Mapping[str, Any], current: Mapping[CellKey, C
              f"{len(sweep.get('skipped') or [])} left out; {esc(sweep.get('jobs'))} at once; written "
              f"{esc(time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime()))} UTC.</p>"]
     if comparison is not None:
+        parts.append(_findings_delta(comparison))
         parts.append(_differences(out, comparison))
     parts.append(_cells_table(out, current, comparison))
     parts.append(_skipped(sweep))
@@ -96,6 +98,18 @@ def render_html(out: Path, sweep: Mapping[str, Any], current: Mapping[CellKey, C
                      + "</ul>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _findings_delta(comp: Comparison) -> str:
+    """The findings of both runs lined up: what this run brought, what it fixed, what stayed."""
+    if not comp.findings:
+        return "<h2>Findings against the baseline</h2><p>No finding in either run.</p>"
+    rows = "".join(
+        f"<tr><td>{badge(c.kind, _FINDING_COLOR[c.kind])}</td><td>{esc(c.finding.title)}<br>"
+        f"<code>{esc(c.finding.signature)}</code></td><td>{c.baseline_cells}</td><td>{c.current_cells}</td>"
+        f"<td><code>{esc(c.finding.replay or '-')}</code></td></tr>" for c in comp.findings)
+    return ("<h2>Findings against the baseline</h2><table><tr><th>change</th><th>finding</th>"
+            f"<th>baseline cells</th><th>cells now</th><th>replay</th></tr>{rows}</table>")
 
 
 def _differences(out: Path, comp: Comparison) -> str:

@@ -14,6 +14,7 @@ from harness.search.case import SearchCase
 from harness.search.execute import scenario_of
 from harness.search.signature import Signature
 from harness.search.source import to_source
+from harness.text import clip
 
 
 def replay_command(path: Path, case: SearchCase, world: str = "sim", router: str = "reference") -> str:
@@ -102,5 +103,5 @@ def write_found(out_dir: Path, sig: Signature, seed: int, bugs: tuple[str, ...],
 def failing_reason(outcome: Any, sig: Signature) -> str:
     for checker, status, reason in outcome.verdicts:
         if checker == sig.checker and status == "fail":
-            return " ".join(reason.split())[:300]
+            return clip(reason, 300)
     return sig.reason

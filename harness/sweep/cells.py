@@ -1,7 +1,7 @@
 """A finished run folder read back as keyed cells: what a comparison lines up.
 
 Reads what `pdchaos run`, `pdchaos sweep` (and the groups of either) leave behind: `report.json`
-(schema `pdchaos.report/1`: statuses, verdicts with their numbers and evidence), `sweep.json` when the
+(schema `pdchaos.report/2`: statuses, verdicts with their numbers and evidence), `sweep.json` when the
 folder is a sweep (each cell's key: router label, world, settings, engine backend) and each cell's
 `history.jsonl` (times to first token, the probe interval the run used).
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.run_folder import REPORT_JSON, SCHEMA
+from harness.run_folder import READABLE_SCHEMAS, REPORT_JSON, SCHEMA
 from harness.sweep.keys import CellKey
 from pdchaos.jsonl import read_jsonl
 
@@ -62,7 +62,7 @@ def load_cells(folder: str | Path) -> dict[CellKey, CellRecord]:
         doc = json.loads(report.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8 text
         raise BaselineError(f"{report}: unreadable ({e})") from None
-    if not isinstance(doc, Mapping) or doc.get("schema") != SCHEMA:
+    if not isinstance(doc, Mapping) or doc.get("schema") not in READABLE_SCHEMAS:
         raise BaselineError(f"{report}: not a {SCHEMA} document")
     keys = _sweep_keys(root)
     out: dict[CellKey, CellRecord] = {}

@@ -221,6 +221,7 @@ def _compare_only(args: argparse.Namespace) -> int:
 
 def _report(out: Path, baseline: Path | None, thresholds: Any, fail_on: str | None,
             results: Sequence[Any] | None) -> int:
+    from harness.findings import findings_delta, findings_of_folder
     from harness.sweep.cells import SWEEP_JSON, load_cells
     from harness.sweep.compare import compare
     from harness.sweep.run import status_of
@@ -230,6 +231,7 @@ def _report(out: Path, baseline: Path | None, thresholds: Any, fail_on: str | No
     comparison = None
     if baseline is not None:
         comparison = compare(load_cells(baseline), current, thresholds, baseline, out)
+        comparison.findings = findings_delta(findings_of_folder(baseline), findings_of_folder(out))
     sweep_doc: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError):
         sweep_doc = json.loads((out / SWEEP_JSON).read_text(encoding="utf-8"))
@@ -256,12 +258,15 @@ def gate(comparison: Any, fail_on: str) -> bool:
 
 
 def summary_lines(current: Any, comparison: Any) -> list[str]:
+    from harness.findings import delta_lines
+    from harness.text import clip
+
     lines = []
     counts = {s: sum(1 for r in current.values() if r.status == s) for s in ("pass", "fail", "unknown")}
     for key in sorted(current):
         rec = current[key]
         if rec.status != "pass":
-            lines.append(f"  {rec.status.upper():8} {key.label}  {rec.reason[:150]}")
+            lines.append(f"  {rec.status.upper():8} {key.label}  {clip(rec.reason, 150)}")
             if rec.replay:
                 lines.append(f"           replay: {rec.replay}")
     lines.append(f"pdchaos: {len(current)} cells: {counts['pass']} pass, {counts['fail']} fail, "
@@ -274,7 +279,8 @@ def summary_lines(current: Any, comparison: Any) -> list[str]:
     for row in comparison.differences():
         lines.append(f"  {row.kind.upper():11} {row.key.label}")
         for why in row.why:
-            lines.append(f"              {why[:200]}")
+            lines.append(f"              {clip(why, 200)}")
         for v in (row.current.failing if row.kind == "regression" and row.current is not None else []):
-            lines.append(f"              {v.get('status')} {v.get('name')}: {str(v.get('reason'))[:160]}")
-    return lines
+            reason = clip(str(v.get('reason')), 160)
+            lines.append(f"              {v.get('status')} {v.get('name')}: {reason}")
+    return lines + delta_lines(comparison.findings, str(comparison.baseline_dir))

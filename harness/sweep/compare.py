@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.findings import FindingChange
 from harness.sweep.cells import CellRecord
 from harness.sweep.keys import CellKey
 from harness.sweep.spec import Thresholds
@@ -98,6 +99,8 @@ class Comparison:
     current_dir: str
     thresholds: Thresholds
     rows: list[Row]
+    # The findings of both runs lined up (`harness.findings.findings_delta`): new, gone, unchanged.
+    findings: list[FindingChange] = field(default_factory=list)
 
     def of_kind(self, kind: str) -> list[Row]:
         return [r for r in self.rows if r.kind == kind]
@@ -117,6 +120,7 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "baseline": self.baseline_dir, "current": self.current_dir,
                 "thresholds": asdict(self.thresholds), "summary": self.counts(),
+                "findings": [c.to_dict() for c in self.findings],
                 "rows": [r.to_dict() for r in self.differences() + self.of_kind("same")]}
 
 

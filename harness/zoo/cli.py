@@ -184,7 +184,7 @@ def _resume(out: Path, jobs: int, quiet: bool) -> int:
         asyncio.run(_execute(todo, by_name, out, meta["world"], meta["settings"], seed, jobs, quiet))
     except KeyboardInterrupt:
         return _interrupted(out)
-    return _rejudge(out)
+    return _rejudge(out, jobs=jobs)
 
 
 def _interrupted(out: Path) -> int:
@@ -199,7 +199,7 @@ def _interrupted(out: Path) -> int:
     return 2
 
 
-def _rejudge(out: Path, fresh: bool = True) -> int:
+def _rejudge(out: Path, fresh: bool = True, jobs: int = 1) -> int:
     """The matrix of a zoo folder: its runs judged again (`fresh`), else as the runner saved them."""
     from harness.scenario.bugs import SWITCHES
     from harness.suite import UsageError, load_named
@@ -213,7 +213,7 @@ def _rejudge(out: Path, fresh: bool = True) -> int:
     except (OSError, KeyError, ValueError, UsageError) as e:
         print(f"pdchaos: error: {out}: {e}", file=sys.stderr)
         return 3
-    kept, results = rejudge(out, runs, scenarios, fresh)
+    kept, results = rejudge(out, runs, scenarios, fresh, jobs)
     names = {r.switch for r in kept if r.switch}
     matrix = build_matrix(kept, results, {n: SWITCHES[n] for n in sorted(names) if n in SWITCHES},
                           meta["world"], meta["settings"])
@@ -231,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pdchaos.bugs import list_text
 
     if args.rejudge is not None:
-        return _rejudge(args.rejudge)
+        return _rejudge(args.rejudge, jobs=args.jobs or default_jobs())
     if args.resume is not None:
         return _resume(args.resume, args.jobs or default_jobs(), args.no_progress)
     try:

@@ -9,10 +9,12 @@ that cell; unknown is never caught.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.findings import Finding, compute_findings, verdict_signature
 from harness.result import ScenarioResult
 from harness.zoo.plan import ZooRun
 from pdchaos.bugs import BugSwitch
@@ -30,10 +32,11 @@ class CellOutcome:
     evidence: str = ""  # the first evidence line of the first of them (or its reason)
     status: str = "unknown"  # the cell's overall status with the switch on
     replay: str = ""
+    signatures: list[str] = field(default_factory=list)  # the catching verdicts as findings key them
 
     def as_dict(self) -> dict[str, Any]:
         return {"caught": self.caught, "checkers": self.checkers, "evidence": self.evidence,
-                "status": self.status, "replay": self.replay}
+                "status": self.status, "replay": self.replay, "signatures": self.signatures}
 
 
 @dataclass
@@ -49,6 +52,8 @@ class ZooMatrix:
     cell_transport: dict[str, str]
     # An interrupted zoo's matrix: `unjudged` planned runs have no verdict (`pdchaos zoo --resume` runs them).
     unjudged: int = 0
+    # Per switch, the findings its catching cells give (one is the goal: one problem, named once).
+    findings: dict[str, list[Finding]] = field(default_factory=dict)
 
     def caught_by(self, switch: str) -> list[str]:
         return [k for k, o in self.outcomes.get(switch, {}).items() if o.caught]
@@ -76,6 +81,8 @@ class ZooMatrix:
                 "transports": list(sw.transports), "connectors": list(sw.connectors),
                 "caught_by": self.caught_by(name), "missing_transports": self.missing_transports(name),
                 "cells": {k: o.as_dict() for k, o in self.outcomes.get(name, {}).items()},
+                "findings": [{"id": f.id, "signature": f.signature, "statement": f.title,
+                              "cells": len(f.cells)} for f in self.findings.get(name, [])],
             }
         return {
             "world": self.world, "settings": self.settings, "baseline_runs": self.baseline_runs,
@@ -139,6 +146,7 @@ def build_matrix(
                 baseline_fail.setdefault(run.cell_key, set()).add(v.name)
                 false_alarms.setdefault(run.cell_key, []).append(f"{v.name} (run {run.repeat}): {v.reason}")
     outcomes: dict[str, dict[str, CellOutcome]] = {name: {} for name in switches}
+    caught_results: dict[str, list[ScenarioResult]] = {}
     for run, res in zip(runs, results, strict=True):
         if run.switch is None:
             continue
@@ -149,8 +157,17 @@ def build_matrix(
         outcome = CellOutcome(
             caught=bool(fresh), checkers=[v.name for v in fresh],
             evidence=_evidence(fresh), status=res.status or "unknown",
-            replay=res.replay,
+            replay=res.replay, signatures=[s for v in fresh if (s := verdict_signature(v))],
         )
         outcomes.setdefault(run.switch, {})[run.cell_key] = outcome
+        if fresh:
+            caught_results.setdefault(run.switch, []).append(_only(res, fresh))
+    findings = {name: compute_findings(rs, known={}) for name, rs in caught_results.items()}
     return ZooMatrix(world, settings, baseline_runs, dict(switches), cells, outcomes, false_alarms,
-                     baseline_status, transport)
+                     baseline_status, transport, findings=findings)
+
+
+def _only(res: ScenarioResult, fresh: Sequence[Any]) -> ScenarioResult:
+    """The result as the switch made it: its catching verdicts failed, the rest as passes."""
+    kept = [v for v in res.verdicts if v.status != FAIL or v in fresh]
+    return dataclasses.replace(res, verdict=None, verdicts=kept)

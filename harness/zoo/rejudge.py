@@ -6,8 +6,10 @@ checker changed."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -60,19 +62,23 @@ def finished(history: Path) -> bool:
 
 
 def rejudge(
-    out: Path, runs: Sequence[ZooRun], scenarios: dict[str, Scenario], fresh: bool = True
+    out: Path, runs: Sequence[ZooRun], scenarios: dict[str, Scenario], fresh: bool = True, jobs: int = 1
 ) -> tuple[list[ZooRun], list[ScenarioResult]]:
     """The finished runs with their results (a run not run yet, or cut short by an interruption, is left out:
     `pdchaos zoo --resume` runs it): judged again from the histories with today's checkers (`fresh`), else
-    as the runner saved them. Judged again, a run keeps the verdicts no checker gives (`cell_result`)."""
+    as the runner saved them. Judged again, a run keeps the verdicts no checker gives (`cell_result`).
+    `jobs` processes judge at once (judging is pure CPU: a full matrix is about 1700 histories)."""
+    kept = [r for r in runs if r.scenario in scenarios and finished(history_of(out, r))]
+    paths = [history_of(out, r) for r in kept]
+    if jobs <= 1 or not fresh or len(paths) < 2:
+        return kept, [_judge(p, fresh) for p in paths]
+    ctx = multiprocessing.get_context("spawn")  # a clean interpreter: no event loop or fd of ours
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        results = list(pool.map(_judge, paths, [fresh] * len(paths), chunksize=8))
+    return kept, results
+
+
+def _judge(history: Path, fresh: bool) -> ScenarioResult:
     from harness.run_folder import cell_result
 
-    kept: list[ZooRun] = []
-    results: list[ScenarioResult] = []
-    for r in runs:
-        path = history_of(out, r)
-        if r.scenario not in scenarios or not finished(path):
-            continue
-        kept.append(r)
-        results.append(cell_result(path, recheck=fresh))
-    return kept, results
+    return cell_result(history, recheck=fresh)

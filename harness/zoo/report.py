@@ -7,6 +7,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from harness.findings import signatures_from_zoo
 from harness.zoo.matrix import ZooMatrix
 
 _EVIDENCE_CHARS = 160
@@ -35,8 +36,8 @@ def markdown(m: ZooMatrix) -> str:
         f"{len(m.switches)} switches x {len(m.cells)} cells; baseline (no switch) run {m.baseline_runs} "
         f"time(s) per cell. Verdict: {verdict}.",
         "",
-        "| switch | side | zoo | occurs on | caught by | checkers | evidence |",
-        "|---|---|---|---|---|---|---|",
+        "| switch | side | zoo | occurs on | caught by | checkers | findings | evidence |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, sw in sorted(m.switches.items()):
         caught = m.caught_by(name)
@@ -51,7 +52,7 @@ def markdown(m: ZooMatrix) -> str:
         if missing:
             by += f" (**not on {'/'.join(missing)}**)"
         lines.append(f"| {name} | {sw.side} | {sw.zoo} | {where} | {by} | {', '.join(checkers)} | "
-                     f"{_short(first)} |")
+                     f"{len(m.findings.get(name, []))} | {_short(first)} |")
     scenarios = list(dict.fromkeys(_scenario_of(k) for k in m.cells))
     lines += ["", "## Switch x scenario (cells caught / cells run)", "",
               "| switch | " + " | ".join(scenarios) + " |", "|---|" + "---|" * len(scenarios)]
@@ -61,6 +62,15 @@ def markdown(m: ZooMatrix) -> str:
             per[_scenario_of(k)].append(o.caught)
         row = [f"{sum(per[s])}/{len(per[s])}" if per.get(s) else "-" for s in scenarios]
         lines.append(f"| {name} | " + " | ".join(row) + " |")
+    one = sum(1 for name in m.switches if len(m.findings.get(name, [])) == 1)
+    lines += ["", "## Findings per switch", "",
+              f"{one} of {len(m.switches)} switches give one finding on their catching cells (the report's "
+              "findings: one problem, named once). The others:", ""]
+    for name in sorted(m.switches):
+        found = m.findings.get(name, [])
+        if len(found) != 1:
+            sigs = "; ".join(f"{f.signature} ({len(f.cells)} cells)" for f in found) or "none"
+            lines.append(f"- {name}: {len(found)}: {_short(sigs, 400)}")
     lines += ["", "## False alarms (a checker failing with no switch on)", ""]
     if m.false_alarms:
         lines += [f"- {k}: {'; '.join(_short(x) for x in v)}" for k, v in m.false_alarms.items()]
@@ -69,9 +79,17 @@ def markdown(m: ZooMatrix) -> str:
     return "\n".join(lines) + "\n"
 
 
+SIGNATURES_JSON = "signatures.json"
+
+
 def write_zoo(out: Path, m: ZooMatrix) -> tuple[Path, Path]:
+    """zoo.json, zoo.md, and signatures.json (the catalogue `harness/findings/known_signatures.json` is a
+    copy of, from a full zoo run)."""
     out.mkdir(parents=True, exist_ok=True)
     js, md = out / "zoo.json", out / "zoo.md"
-    js.write_text(json.dumps(m.as_dict(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    doc = m.as_dict()
+    js.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    catalogue = json.dumps(signatures_from_zoo(doc), indent=2) + "\n"
+    (out / SIGNATURES_JSON).write_text(catalogue, encoding="utf-8")
     md.write_text(markdown(m), encoding="utf-8")
     return js, md

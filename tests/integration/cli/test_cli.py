@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -352,6 +353,17 @@ def test_sim_runs_replay_and_fail_with_the_bug(tmp_path: Path, capsys: pytest.Ca
     assert (
         "replay: pdchaos run prefill_restart_mooncake" in stdout and "--inject-bug stale_engine_id" in stdout
     )
+    # The terminal ends with the findings; the finding's own replay line gives the same finding again.
+    [finding] = json.loads((bad / "report.json").read_text())["findings"]
+    tail = stdout.strip().splitlines()
+    head = next(i for i, line in enumerate(tail) if line.startswith("pdchaos: 1 finding(s)"))
+    assert tail[head - 1].startswith("pdchaos: 1 cell: 0 pass, 1 fail")
+    assert tail[-1] == f"     replay: {finding['replay']}"
+    again = tmp_path / "again"
+    replay = shlex.split(finding["replay"])[1:]
+    code, stdout, _err = _main(capsys, *replay, "--out", str(again), "--no-progress")
+    assert code == cli.EXIT_FAIL, stdout
+    assert [f["id"] for f in json.loads((again / "report.json").read_text())["findings"]] == [finding["id"]]
 
 
 def test_list_says_which_worlds(capsys: pytest.CaptureFixture[str]) -> None:

@@ -57,7 +57,7 @@ def test_a_sweep_folder_holds_every_cell_by_group_and_its_own_report(baseline: P
     for name in ("report.json", "junit.xml", "report.html"):
         assert (group / name).is_file()
     top = json.loads((baseline / "report.json").read_text())
-    assert top["schema"] == "pdchaos.report/1" and len(top["results"]) == 2
+    assert top["schema"] == "pdchaos.report/2" and len(top["results"]) == 2
     assert (baseline / "sweep.html").is_file()
 
 

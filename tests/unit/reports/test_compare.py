@@ -13,7 +13,9 @@ import pytest
 from reports.compare import (
     SCHEMA,
     Outcome,
+    comparison_json,
     differs,
+    findings_lines,
     history_numbers,
     load_comparison,
     markdown_table,
@@ -397,3 +399,19 @@ def test_router_log_evidence(tmp_path: Path) -> None:
     assert "new KV engine id" in ev["router_log"][1]
     assert len(ev["router_log"]) == 3
     assert "router_log" not in row.outcomes["reference"].evidence
+
+
+def test_each_router_s_findings_against_the_router_before_it(tmp_path: Path) -> None:
+    comp = load_comparison(_matrix(tmp_path))
+    assert list(comp.findings) == ["reference", "smg-1.13.0", "vllm-router-0.1.17"]
+    assert comp.findings["reference"] == []
+    smg = comp.findings["smg-1.13.0"]
+    assert smg and {c.kind for c in smg} == {"new"}
+    kept = {c.finding.id for c in comp.findings["vllm-router-0.1.17"] if c.kind == "unchanged"}
+    gone = {c.finding.id for c in comp.findings["vllm-router-0.1.17"] if c.kind == "gone"}
+    assert kept | gone == {c.finding.id for c in smg}
+    doc = comparison_json(comp)
+    assert doc["findings"]["smg-1.13.0"][0]["kind"] == "new"
+    lines = findings_lines(comp)
+    assert lines[0] == "pdchaos: reference: findings against no router: none in either"
+    assert any(line.startswith("  NEW") for line in lines)

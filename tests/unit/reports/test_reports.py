@@ -71,7 +71,7 @@ def test_report_json_is_versioned_and_round_trips(run: tuple[Path, list[Scenario
     written = write_reports(run_dir, results, plots=False)
     assert set(written) == {"json", "junit", "html"}
     doc = json.loads((run_dir / "report.json").read_text())
-    assert doc["schema"] == SCHEMA == "pdchaos.report/1"
+    assert doc["schema"] == SCHEMA == "pdchaos.report/2"
     assert doc["summary"] == {"total": 3, "pass": 1, "fail": 1, "unknown": 1, "status": "fail"}
     first = doc["results"][0]
     assert first["history"] == "good__1p1d-mooncake-http/history.jsonl"
@@ -354,3 +354,42 @@ def test_junit_stays_xml_when_a_reason_holds_characters_xml_cannot(tmp_path: Pat
     root = ET.parse(write_junit([r], tmp_path)).getroot()
     (error,) = root.iter("error")
     assert "bad flag \\x07 here\\x00 \\x1b end \\ud800." in error.get("message", "")
+
+
+def test_findings_lead_report_json_and_html(run: tuple[Path, list[ScenarioResult]]) -> None:
+    run_dir, results = run
+    write_reports(run_dir, results, plots=False)
+    doc = json.loads((run_dir / "report.json").read_text())
+    [finding] = doc["findings"]
+    assert finding["checker"] == "handoff" and finding["reason_class"] == "stale_engine_id"
+    assert finding["cells"] == ["stale[1p1d/mooncake/http]"]
+    assert finding["replay"] == results[1].replay
+    page = (run_dir / "report.html").read_text()
+    assert page.index("Findings (1)") < page.index("<h2>Cells</h2>") < page.index('<table class="summary">')
+    assert 'href="#stale__1p1d-mooncake-http"' in page  # the finding links its cell's section
+
+
+def test_a_long_reason_is_cut_at_a_clause_with_the_full_text_one_click_away(tmp_path: Path) -> None:
+    clauses = [f"checker_{i}: {i} thing(s) went wrong with engine prefill-{i}" for i in range(12)]
+    verdicts = [Verdict.fail(f"checker_{i}", clauses[i].split(": ", 1)[1]) for i in range(12)]
+    r = ScenarioResult("long", "1p1d", "mooncake", "http", verdicts=verdicts)
+    write_reports(tmp_path, [r], plots=False)
+    page = (tmp_path / "report.html").read_text()
+    summary = page[page.index('<table class="summary">'):]
+    shown = re.search(r"<details><summary>(.*?)</summary>(.*?)</details>", summary)
+    assert shown is not None
+    assert re.search(r"\(\+\d+ more\)$", shown.group(1)) and shown.group(1).split(" (+")[0] in shown.group(2)
+    assert shown.group(2).endswith(clauses[-1])
+
+
+def test_a_version_1_report_is_still_read(run: tuple[Path, list[ScenarioResult]]) -> None:
+    run_dir, results = run
+    write_reports(run_dir, results, plots=False)
+    doc = json.loads((run_dir / "report.json").read_text())
+    doc["schema"] = "pdchaos.report/1"
+    del doc["findings"]
+    (run_dir / "report.json").write_text(json.dumps(doc))
+    assert [r.status for r in read_results(run_dir / "report.json")] == ["pass", "fail", "unknown"]
+    from harness.findings import findings_of_folder
+
+    assert [f.reason_class for f in findings_of_folder(run_dir)] == ["stale_engine_id"]

@@ -66,6 +66,18 @@ def test_the_stored_matrix_covers_every_switch_with_no_hole_and_no_false_alarm()
         assert first["checkers"] and first["evidence"], name
 
 
+def test_the_shipped_signature_catalogue_is_the_stored_matrix_s() -> None:
+    from harness.findings import known_signatures, signatures_from_zoo
+
+    derived = signatures_from_zoo(_matrix())
+    assert {k: list(v) for k, v in known_signatures().items()} == derived, (
+        "copy signatures.json of the zoo run into harness/findings/known_signatures.json")
+    for name, entry in _matrix()["switches"].items():
+        # The findings a switch's catching cells gave are stated in the catalogue's words.
+        assert entry["findings"], name
+        assert {f["signature"] for f in entry["findings"]} <= set(derived[name]), name
+
+
 _BASELINES: dict[str, str] = {}
 
 
