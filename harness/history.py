@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.evidence_schema import record_problems
 from pdchaos.jsonl import jsonl_lines
 
 Clock = Callable[[], float]
@@ -48,6 +49,7 @@ RECORD_TYPES = (
 
 # One or more per client request: held by the view as `RequestView`s and `Handoff`s, never as dicts (a dict
 # per record is most of a large run's memory).
+MALFORMED_SHOWN = 10
 PER_REQUEST_TYPES = frozenset({"request_invoked", "request_completed", "handoff", "engine_call"})
 
 # Router statuses that may carry traffic; anything else means the router will not route to the worker.
@@ -268,6 +270,9 @@ class History:
         self.router_events: list[RouterEvent] = []
         self.notes: list[tuple[float, str]] = []
         self.bad_records: int = 0
+        # Engine records not of their documented shape (`harness.evidence_schema`): damaged evidence.
+        self.malformed: int = 0
+        self.malformed_examples: list[str] = []
         # 1-based numbers of the file's lines that could not be read (damaged, garbage, torn).
         self.bad_lines: list[int] = []
         # Whether the engines' handoff records were collected (None: no record says either way).
@@ -358,6 +363,14 @@ class History:
             self.faults[key] = view
         return view
 
+    def _check_shape(self, kind: str, r: Record, t: float) -> None:
+        problems = record_problems(kind, r)
+        if problems:
+            self.malformed += 1
+            if len(self.malformed_examples) < MALFORMED_SHOWN:
+                self.malformed_examples.append(f"{kind} record of {r.get('engine')} at t={t:.3f} "
+                                               + ", ".join(problems))
+
     def _add(self, r: Record, t: float) -> None:
         kind = r["type"]
         if kind == "run_started":
@@ -443,6 +456,7 @@ class History:
                 )
             )
         elif kind == "handoff":
+            self._check_shape(kind, r, t)
             gen = r.get("generation")
             self.handoffs.append(
                 Handoff(
@@ -471,6 +485,7 @@ class History:
                 )
             )
         elif kind == "engine_call":
+            self._check_shape(kind, r, t)
             gen, status = r.get("generation"), r.get("status")
             detail = r.get("detail")
             self.engine_calls.append(

@@ -206,6 +206,11 @@ def check_run_complete(history: History) -> Verdict:
     if history.bad_records:
         # Records were lost: any checker may have judged without them, so the run cannot pass.
         return Verdict.unknown_(name, _damage(history.bad_records, lines), numbers, damage)
+    malformed = getattr(history, "malformed", 0)
+    if malformed:
+        # The engines' evidence is not of its documented shape: a checker may have read it wrong.
+        return Verdict.unknown_(name, f"{malformed} engine record(s) not of the documented shape: evidence "
+                                "damaged", {**numbers, "malformed": malformed}, history.malformed_examples)
     reason = str(history.ended.get("reason", ""))
     if reason not in NORMAL_END_REASONS:
         return Verdict.unknown_(name, f"run ended abnormally: {reason or 'no reason'}", numbers)

@@ -7,10 +7,10 @@ never the router's own code: a router under test cannot vouch for itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-Check = Callable[[Any], bool]
+from harness.value_checks import Check, flag, one_of, seconds, shape_problems, text, whole
 
 STATUSES = frozenset({"pending", "ready", "not_ready", "failed", "draining", "removed"})
 READ_OUTCOMES = frozenset({"id", "no_id", "error", "timeout"})
@@ -25,43 +25,23 @@ OUTCOMES_OF_READ = {"complete": {"id", "no_id"}, "partial": {"error"}, "error": 
                     "timeout": {"timeout"}}
 
 
-def _text(v: Any) -> bool:
-    return isinstance(v, str) and v != ""
+def _id_or_null(v: object) -> bool:
+    return v is None or text(v)
 
 
-def _text_or_null(v: Any) -> bool:
-    return v is None or _text(v)
-
-
-def _flag(v: Any) -> bool:
-    return isinstance(v, bool)
-
-
-def _seconds(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
-
-
-def _count(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def _one_of(values: frozenset[str], null: bool = False) -> Check:
-    return lambda v: (null and v is None) or v in values
-
-
-_WHERE: dict[str, Check] = {"worker": _text, "url": _text}
+_WHERE: dict[str, Check] = {"worker": text, "url": text}
 FIELDS: dict[str, dict[str, Check]] = {
-    "probe": {**_WHERE, "ok": _flag, "duration_s": _seconds},
-    "status_change": {**_WHERE, "from": _one_of(STATUSES, null=True), "to": _one_of(STATUSES)},
-    "metadata_read": {**_WHERE, "outcome": _one_of(READ_OUTCOMES), "read": _one_of(RAW_READS),
-                      "duration_s": _seconds},
-    "engine_id": {**_WHERE, "old": _text_or_null, "new": _text_or_null, "confirmed": _flag, "reason": _text},
-    "worker_suspect": {**_WHERE, "error": _text},
-    "breaker": {**_WHERE, "from": _one_of(BREAKER_STATES), "to": _one_of(BREAKER_STATES),
-                "reason": _one_of(BREAKER_REASONS), "failures": _count, "request_id": _text_or_null,
-                "error": _text_or_null},
-    "mint_skipped": {**_WHERE, "reason": _one_of(MINT_SKIPPED_REASONS), "request_id": _text},
-    "dispatch": {"request_id": _text, "decode": _text, "status": _count},
+    "probe": {**_WHERE, "ok": flag, "duration_s": seconds},
+    "status_change": {**_WHERE, "from": one_of(STATUSES, null=True), "to": one_of(STATUSES)},
+    "metadata_read": {**_WHERE, "outcome": one_of(READ_OUTCOMES), "read": one_of(RAW_READS),
+                      "duration_s": seconds},
+    "engine_id": {**_WHERE, "old": _id_or_null, "new": _id_or_null, "confirmed": flag, "reason": text},
+    "worker_suspect": {**_WHERE, "error": text},
+    "breaker": {**_WHERE, "from": one_of(BREAKER_STATES), "to": one_of(BREAKER_STATES),
+                "reason": one_of(BREAKER_REASONS), "failures": whole, "request_id": _id_or_null,
+                "error": _id_or_null},
+    "mint_skipped": {**_WHERE, "reason": one_of(MINT_SKIPPED_REASONS), "request_id": text},
+    "dispatch": {"request_id": text, "decode": text, "status": whole},
 }
 
 
@@ -70,12 +50,11 @@ def event_problems(kind: str | None, fields: Mapping[str, Any]) -> list[str]:
     checks = FIELDS.get(str(kind))
     if checks is None:
         return [f"has a type the contract does not document ({kind!r})"]
-    out = [f"has {name}={fields.get(name)!r}" if name in fields else f"lacks {name}"
-           for name, ok in checks.items() if not ok(fields.get(name))]
+    out = shape_problems(checks, fields)
     if out:
         return out
     if kind == "metadata_read" and fields["outcome"] not in OUTCOMES_OF_READ[fields["read"]]:
         out.append(f"records a {fields['read']} read as outcome {fields['outcome']!r}")
-    if kind == "breaker" and fields["to"] == "open" and not _text(fields.get("error")):
+    if kind == "breaker" and fields["to"] == "open" and not text(fields.get("error")):
         out.append("opens the breaker without the failure that opened it (error)")
     return out

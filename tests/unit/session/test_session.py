@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from helpers.scripted_world import Answer, drive
 
+from fake_engines.core.records import make_record
 from harness.scenario import (
     After,
     At,
@@ -92,7 +93,10 @@ class World:
         if isinstance(cmd, c.Teardown):
             return [(0.2, e.TornDown())]
         if isinstance(cmd, c.CollectHandoffs):
-            return [(0.05, e.HandoffsCollected(({"engine": "decode-0", "kind": "decode", "ts": 2.0},)))]
+            pulled = make_record(ts=2.0, engine="decode-0", engine_id="B", generation=1, role="decode",
+                                 kind="decode", request_id="r1", tag=None, connector="mooncake",
+                                 prompt_digest="ab", outcome="pulled", duration_s=0.01, output_digest="cd")
+            return [(0.05, e.HandoffsCollected((pulled,)))]
         return []
 
 
