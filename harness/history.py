@@ -41,6 +41,7 @@ RECORD_TYPES = (
     "fault_healed",
     "router_status",
     "router_event",
+    "worker_shape",
     "engine_state",
     "handoff",
     "engine_call",
@@ -268,6 +269,8 @@ class History:
         self.handoffs: list[Handoff] = []
         self.engine_calls: list[EngineCall] = []
         self.router_events: list[RouterEvent] = []
+        # `/workers` entries not of the documented W: (time, worker id, what is wrong).
+        self.worker_shapes: list[tuple[float, str, list[str]]] = []
         self.notes: list[tuple[float, str]] = []
         self.bad_records: int = 0
         # Engine records not of their documented shape (`harness.evidence_schema`): damaged evidence.
@@ -439,6 +442,8 @@ class History:
                     fields=r,
                 )
             )
+        elif kind == "worker_shape":
+            self.worker_shapes.append((t, str(r.get("worker")), [str(p) for p in r.get("problems") or []]))
         elif kind == "engine_state":
             name = str(r.get("engine"))
             gen = r.get("generation")

@@ -228,6 +228,10 @@ class HistoryRecorder:
         fields.update(extra)
         return self._put(fields, "router_status")
 
+    def worker_shape(self, worker: str, problems: list[str]) -> Record:
+        """A `/workers` entry not of the documented W (`harness.contract.event_schema.worker_problems`)."""
+        return self._put({"worker": worker, "problems": list(problems)}, "worker_shape")
+
     def router_event(self, event: Mapping[str, Any]) -> Record:
         """A router event record (CONTRACTS.md section 2). Its own `type` is kept as `event` (ours is
         `router_event`); its wall `ts` is kept."""

@@ -214,6 +214,10 @@ def check_router_events(history: History, exp: RouterEventsExpect | None = None)
         engine = judge.engine(ev)
         if handle is not None and engine is not None:
             handle(ev, engine)
+    for t, worker, problems in history.worker_shapes:
+        judge.judged += 1
+        judge.evidence.append(f"router side: its worker list at t={t:.3f} showed {worker} not as the worker "
+                              f"API documents it: {', '.join(problems)}")
     _unreported_probes(judge)
     _unreported_status_changes(judge)
     numbers = {"events": len(history.router_events), "judged": judge.judged, "slack_s": exp.slack_s}

@@ -45,6 +45,22 @@ FIELDS: dict[str, dict[str, Check]] = {
 }
 
 
+# The worker API record W (CONTRACTS §2): what `GET /workers` answers for each worker.
+WORKER_FIELDS: dict[str, Check] = {
+    "id": text, "url": text, "role": one_of(frozenset({"prefill", "decode", "regular"})),
+    "transport": one_of(frozenset({"http", "grpc"})), "connector": _id_or_null,
+    "bootstrap_port": lambda v: v is None or whole(v), "status": one_of(STATUSES - {"removed"}),
+    "kv_engine_id": _id_or_null, "engine_id_confirmed": flag, "labels": lambda v: isinstance(v, dict),
+    "priority": lambda v: isinstance(v, int) and not isinstance(v, bool), "dp_size": whole,
+    "breaker": one_of(BREAKER_STATES),
+}
+
+
+def worker_problems(worker: Mapping[str, Any]) -> list[str]:
+    """What is wrong with one worker API record's shape: empty when it is W as documented."""
+    return shape_problems(WORKER_FIELDS, worker)
+
+
 def event_problems(kind: str | None, fields: Mapping[str, Any]) -> list[str]:
     """What is wrong with one event's shape: empty when it is as documented."""
     checks = FIELDS.get(str(kind))

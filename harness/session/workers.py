@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.contract.event_schema import worker_problems
 from harness.history_writer import HistoryRecorder
 
 Snapshot = dict[str, tuple[str, str | None]]
@@ -44,6 +45,7 @@ class WorkerWatch:
         self._urls: dict[str, str] = {}
         self._roles: dict[str, str] = {}
         self._engines: dict[str, str | None] = {}
+        self._shapes: set[tuple[str, tuple[str, ...]]] = set()
 
     def seen(self, workers: Sequence[Mapping[str, Any]] | None, engines: Mapping[str, str],
              problem: str = "") -> None:
@@ -55,6 +57,12 @@ class WorkerWatch:
                 self.problem = problem
             return
         self.supported = True
+        for w in workers:
+            problems = tuple(worker_problems(w))
+            key = (str(w.get("id", w.get("url", ""))), problems)
+            if problems and key not in self._shapes:  # once per worker and problem, not once per poll
+                self._shapes.add(key)
+                self.history.worker_shape(key[0], list(problems))
         changed, self._snap = status_changes(self._snap, workers)
         for w in changed:
             wid = str(w.get("id", w.get("url", "")))

@@ -669,3 +669,32 @@ def test_events_of_the_documented_shape_pass_the_schema() -> None:
 def test_a_router_without_events_has_nothing_of_its_own_to_be_held_to() -> None:
     v = check_router_events(healthy_run().history())
     assert v.status == "pass" and v.numbers["events"] == 0
+
+
+def _w(**changes: Any) -> dict[str, Any]:
+    w = {"id": "w1", "url": "http://p0", "role": "prefill", "transport": "http", "connector": "mooncake",
+         "bootstrap_port": 8998, "status": "ready", "kv_engine_id": "A", "engine_id_confirmed": True,
+         "labels": {}, "priority": 0, "dp_size": 1, "breaker": "closed"}
+    w.update(changes)
+    return w
+
+
+def test_a_worker_list_entry_not_of_the_documented_shape_is_recorded_once_and_judged() -> None:
+    from harness.contract.event_schema import worker_problems
+    from harness.session.workers import WorkerWatch
+
+    assert worker_problems(_w()) == []
+    renamed = _w()
+    renamed["XXdp_sizeXX"] = renamed.pop("dp_size")
+    assert worker_problems(renamed) == ["lacks dp_size"]
+    run = healthy_run()
+    router_event(run, 0.1, "probe", ok=True, duration_s=0.001)
+    watch = WorkerWatch(run.hb.at(1.0))
+    for t in (1.0, 1.5):  # two polls, one record
+        watch.history = run.hb.at(t)  # the builder records at the poll's time
+        watch.seen([renamed], {"http://p0": "prefill-0"})
+    h = run.history()
+    assert [(t, w, p) for t, w, p in h.worker_shapes] == [(1.0, "w1", ["lacks dp_size"])]
+    v = check_router_events(h)
+    assert v.status == "fail"
+    assert any("showed w1 not as the worker API documents it: lacks dp_size" in e for e in v.evidence)
