@@ -27,9 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.cli_args import cell_filters, repeat_arg, world_and_settings
 from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
-from harness.scenario.model import WORLDS
-from harness.scenario.presets import PRESET_NAMES
 from harness.suite import (
     UsageError,
     default_suite,
@@ -37,7 +36,6 @@ from harness.suite import (
     out_folder_problem,
     select_suite,
 )
-from harness.topology import CONNECTORS, TRANSPORTS
 from harness.usage_parser import EXIT_USAGE, UsageParser, seed_arg
 from pdchaos.argtypes import non_negative
 
@@ -104,22 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
         "first).",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[cell_filters(), world_and_settings("real")],
     )
     run.add_argument(
         "scenarios", nargs="*", metavar="SCENARIO",
         help="scenario names (see `pdchaos list`) or paths to scenario files (*.py defining SCENARIOS; "
         "FILE.py::NAME runs one of them); none: every scenario tagged 'default'",
     )
-    run.add_argument(
-        "--topology", action="append", metavar="T",
-        help="run only these of each scenario's own NpMd shapes (1p1d, 1p2d, 2p1d...); repeatable or comma "
-        "separated (default: all of them)",
-    )
-    run.add_argument("--connector", choices=CONNECTORS,
-                     help="run only this of each scenario's own connectors (default: all of them)")
-    run.add_argument("--transport", choices=TRANSPORTS,
-                     help="how the router talks to the engines: run only this of each scenario's own "
-                     "transports (default: all of them)")
     run.add_argument(
         "--router", default="reference", metavar="ROUTER",
         help="'reference' (pdchaos-router, the default); 'profile:NAME', the reference router with a gateway "
@@ -129,17 +118,6 @@ def build_parser() -> argparse.ArgumentParser:
         "registered through its worker API), smg-flags[==X.Y.Z] (workers from its flags alone), "
         "smg-operator[==X.Y.Z] (smg with an operator that registers a restarted prefill again), "
         "vllm-router[==X.Y.Z]",
-    )
-    run.add_argument(
-        "--world", choices=WORLDS, default="real",
-        help="real: processes on loopback in real time (default); sim: the same scenarios in simulated time "
-        "(simpy; the reference router's and the fake engines' own cores; exact replay from the seed)",
-    )
-    run.add_argument(
-        "--settings", choices=PRESET_NAMES, default=None,
-        help="settings preset: scaled (the scenarios as written, probes every 0.3 s: the real-time default) "
-        "or production (smg's defaults, 60 s probes, vLLM's 480 s transfer timeout; scenario times x600: "
-        "the simulation default)",
     )
     run.add_argument(
         "--inject-bug", metavar="BUG", action="append", default=[],
@@ -161,6 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seed for the workload, 0 to 2**32-1 (default 0)")
     run.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
     run.add_argument("--jobs", type=jobs_arg, default=None, metavar="N", help=JOBS_HELP)
+    run.add_argument("--repeat", type=repeat_arg, default=1, metavar="N",
+                     help="run each cell N times (real time only: a simulated run repeats exactly). Per "
+                     "checker: pass, fail (in every run) or race (both seen); a cell fails when a checker "
+                     "failed in every run and races when one split (default 1)")
+    run.add_argument("--fail-on", choices=("race", "fail"), default="race",
+                     help="with --repeat: whether a race is red (exit 1; the default) or only a fail is")
     run.add_argument("--log-cap-mb", type=non_negative, default=None, metavar="MB",
                      help="real world: cut a router's or engine's log that grows past MB back to its start "
                      "and its latest lines, with a line saying how much was cut (default: "
@@ -299,6 +283,7 @@ class RunPlan:
     check_determinism: bool = False
     jobs: int = 1
     engines: str = "fake"
+    repeat: int = 1
 
 
 def _check_engines(spec: str, world: str, cells: list[tuple[Any, Any]]) -> tuple[str, list[tuple[Any, Any]]]:
@@ -418,8 +403,11 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     problem = out_folder_problem(out, "run folder")
     if problem:
         raise UsageError(problem)
+    if args.repeat > 1 and args.world == "sim":
+        raise UsageError("--repeat: a simulated run replays exactly from its seed, so its runs cannot split "
+                         "(real time only)")
     return RunPlan(scenarios, cells, args.router, out, args.seed, args.world, settings,
-                   args.check_determinism, engines=engines)
+                   args.check_determinism, engines=engines, repeat=args.repeat)
 
 
 def _check_at_preset(scenarios: Sequence[Any], settings: str) -> None:
@@ -471,11 +459,11 @@ async def _run_async(plan: RunPlan, show_progress: bool) -> tuple[list[Any], boo
     from harness.progress import ProgressReporter
 
     loop = asyncio.get_running_loop()
-    progress = ProgressReporter(plan.out, total=len(plan.cells)) if show_progress else None
+    progress = ProgressReporter(plan.out, total=len(plan.cells) * plan.repeat) if show_progress else None
     suite = asyncio.create_task(
         run_suite(plan.scenarios, plan.cells, plan.out, router=plan.router, seed=plan.seed, progress=progress,
                   world=plan.world, settings=plan.settings, check_determinism=plan.check_determinism,
-                  jobs=plan.jobs, engines=plan.engines)
+                  jobs=plan.jobs, engines=plan.engines, repeat=plan.repeat)
     )
     caught: list[int] = []
     signalled = asyncio.Event()
@@ -536,9 +524,10 @@ def _summary_lines(results: Sequence[Any], run_dir: Path, html: Path | None = No
         if r.status != "pass" and getattr(r, "replay", ""):
             lines.append(f"           replay: {r.replay}")
     s = summarize(list(results))
+    races = f", {s['race']} race" if s.get("race") else ""
     lines.append(
-        f"pdchaos: {_count(s['total'], 'cell')}: {s['pass']} pass, {s['fail']} fail, {s['unknown']} unknown "
-        f"-> {s['status'].upper()}; report: {html or run_dir / 'report.html'}"
+        f"pdchaos: {_count(s['total'], 'cell')}: {s['pass']} pass, {s['fail']} fail, {s['unknown']} unknown"
+        f"{races} -> {s['status'].upper()}; report: {html or run_dir / 'report.html'}"
     )
     return lines + findings_lines(compute_findings(list(results)))
 
@@ -547,7 +536,15 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
+def exit_code(status: str, fail_on: str = "race") -> int:
+    """0 pass, 1 fail, 2 unknown; a race is 1 unless only a fail is red (`--fail-on fail`)."""
+    if status == "race":
+        return EXIT_FAIL if fail_on == "race" else EXIT_PASS
+    return EXIT_BY_STATUS.get(status, EXIT_UNKNOWN)
+
+
 def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from harness.races import fold_repeats
     from harness.worlds.real.processes import mark_processes
     from reports import report_from_run_dir, summarize, write_reports
 
@@ -561,8 +558,9 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     marker = mark_processes(plan.out)
     _write_run_info(plan, marker, argv)
     started = time.time()
-    print(f"pdchaos: {_count(len(plan.cells), 'cell')} from {_count(len(plan.scenarios), 'scenario')} -> "
-          f"{plan.out}",
+    times = f", {plan.repeat} runs each" if plan.repeat > 1 else ""
+    print(f"pdchaos: {_count(len(plan.cells), 'cell')} from {_count(len(plan.scenarios), 'scenario')}{times} "
+          f"-> {plan.out}",
           file=sys.stderr, flush=True)
     show = not args.no_progress
     results, interrupted = asyncio.run(_run_async(plan, show))
@@ -570,8 +568,9 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         results = report_from_run_dir(plan.out)
         code = EXIT_UNKNOWN
     else:
+        results = fold_repeats(results, plan.repeat)
         write_reports(results, plan.out)
-        code = EXIT_BY_STATUS.get(summarize(list(results))["status"], EXIT_UNKNOWN)
+        code = exit_code(summarize(list(results))["status"], args.fail_on)
     try:
         for line in _summary_lines(results, plan.out):
             print(line, flush=True)

@@ -5,8 +5,9 @@ Kept apart from `harness.parallel` (the pool) so that building a command line im
 
 from __future__ import annotations
 
-import argparse
 import os
+
+from harness.usage_parser import at_least_one
 
 # Beyond this many real cells at once the set-up bursts (engines importing, routers starting) pile up on any
 # machine we have measured; a user may still ask for more.
@@ -40,12 +41,4 @@ def default_jobs(cpus: int | None = None, real_time: bool = False) -> int:
     return max(1, min(MAX_DEFAULT_JOBS, n * per_cpu))
 
 
-def jobs_arg(text: str) -> int:
-    """argparse type for --jobs: a whole number, at least 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--jobs takes a whole number, not {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"--jobs must be at least 1, not {n}")
-    return n
+jobs_arg = at_least_one("--jobs")

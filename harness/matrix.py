@@ -22,14 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.cli_args import cell_filters, world_and_settings
 from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
 from harness.parallel import run_suite
 from harness.routers import RouterAdapter, RouterAdapterError, make_router_adapter
 from harness.routers.gateways.adapters import GatewayAdapter
 from harness.runner import Cell, expand_matrix
 from harness.scenario import Scenario, apply_preset, preset
-from harness.scenario.presets import PRESET_NAMES
-from harness.topology import CONNECTORS, TRANSPORTS
 from harness.usage_parser import UsageParser, seed_arg
 from harness.worlds.real.processes import mark_processes
 
@@ -214,22 +213,18 @@ EXIT_BY_STATUS = {"pass": 0, "fail": 1, "unknown": 2}
 
 def build_parser() -> argparse.ArgumentParser:
     p = UsageParser(prog="pdchaos matrix", description=_USAGE,
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                    parents=[cell_filters(), world_and_settings(None)])
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
                    help="scenario names or files (FILE.py::NAME: one of a file; none: the default suite)")
     p.add_argument("--router", action="append", metavar="SPEC",
                    help="repeatable: reference, smg, smg==X.Y.Z, smg==latest, vllm-router[==X.Y.Z], "
                    "cmd:<template> (default: reference and smg==latest)")
-    p.add_argument("--topology", action="append", metavar="T", help="repeatable or comma separated")
-    p.add_argument("--connector", choices=CONNECTORS)
-    p.add_argument("--transport", choices=TRANSPORTS)
     p.add_argument("--out", type=Path, metavar="DIR", help="default: runs/compare-<timestamp-id>")
     p.add_argument("--seed", type=seed_arg, default=0, metavar="N", help="workload seed, 0 to 2**32-1")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--jobs", type=jobs_arg, default=None, metavar="N", help=JOBS_HELP)
-    p.add_argument("--settings", choices=PRESET_NAMES, default="scaled",
-                   help="settings preset of every cell: scaled (default: short probes, seconds per cell) or "
-                   "production (each gateway's own defaults; tens of minutes per cell)")
+    p.set_defaults(settings="scaled")  # real time only: its default preset
     p.add_argument("--resume", action="store_true",
                    help="go on with the matrix in --out: cells already judged there are not run again")
     p.add_argument("--compare-only", type=Path, metavar="MATRIX_DIR",

@@ -200,6 +200,11 @@ def own_adapter(router: str | RouterAdapter) -> str | RouterAdapter:
     return copy.copy(router) if isinstance(router, RouterAdapter) else router
 
 
+def repeat_dir_name(name: str, run: int, repeat: int) -> str:
+    """A cell's folder; with repeats, one per run (`...__run2`)."""
+    return name if repeat <= 1 else f"{name}__run{run}"
+
+
 async def run_suite(
     scenarios: Iterable[Scenario],
     matrix: Iterable[tuple[Scenario, Cell]] | dict[str, Sequence[str]] | None,
@@ -213,9 +218,12 @@ async def run_suite(
     jobs: int = 1,
     reuse: bool = False,
     engines: str = "fake",
+    repeat: int = 1,
 ) -> list[ScenarioResult]:
     """Run every cell into `out_dir/<scenario>__<cell>/`, at most `jobs` at once (`harness.parallel`;
-    results in cell order whatever `jobs` is), and point `out_dir/../latest` at out_dir.
+    results in cell order whatever `jobs` is), and point `out_dir/../latest` at out_dir. `repeat` > 1 runs
+    each cell that many times, into `.../<scenario>__<cell>__run<i>/`, its runs next to each other in the
+    results (`harness.races.fold_repeats` folds them).
     `matrix`: explicit (scenario, cell) pairs, or a dict with optional keys `topologies`, `connectors`,
     `transports` filtering each scenario's own matrix (None: all of it)."""
     run_dir = Path(out_dir)
@@ -229,9 +237,9 @@ async def run_suite(
         cells = list(matrix)
     run_id = re.sub(r"[^A-Za-z0-9_-]", "", run_dir.name[-12:] or uuid.uuid4().hex[:8])
     work = [
-        CellJob(s, cell, run_dir / cell_dir_name(s.name, cell), router=own_adapter(router), seed=seed,
-                run_id=run_id,
+        CellJob(s, cell, run_dir / repeat_dir_name(cell_dir_name(s.name, cell), i, repeat),
+                router=own_adapter(router), seed=seed, run_id=run_id,
                 world=world, settings=settings, check_determinism=check_determinism, engines=engines)
-        for s, cell in cells
+        for s, cell in cells for i in range(1, repeat + 1)
     ]
     return await run_cells(work, jobs, progress, reuse=reuse)

@@ -56,6 +56,9 @@ class ScenarioResult:
     started_at: float | None = None
     ended_at: float | None = None
     notes: list[str] = field(default_factory=list)
+    # A cell run several times (`--repeat`): each run's status, reason and folder, in order
+    # (`harness.races`). Empty for a cell run once.
+    runs: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.verdict is None:
@@ -133,6 +136,8 @@ class ScenarioResult:
             "log_dir": rel(self.log_dir),
             "logs": [rel(p) for p in self.logs()],
             "notes": list(self.notes),
+            "runs": [{"status": r.get("status"), "reason": r.get("reason", ""),
+                      "cell_dir": rel(_path(r.get("cell_dir")))} for r in self.runs],
         }
 
     @classmethod
@@ -172,6 +177,9 @@ class ScenarioResult:
             started_at=data.get("started_at"),
             ended_at=data.get("ended_at"),
             notes=[str(n) for n in data.get("notes") or []],
+            runs=[{"status": str(r.get("status")), "reason": str(r.get("reason") or ""),
+                   "cell_dir": path(r.get("cell_dir"))}
+                  for r in data.get("runs") or [] if isinstance(r, Mapping)],
         )
 
 
@@ -186,6 +194,6 @@ def relative(p: Path, base: Path | None) -> str:
 
 
 def summarize(results: list[ScenarioResult]) -> dict[str, Any]:
-    counts = {s: sum(1 for r in results if r.status == s) for s in ("pass", "fail", "unknown")}
+    counts = {s: sum(1 for r in results if r.status == s) for s in ("pass", "fail", "unknown", "race")}
     status = combine([r.overall for r in results], name="run").status if results else "unknown"
     return {"total": len(results), **counts, "status": status}

@@ -13,6 +13,7 @@ from typing import Any
 
 from harness.checkers import run_checks
 from harness.history import load_history
+from harness.races import fold_adjacent
 from harness.result import ScenarioResult
 from harness.runner import saved_cell_result
 from harness.verdict import Verdict
@@ -138,7 +139,12 @@ def collect_results(run_dir: Path, recheck: bool = False) -> list[ScenarioResult
         except (ValueError, OSError):
             saved = []
     by_history = {os.path.abspath(r.history_path): r for r in saved if r.history_path is not None}
+    # A repeated cell's other runs are named by its `runs` (their folders): not cells of their own.
+    folded = {os.path.abspath(Path(run["cell_dir"]) / HISTORY_NAME) for r in saved for run in r.runs
+              if run.get("cell_dir")}
     if recheck:
-        return [cell_result(p, True, by_history.get(os.path.abspath(p))) for p in find_histories(run_dir)]
-    derived = [cell_result(p, False) for p in find_histories(run_dir) if os.path.abspath(p) not in by_history]
+        judged = [cell_result(p, True, by_history.get(os.path.abspath(p))) for p in find_histories(run_dir)]
+        return fold_adjacent(judged) if folded else judged
+    derived = [cell_result(p, False) for p in find_histories(run_dir)
+               if os.path.abspath(p) not in by_history and os.path.abspath(p) not in folded]
     return saved + derived

@@ -7,6 +7,7 @@ would take a typo for a run that could not tell.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import NoReturn
 
 EXIT_USAGE = 3
@@ -39,3 +40,18 @@ def seed_arg(text: str) -> int:
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)
     return int(text)
+
+
+def at_least_one(flag: str) -> Callable[[str], int]:
+    """argparse type of a count flag (`--jobs`, `--repeat`): a whole number, at least 1."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} takes a whole number, not {text!r}") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be at least 1, not {n}")
+        return n
+
+    return parse

@@ -10,11 +10,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-Status = Literal["pass", "fail", "unknown"]
-STATUSES: tuple[Status, ...] = ("pass", "fail", "unknown")
+Status = Literal["pass", "fail", "unknown", "race"]
+STATUSES: tuple[Status, ...] = ("pass", "fail", "unknown", "race")
 
-# Higher wins when combining: one failure fails the whole; an unknown keeps a pass from being claimed.
-_RANK: dict[str, int] = {"pass": 0, "unknown": 1, "fail": 2}
+# Higher wins when combining: one failure fails the whole; an unknown keeps a pass from being claimed. A race
+# (a check that failed in some repeated runs of a cell and passed in others: `harness.races`) is a finding,
+# below an unknown: a cell whose evidence is missing cannot claim to have split.
+_RANK: dict[str, int] = {"pass": 0, "race": 1, "unknown": 2, "fail": 3}
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ class Verdict:
 
 
 def worst(statuses: Iterable[Status]) -> Status:
-    """fail > unknown > pass; no statuses at all -> unknown (nothing was judged)."""
+    """fail > unknown > race > pass; no statuses at all -> unknown (nothing was judged)."""
     found = list(statuses)
     if not found:
         return "unknown"
@@ -116,7 +118,7 @@ def worst(statuses: Iterable[Status]) -> Status:
 
 
 def combine(verdicts: Iterable[Verdict], name: str = "overall") -> Verdict:
-    """Fold checker verdicts into one: fail > unknown > pass.
+    """Fold checker verdicts into one: fail > unknown > race > pass.
 
     The reason lists the names (and reasons) of the verdicts that decided the outcome; numbers are keyed by
     checker name; evidence items are `{"checker": name, "item": ...}` from failing and unknown verdicts.

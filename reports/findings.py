@@ -24,6 +24,10 @@ def _cells(cells: Sequence[str], anchors: Mapping[str, str]) -> str:
     return ", ".join(f'<a href="#{_e(anchors[c])}">{_e(c)}</a>' if c in anchors else _e(c) for c in cells)
 
 
+def _race(f: Finding) -> str:
+    return "<b>[race]</b> " if f.status == "race" else ""
+
+
 def seen_with(f: Finding) -> str:
     """The other checkers that failed in its cells: names, and the handoff problem where there is one."""
     names = [c if c.startswith("handoff:") else c.split(":", 1)[0] for c in f.consequences]
@@ -45,7 +49,7 @@ def findings_html(findings: Sequence[Finding], anchors: Mapping[str, str]) -> st
                     if f.switches else "")
         evidence = "".join(f"<li><code>{_e(line)}</code></li>" for line in f.evidence)
         parts.append(
-            f'<div class="finding" id="finding-{_e(f.id)}"><h3>{i}. {_e(f.title)}</h3>'
+            f'<div class="finding" id="finding-{_e(f.id)}"><h3>{i}. {_race(f)}{_e(f.title)}</h3>'
             f"<p>Shown by {len(f.cells)} cell(s): {_cells(f.cells, anchors)}</p>{clean}"
             f"<p>Checker: <code>{_e(f.signature)}</code></p>{also}{switches}"
             f"<ul>{evidence}</ul>"
@@ -63,7 +67,8 @@ def findings_lines(findings: Sequence[Finding]) -> list[str]:
     for i, f in enumerate(findings, 1):
         shown = ", ".join(f.cells[:CELLS_SHOWN]) + (f" (+{len(f.cells) - CELLS_SHOWN} more)"
                                                      if len(f.cells) > CELLS_SHOWN else "")
-        lines.append(f"  {i}. {f.title}")
+        race = "[race: split over the repeated runs] " if f.status == "race" else ""
+        lines.append(f"  {i}. {race}{f.title}")
         lines.append(f"     {len(f.cells)} cell(s): {shown}")
         if f.consequences:
             lines.append(f"     failed with it: {seen_with(f)}")

@@ -32,7 +32,7 @@ body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1em}
 td,th{border:1px solid #ccc;padding:3px 7px;font-size:13px;text-align:left;vertical-align:top}
 th{background:#f0f0f0}
-.pass{background:#dff0d8}.fail{background:#f2dede}.unknown{background:#fcf8e3}
+.pass{background:#dff0d8}.fail{background:#f2dede}.unknown{background:#fcf8e3}.race{background:#fde3c8}
 .badge{font-weight:bold;padding:1px 6px;border-radius:3px}
 section{border-top:2px solid #ddd;margin-top:1.5em;padding-top:.5em}
 img{max-width:100%;border:1px solid #ddd}
@@ -84,6 +84,20 @@ def _summary_table(results: list[ScenarioResult]) -> str:
         "<th>Wall time</th></tr>"
     )
     return f'<table class="summary">{head}{"".join(rows)}</table>'
+
+
+def _runs(r: ScenarioResult, run_dir: Path) -> str:
+    """A repeated cell's runs: how each went, with its folder (the plots and tables are run 1's)."""
+    if not r.runs:
+        return ""
+    items = []
+    for i, run in enumerate(r.runs, 1):
+        folder = run.get("cell_dir")
+        link = f' <a href="{esc(relative(Path(folder), run_dir))}/">folder</a>' if folder else ""
+        why = f": {esc(clip(str(run.get('reason') or ''), REASON_CHARS))}" if run.get("reason") else ""
+        items.append(f"<li>run {i}: {badge(str(run.get('status')))}{why}{link}</li>")
+    return (f"<h3>Runs ({len(r.runs)})</h3><p>Each checker is judged over every run: race when it failed in "
+            f"some and passed in others. The plot and tables below are run 1's.</p><ul>{''.join(items)}</ul>")
 
 
 def _reason_cell(reason: str) -> str:
@@ -216,6 +230,7 @@ def _section(r: ScenarioResult, run_dir: Path, plots: bool) -> str:
         f"Replay: <code>{esc(r.replay or '-')}</code></p>",
         f"<p><b>{esc(problem)}</b></p>" if problem else "",
         f"<p>Verdict: {esc(r.overall.reason)}</p>" if r.status != "pass" else "",
+        _runs(r, run_dir),
         _verdict_table(r.verdicts),
         _plot(h, r, plots),
         "<h3>Recovery latency</h3>",
@@ -236,7 +251,8 @@ def _section(r: ScenarioResult, run_dir: Path, plots: bool) -> str:
 def render_html(results: list[ScenarioResult], run_dir: Path, plots: bool = True) -> str:
     s = summarize(results)
     title = f"pdchaos report: {run_dir.name}"
-    counts = f"{s['total']} run(s): {s['pass']} pass, {s['fail']} fail, {s['unknown']} unknown"
+    races = f", {s['race']} race" if s.get("race") else ""
+    counts = f"{s['total']} run(s): {s['pass']} pass, {s['fail']} fail, {s['unknown']} unknown{races}"
     body = [
         f"<h1>{esc(title)}</h1>",
         f"<p>Overall {badge(s['status'])} &mdash; {esc(counts)}. Unknown means the harness could not tell: "

@@ -94,12 +94,20 @@ def junit_tree(results: list[ScenarioResult], run_dir: Path) -> ET.ElementTree:
         if r.status == "fail":
             el = ET.SubElement(case, "failure", message=clip(reason, 500), type="fail")
             el.text = _details(r)
+        elif r.status == "race":
+            # Surefire's form for a test that failed on some runs and passed on others: CI reads it as
+            # flaky, neither a pass nor a plain failure. One element per failing run.
+            for i, run in enumerate(r.runs, 1):
+                if run.get("status") == "fail":
+                    message = clip(f"run {i}: {run.get('reason')}", 500)
+                    el = ET.SubElement(case, "flakyFailure", message=message, type="race")
+                    el.text = _details(r)
         elif r.status != "pass":
             el = ET.SubElement(case, "error", message=clip(reason, 500), type="unknown")
             el.text = _details(r)
         out = ET.SubElement(case, "system-out")
         # Failing cases carry the checker lines in <failure>/<error>; passing ones here.
-        head = _details(r) + "\n" if r.status == "pass" else ""
+        head = _details(r) + "\n" if r.status in ("pass", "race") else ""
         out.text = head + _files(r, run_dir)
     _xml_safe(suites)
     ET.indent(suites)

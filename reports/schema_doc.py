@@ -11,7 +11,7 @@ TOP = {
     "generated_at": "when the report was written (wall seconds)",
     "pdchaos_version": "the pdchaos that wrote it",
     "run_dir": "the run folder's name",
-    "summary": "counts of the cells (`total`, `pass`, `fail`, `unknown`) and the run's `status`",
+    "summary": "counts of the cells (`total`, `pass`, `fail`, `unknown`, `race`) and the run's `status`",
     "findings": "each distinct problem once (below), most cells first",
     "results": "one result per scenario cell (below)",
 }
@@ -21,15 +21,17 @@ RESULT = {
     "connector": "mooncake or nixl", "transport": "http or grpc", "router": "the router under test",
     "seed": "the workload seed", "world": "real or sim", "settings": "the settings preset",
     "time_unit": "the unit of every time in the verdicts (seconds or simulated seconds)",
-    "replay": "the one command that runs this cell again", "status": "pass, fail or unknown",
+    "replay": "the one command that runs this cell again", "status": "pass, fail, unknown or race",
     "reason": "why it did not pass (empty on a pass)", "run_reason": "how the run ended",
     "verdict": "the combined verdict (a verdict object)", "verdicts": "one verdict per checker",
     "duration_s": "wall seconds the cell took", "started_at": "wall start", "ended_at": "wall end",
     "history": "the cell's history.jsonl, relative to the run folder", "cell_dir": "the cell's folder",
     "log_dir": "the cell's process logs", "logs": "each log file", "notes": "what the run noted for a reader",
+    "runs": "with `--repeat`: each run's `status`, `reason` and `cell_dir` (empty for a cell run once)",
 }
 VERDICT = {
-    "name": "the checker", "status": "pass, fail or unknown", "reason": "required for fail and unknown",
+    "name": "the checker", "status": "pass, fail, unknown, or race (failed in some repeated runs)",
+    "reason": "required for fail and unknown",
     "numbers": "what it measured", "evidence": "the lines a reader follows up (request ids, times, sides)",
 }
 FINDING = {
@@ -43,6 +45,7 @@ FINDING = {
     "evidence": "up to three evidence lines of its smallest cell",
     "switches": "the bug switches whose known symptom it matches",
     "replay": "the replay line of its smallest cell",
+    "status": "fail, or race when it was seen only in checks that split over repeated runs",
 }
 SECTIONS = (("The document", TOP, ()), ("A result", RESULT, ("results",)),
             ("A verdict", VERDICT, ("results", "verdicts")), ("A finding", FINDING, ("findings",)))

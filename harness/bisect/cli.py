@@ -11,10 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.cli_args import cell_filters, world_and_settings
 from harness.routers.gateways.cache import ReleaseCache
-from harness.scenario.presets import PRESET_NAMES
 from harness.suite import out_folder_problem
-from harness.topology import CONNECTORS, TRANSPORTS
 from harness.usage_parser import UsageParser, seed_arg
 from harness.worlds.real.processes import mark_processes
 
@@ -48,7 +47,8 @@ class UsageError(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     p = UsageParser(prog="pdchaos bisect", description=_USAGE,
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                    parents=[cell_filters("one"), world_and_settings(None)])
     p.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `pdchaos list`) or file")
     p.add_argument("--router", default="smg", metavar="GATEWAY",
                    help="the gateway, without a version: smg (default), smg-flags, vllm-router")
@@ -56,11 +56,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bad", required=True, metavar="VERSION", help="the other end (e.g. 1.10.1)")
     p.add_argument("--checker", metavar="NAME",
                    help="judge by this checker's verdict only (one of the scenario's expectations)")
-    p.add_argument("--topology", metavar="T", help="NpMd shape (default: the scenario's first)")
-    p.add_argument("--connector", choices=CONNECTORS)
-    p.add_argument("--transport", choices=TRANSPORTS)
-    p.add_argument("--settings", choices=PRESET_NAMES, default=None,
-                   help="settings preset (default: scaled, the real-time default)")
     p.add_argument("--seed", type=seed_arg, default=0, metavar="N", help="workload seed, 0 to 2**32-1")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="runs per release; runs that disagree make the release unknown (default 1)")

@@ -25,7 +25,7 @@ from harness.fidelity.observe import ProbeResult
 from harness.fidelity.probes import PROBES, run_probes
 from harness.fidelity.table import compare, render_markdown, render_text, unexplained
 from harness.suite import out_folder_problem
-from harness.topology import TRANSPORTS
+from harness.topology import CONNECTORS, TRANSPORTS
 from harness.usage_parser import UsageParser
 from harness.worlds.real.backends import EngineChoiceError, parse_engines
 from harness.worlds.real.processes import ProcessStartError
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         + "\n\nProbes (gRPC): " + "; ".join(f"{x.name}: {x.question}" for x in GRPC_PROBES)
         + "\n\n" + __doc__.split("\n\n")[-1].strip(),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--connector", choices=("nixl", "mooncake"), default="nixl",
+    p.add_argument("--connector", choices=CONNECTORS, default="nixl",
                    help="KV connector of both pairs (mooncake: the real side is read from vLLM's source, "
                    "since its connector needs an accelerator)")
     p.add_argument("--transport", choices=TRANSPORTS, default="http",

@@ -46,6 +46,9 @@ _SAME_AS = {"handoff_strict": ("handoff", None), "no_local_compute": ("handoff",
 # Handoff problems a user cannot tell apart: the pull did not bring the KV.
 _PULL_FAILED = frozenset({"timed_out", "failed"})
 EVIDENCE_LINES = 3
+# A race (a check that failed in some repeated runs and passed in others) is a finding too.
+FAILING = ("fail", "race")
+_SIDE = re.compile(r"\b(router|engine) side\b|'side': '(router|engine)'")
 _KIND_PREFIX = re.compile(r"^[a-z_]+(?= (after|during):)|^[a-z_]+: ")
 
 
@@ -60,10 +63,12 @@ def tier(checker: str) -> int:
 def side_of(v: Verdict) -> str:
     """The side the verdict's evidence blames first: router, engine, or "" when it names none."""
     for item in v.evidence:
-        text = item.get("side", "") if isinstance(item, Mapping) else str(item)
-        for side in ("router", "engine"):
-            if text == side or str(text).startswith(f"{side} side") or f"'side': '{side}'" in str(text):
-                return side
+        if isinstance(item, Mapping) and item.get("side") in ("router", "engine"):
+            return str(item["side"])
+        # "router side: ...", also behind a prefix ("run 2 failed: router side: ..." of a race)
+        found = _SIDE.search(str(item))
+        if found:
+            return found.group(1) or found.group(2)
     for side in ("router", "engine"):
         if f"{side} side" in v.reason:
             return side
@@ -119,6 +124,8 @@ class Finding:
     evidence: list[str] = field(default_factory=list)
     switches: list[str] = field(default_factory=list)
     replay: str = ""
+    # race: seen only in checks that split over repeated runs (`harness.races`); fail: failed in every run.
+    status: str = "fail"
 
     @property
     def signature(self) -> str:
@@ -131,7 +138,7 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "statement": self.title, "checker": self.checker,
+            "id": self.id, "status": self.status, "statement": self.title, "checker": self.checker,
             "reason_class": self.reason_class, "side": self.side or None, "cells": list(self.cells),
             "clean_cells": list(self.clean_cells), "consequences": list(self.consequences),
             "evidence": list(self.evidence), "switches": list(self.switches), "replay": self.replay,
@@ -147,7 +154,7 @@ class Finding:
             cells=_strings(d, "cells"), clean_cells=_strings(d, "clean_cells"),
             consequences=_strings(d, "consequences"), evidence=_strings(d, "evidence"),
             switches=_strings(d, "switches"),
-            replay=str(d.get("replay") or ""),
+            replay=str(d.get("replay") or ""), status=str(d.get("status") or "fail"),
         )
 
 
@@ -180,7 +187,7 @@ def leads(verdicts: Iterable[Verdict]) -> list[tuple[_Item, list[_Item]]]:
     """A cell's failing verdicts as (lead, the consequences it absorbs), leads in verdict order."""
     items = []
     for v in verdicts:
-        if v.status != "fail" or v.name in HARNESS_VERDICTS:
+        if v.status not in FAILING or v.name in HARNESS_VERDICTS:
             continue
         name, fixed = _SAME_AS.get(v.name, (v.name, None))
         items.append(_Item(name, v, fixed or finding_class(name, v), side_of(v)))  # as verdict_signature
@@ -211,14 +218,14 @@ def _size(r: ScenarioResult) -> tuple[int, float, str]:
 def verdict_signature(v: Verdict) -> str | None:
     """A failing verdict's signature as findings key it (`checker: reason class`); None for a pass or a
     verdict about the run itself."""
-    if v.status != "fail" or v.name in HARNESS_VERDICTS:
+    if v.status not in FAILING or v.name in HARNESS_VERDICTS:
         return None
     name, fixed = _SAME_AS.get(v.name, (v.name, None))
     return f"{name}: {fixed or finding_class(name, v)}"
 
 
 def _lead_verdict(r: ScenarioResult, checker: str) -> Verdict | None:
-    failed = (v for v in r.verdicts if v.status == "fail")
+    failed = (v for v in r.verdicts if v.status in FAILING)
     return next((v for v in failed if _SAME_AS.get(v.name, (v.name,))[0] == checker), None)
 
 
@@ -245,6 +252,8 @@ def _merge(found: list[Finding], shows: Mapping[str, set[str]], own: dict[str, l
             continue
         a = max(hosts, key=lambda f: (len(shows[f.signature]), f.signature))
         a.cells.extend(c for c in b.cells if c not in a.cells)
+        if b.status == "fail":
+            a.status = "fail"
         if (a.checker, a.reason_class) == (b.checker, b.reason_class):
             own[a.id].extend(c for c in own[b.id] if c not in own[a.id])
         for sig in (b.signature, *b.consequences):
@@ -271,14 +280,16 @@ def compute_findings(results: Sequence[ScenarioResult],
     catalogue = known_signatures() if known is None else known
     by_key: dict[tuple[str, str, str], Finding] = {}
     shows: dict[str, set[str]] = {}
-    failing = [r for r in results if r.status == "fail"]
+    failing = [r for r in results if r.status in FAILING]
     for r in failing:
         label = cell_label(r)
         for lead, below in leads(r.verdicts):
             f = by_key.get(lead.key)
             if f is None:
                 f = by_key[lead.key] = Finding(finding_id(*lead.key), lead.checker, lead.cls, lead.side,
-                                               statement(lead.checker, lead.cls))
+                                               statement(lead.checker, lead.cls), status="race")
+            if lead.verdict.status == "fail":
+                f.status = "fail"
             if label not in f.cells:
                 f.cells.append(label)
             shows.setdefault(f.signature, set()).add(label)

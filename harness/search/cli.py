@@ -11,11 +11,11 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.cli_args import cell_filters
 from harness.jobs import default_jobs, jobs_arg
 from harness.scenario.presets import PRESET_NAMES
 from harness.search import DEFAULT_EXAMPLES, DEFAULT_SHIFTS_S
 from harness.suite import out_folder_problem
-from harness.topology import CONNECTORS, TRANSPORTS
 from harness.usage_parser import UsageParser
 
 _SHIFTS = ",".join(f"{x:g}" for x in DEFAULT_SHIFTS_S)
@@ -54,7 +54,8 @@ class UsageError(ValueError):
 
 def build_parser() -> argparse.ArgumentParser:
     p = UsageParser(prog="pdchaos search", description=_USAGE,
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                    parents=[cell_filters("none")])
     p.add_argument("--router", default="reference",
                    help="reference (default) or profile:NAME (the simulated world runs the reference core)")
     p.add_argument("--inject-bug", action="append", default=[], metavar="BUG",
@@ -88,8 +89,6 @@ def build_parser() -> argparse.ArgumentParser:
                    "production, or any (drawn per case)")
     p.add_argument("--max-side", type=int, default=8, metavar="N",
                    help="at most N prefills and N decodes (default 8: up to 8p8d)")
-    p.add_argument("--connector", choices=CONNECTORS, help="only this connector")
-    p.add_argument("--transport", choices=TRANSPORTS, help="only this transport")
     p.add_argument("--stop-at-first", action="store_true",
                    help="stop generating once a failure is found (it is still shrunk, for up to "
                    "--shrink-budget from then): time to first failure without spending the whole budget")

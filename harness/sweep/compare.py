@@ -3,8 +3,8 @@
 Each cell (same key: scenario, topology/connector/transport, router label, world, settings, engines) gets
 one row, of one kind:
 
-- `regression`: its verdict got worse (pass -> fail, pass -> unknown, unknown -> fail), a number got worse
-  beyond its noise threshold, or the cell is new and does not pass;
+- `regression`: its verdict got worse (pass -> fail, pass -> unknown or race, unknown or race -> fail), a
+  number got worse beyond its noise threshold, or the cell is new and does not pass;
 - `improvement`: its verdict got better (-> pass) or a number got better beyond noise, and nothing worse;
 - `new` / `gone`: in one run only (a new cell that passes; a cell the sweep no longer runs);
 - `changed`: a difference that is neither (fail -> unknown: judged no longer; a different checker failing);
@@ -147,7 +147,9 @@ def compare_cell(key: CellKey, b: CellRecord | None, c: CellRecord | None, th: T
     if b.status != c.status:
         row.verdict_change = f"{b.status} -> {c.status}"
         # fail -> unknown is neither: the cell can no longer be judged, which is not a pass.
-        worse = (b.status == "pass" and c.status != "pass") or (b.status == "unknown" and c.status == "fail")
+        # A race (split over repeated runs) stays a race: a regression only once it fails every run.
+        worse = ((b.status == "pass" and c.status != "pass")
+                 or (b.status in ("unknown", "race") and c.status == "fail"))
         better = c.status == "pass"
         row.why.append(f"verdict {row.verdict_change}" + (f": {c.reason}" if c.status != "pass" else ""))
     for name in sorted(set(b.checks) | set(c.checks)):

@@ -12,10 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.cli_args import cell_filters, world_and_settings
 from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
-from harness.scenario.model import WORLDS
-from harness.scenario.presets import PRESET_NAMES
-from harness.topology import CONNECTORS, TRANSPORTS
 from harness.usage_parser import UsageParser, seed_arg, seed_problem
 
 _USAGE = """\
@@ -40,20 +38,15 @@ examples:
 
 def build_parser() -> argparse.ArgumentParser:
     p = UsageParser(prog="pdchaos zoo", description=_USAGE,
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                    parents=[cell_filters(), world_and_settings("sim")])
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
                    help="scenario names or files (FILE.py::NAME: one of a file; none: the default suite, "
                    "cut to its suite cells)")
     p.add_argument("--bug", action="append", metavar="NAME",
                    help="a switch to include (repeatable; default: all of them)")
-    p.add_argument("--world", choices=WORLDS, default="sim", help="default: sim")
-    p.add_argument("--settings", choices=PRESET_NAMES, default=None,
-                   help="default: production in sim, scaled in real time")
     p.add_argument("--baseline-runs", type=int, default=1, metavar="N",
                    help="baseline runs per cell (no switch); 3 shows flaky verdicts (default 1)")
-    p.add_argument("--topology", action="append", metavar="T", help="repeatable or comma separated")
-    p.add_argument("--connector", choices=CONNECTORS)
-    p.add_argument("--transport", choices=TRANSPORTS)
     p.add_argument("--jobs", type=jobs_arg, default=None, metavar="N", help=JOBS_HELP)
     p.add_argument("--seed", type=seed_arg, default=0, metavar="N", help="workload seed, 0 to 2**32-1")
     p.add_argument("--out", type=Path, metavar="DIR", help="default: runs/zoo-<timestamp-id>")

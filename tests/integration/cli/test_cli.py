@@ -582,3 +582,29 @@ def test_a_signal_ignored_at_start_stays_ignored() -> None:
     finally:
         signal.signal(signal.SIGHUP, before)
     assert signal.SIGHUP in cli.handled_signals()
+
+
+def test_repeat_runs_each_cell_again_and_reports_it_once(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "rep"
+    code, stdout, err = _main(capsys, "run", "late_pull_after_kv_abort", "--topology", "1p1d", "--connector",
+                              "mooncake", "--transport", "http", "--repeat", "2", "--out", str(out),
+                              "--no-progress")
+    assert code == cli.EXIT_PASS, stdout + err
+    assert "1 cell from 1 scenario, 2 runs each" in err
+    (res,) = json.loads((out / "report.json").read_text())["results"]
+    assert [r["status"] for r in res["runs"]] == ["pass", "pass"]
+    assert [r["cell_dir"] for r in res["runs"]] == ["late_pull_after_kv_abort__1p1d-mooncake-http__run1",
+                                                    "late_pull_after_kv_abort__1p1d-mooncake-http__run2"]
+    assert all((out / r["cell_dir"] / "history.jsonl").is_file() for r in res["runs"])
+    assert all(v["numbers"]["runs"] == ["pass", "pass"] for v in res["verdicts"])
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--repeat", "0"], "--repeat must be at least 1"),
+    (["--repeat", "2", "--world", "sim"], "a simulated run replays exactly"),
+])
+def test_a_repeat_that_cannot_split_is_a_usage_error(argv: list[str], words: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    code, _out, err = _main(capsys, "run", "late_pull_after_kv_abort", *argv, "--out", str(tmp_path / "x"))
+    assert code == cli.EXIT_USAGE and words in err

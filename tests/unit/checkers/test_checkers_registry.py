@@ -41,11 +41,14 @@ def test_combine_order_fail_over_unknown_over_pass() -> None:
     assert both.status == "unknown" and "b: could not tell" in both.reason
     allv = combine([u, f, p])
     assert allv.status == "fail" and allv.reason == "c: broke"
-    assert allv.numbers["counts"] == {"pass": 1, "fail": 1, "unknown": 1}
+    assert allv.numbers["counts"] == {"pass": 1, "fail": 1, "unknown": 1, "race": 0}
     assert allv.evidence == [{"checker": "b", "item": "e1"}, {"checker": "c", "item": "r7"}]
     empty = combine([])
     assert empty.status == "unknown" and empty.reason
     assert worst([]) == "unknown" and worst(["pass", "fail"]) == "fail"
+    # A race (split over repeated runs) is worse than a pass, but a cell that could not tell stays unknown.
+    assert worst(["pass", "race"]) == "race" and worst(["race", "unknown"]) == "unknown"
+    assert worst(["race", "fail"]) == "fail"
 
 
 def test_verdict_dict_round_trip_and_bad_input() -> None:

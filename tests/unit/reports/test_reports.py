@@ -72,7 +72,7 @@ def test_report_json_is_versioned_and_round_trips(run: tuple[Path, list[Scenario
     assert set(written) == {"json", "junit", "html"}
     doc = json.loads((run_dir / "report.json").read_text())
     assert doc["schema"] == SCHEMA == "pdchaos.report/2"
-    assert doc["summary"] == {"total": 3, "pass": 1, "fail": 1, "unknown": 1, "status": "fail"}
+    assert doc["summary"] == {"total": 3, "pass": 1, "fail": 1, "unknown": 1, "race": 0, "status": "fail"}
     first = doc["results"][0]
     assert first["history"] == "good__1p1d-mooncake-http/history.jsonl"
     assert first["logs"] == ["good__1p1d-mooncake-http/logs/router.log"]

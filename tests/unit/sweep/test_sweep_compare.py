@@ -45,7 +45,10 @@ def test_pass_to_fail_is_a_regression_with_the_failing_checkers_evidence() -> No
 
 def test_verdict_kinds() -> None:
     cases = {("fail", "pass"): "improvement", ("unknown", "pass"): "improvement", ("pass", "unknown"):
-             "regression", ("unknown", "fail"): "regression", ("fail", "unknown"): "changed"}
+             "regression", ("unknown", "fail"): "regression", ("fail", "unknown"): "changed",
+             # a race compared as a race: the same race is no change, a fail from it a regression
+             ("race", "race"): "same", ("race", "fail"): "regression", ("pass", "race"): "regression",
+             ("race", "pass"): "improvement", ("fail", "race"): "changed"}
     for (b, cur), kind in cases.items():
         (row,) = compare({K1: rec(K1, b)}, {K1: rec(K1, cur)}).rows
         assert row.kind == kind, (b, cur)
