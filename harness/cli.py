@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.cli_args import cell_filters, repeat_arg, world_and_settings
+from harness.cli_args import cell_filters, repeats, world_and_settings
 from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
 from harness.suite import (
     UsageError,
@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "first).",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[cell_filters(), world_and_settings("real")],
+        parents=[cell_filters(), world_and_settings("real"), repeats()],
     )
     run.add_argument(
         "scenarios", nargs="*", metavar="SCENARIO",
@@ -139,12 +139,6 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seed for the workload, 0 to 2**32-1 (default 0)")
     run.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
     run.add_argument("--jobs", type=jobs_arg, default=None, metavar="N", help=JOBS_HELP)
-    run.add_argument("--repeat", type=repeat_arg, default=1, metavar="N",
-                     help="run each cell N times (real time only: a simulated run repeats exactly). Per "
-                     "checker: pass, fail (in every run) or race (both seen); a cell fails when a checker "
-                     "failed in every run and races when one split (default 1)")
-    run.add_argument("--fail-on", choices=("race", "fail"), default="race",
-                     help="with --repeat: whether a race is red (exit 1; the default) or only a fail is")
     run.add_argument("--log-cap-mb", type=non_negative, default=None, metavar="MB",
                      help="real world: cut a router's or engine's log that grows past MB back to its start "
                      "and its latest lines, with a line saying how much was cut (default: "
@@ -536,15 +530,8 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def exit_code(status: str, fail_on: str = "race") -> int:
-    """0 pass, 1 fail, 2 unknown; a race is 1 unless only a fail is red (`--fail-on fail`)."""
-    if status == "race":
-        return EXIT_FAIL if fail_on == "race" else EXIT_PASS
-    return EXIT_BY_STATUS.get(status, EXIT_UNKNOWN)
-
-
 def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from harness.races import fold_repeats
+    from harness.races import exit_code, fold_repeats
     from harness.worlds.real.processes import mark_processes
     from reports import report_from_run_dir, summarize, write_reports
 
@@ -634,6 +621,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from harness.races import exit_code
     from harness.run_folder import find_histories
     from reports import rerender, summarize
 
@@ -648,7 +636,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.run_dir} holds no scenario results or histories")
     for line in _summary_lines(results, args.run_dir, written.get("html")):
         print(line)
-    return EXIT_BY_STATUS.get(summarize(list(results))["status"], EXIT_UNKNOWN)
+    return exit_code(summarize(list(results))["status"])
 
 
 def _refuse_a_folder_of_runs(folder: Path) -> None:

@@ -46,3 +46,15 @@ def world_and_settings(world: str | None) -> argparse.ArgumentParser:
 
 
 repeat_arg = at_least_one("--repeat")
+
+
+def repeats() -> argparse.ArgumentParser:
+    """--repeat N and --fail-on: each cell run N times; a checker that split is a race (`harness.races`)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--repeat", type=repeat_arg, default=1, metavar="N",
+                   help="run each cell N times (real time only: a simulated run repeats exactly). Per "
+                   "checker: pass, fail (in every run) or race (both seen); a cell fails when a checker "
+                   "failed in every run and races when one split (default 1)")
+    p.add_argument("--fail-on", choices=("race", "fail"), default="race",
+                   help="with --repeat: whether a race is red (exit 1; the default) or only a fail is")
+    return p

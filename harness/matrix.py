@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.cli_args import cell_filters, world_and_settings
+from harness.cli_args import cell_filters, repeats, world_and_settings
 from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
 from harness.parallel import run_suite
+from harness.races import exit_code
 from harness.routers import RouterAdapter, RouterAdapterError, make_router_adapter
 from harness.routers.gateways.adapters import GatewayAdapter
 from harness.runner import Cell, expand_matrix
@@ -160,11 +161,13 @@ async def run_matrix(
     jobs: int = 1,
     settings: str | None = None,
     resume: bool = False,
+    repeat: int = 1,
 ) -> dict[str, list[Any]]:
     """Run every cell against every router, `jobs` cells at once (one router after the other: two gateway
     releases never share the machine's attention in one comparison); returns results by router label and
     writes matrix.json and the comparison report into out_dir. `settings`: a preset for every cell (None:
     scaled). `resume`: cells already judged in out_dir are taken as they are."""
+    from harness.races import fold_repeats
     from reports import write_reports
     from reports.compare import write_comparison
 
@@ -185,9 +188,10 @@ async def run_matrix(
         sub = out / router_dir_name(p.label)
         results[p.label] = await run_suite(
             [s for s, _ in p.run], p.run, sub, router=p.adapter, seed=seed,
-            progress=_Lines(p.label, len(p.run)) if progress else None, jobs=jobs, settings=settings,
-            reuse=resume,
+            progress=_Lines(p.label, len(p.run) * repeat) if progress else None, jobs=jobs,
+            settings=settings, reuse=resume, repeat=repeat,
         )
+        results[p.label] = fold_repeats(results[p.label], repeat)
         write_reports(results[p.label], sub)
         write_matrix(out, plans, started, extra)
     write_comparison(out)
@@ -208,13 +212,12 @@ def drop_skipped(
             print(f"pdchaos: skipping {s.name} {cell.label} on {adapter.name}: {why}", file=sys.stderr)
     return kept
 
-EXIT_BY_STATUS = {"pass": 0, "fail": 1, "unknown": 2}
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = UsageParser(prog="pdchaos matrix", description=_USAGE,
                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                    parents=[cell_filters(), world_and_settings(None)])
+                    parents=[cell_filters(), world_and_settings(None), repeats()])
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
                    help="scenario names or files (FILE.py::NAME: one of a file; none: the default suite)")
     p.add_argument("--router", action="append", metavar="SPEC",
@@ -264,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         comp = load_comparison(args.compare_only)
         print(markdown_table(comp))
         print("\n".join(findings_lines(comp)))
-        return EXIT_BY_STATUS.get(comp.status, 2)
+        return exit_code(comp.status, args.fail_on)
     from harness.routers import router_profile
     from harness.routers.gateways.spec import parse_router_spec
     from harness.suite import UsageError, select_suite
@@ -292,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             [args.transport] if args.transport else None,
             seed=args.seed, progress=not args.no_progress, jobs=args.jobs or default_jobs(),
             settings=None if args.settings == "scaled" else args.settings, resume=args.resume,
+            repeat=args.repeat,
         ))
     except RouterAdapterError as e:
         print(f"pdchaos: error: {e}", file=sys.stderr)
@@ -307,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(markdown_table(comp))
     print("\n".join(findings_lines(comp)))
     print(f"pdchaos: comparison: {out / 'compare.html'} ({out / 'compare.md'}, {out / 'compare.json'})")
-    return EXIT_BY_STATUS.get(comp.status, 2)
+    return exit_code(comp.status, args.fail_on)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,14 @@ from harness.result import ScenarioResult
 from harness.verdict import Verdict
 
 EVIDENCE_PER_SIDE = 5
+EXIT_BY_STATUS = {"pass": 0, "fail": 1, "unknown": 2}
+
+
+def exit_code(status: str, fail_on: str = "race") -> int:
+    """0 pass, 1 fail, 2 unknown; a race is 1 unless only a fail is red (`--fail-on fail`)."""
+    if status == "race":
+        return EXIT_BY_STATUS["fail" if fail_on == "race" else "pass"]
+    return EXIT_BY_STATUS.get(status, EXIT_BY_STATUS["unknown"])
 
 
 def fold_verdicts(name: str, runs: Sequence[Verdict | None]) -> Verdict:

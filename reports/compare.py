@@ -41,7 +41,7 @@ COMPARE_MD = "compare.md"
 SCHEMA = "pdchaos.compare/1"
 MATRIX_JSON = "matrix.json"
 EVIDENCE_ITEMS = 8
-STATUSES = ("pass", "fail", "unknown")
+STATUSES = ("pass", "fail", "unknown", "race")
 ROUTER_LOG = "logs/router.log"
 # Router log lines worth showing next to a difference: status changes, engine ids, failed probes and legs.
 _LOG_LINE = re.compile(
@@ -107,13 +107,13 @@ class Comparison:
 
     @property
     def status(self) -> str:
-        """fail > unknown > pass over every cell that ran (skipped and missing cells do not count)."""
+        """fail > unknown > race > pass over every cell that ran (skipped and missing cells do not count)."""
         seen = {o.status for row in self.rows for o in row.outcomes.values()}
         if "fail" in seen:
             return "fail"
-        if "unknown" in seen or not seen & {"pass"}:
+        if "unknown" in seen or not seen & {"pass", "race"}:
             return "unknown"
-        return "pass"
+        return "race" if "race" in seen else "pass"
 
 
 # ---------------------------------------------------------------- reading one cell

@@ -240,6 +240,7 @@ def test_rows_statuses_and_differences(tmp_path: Path) -> None:
         "pass": 2,
         "fail": 0,
         "unknown": 0,
+        "race": 0,
         "skipped": 1,
         "missing": 0,
     }

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import EXIT_FAIL, EXIT_PASS, EXIT_UNKNOWN, exit_code
+from harness.cli import EXIT_FAIL, EXIT_PASS, EXIT_UNKNOWN
 from harness.findings import compute_findings
-from harness.races import fold_repeats, fold_runs, fold_verdicts
+from harness.races import exit_code, fold_repeats, fold_runs, fold_verdicts
 from harness.result import ScenarioResult
 from harness.run_folder import collect_results
 from harness.verdict import Verdict
@@ -96,3 +96,16 @@ def test_a_junit_reader_reads_a_race_as_flaky(tmp_path: Path) -> None:
     suite = next(iter(xunit2.JUnitXml.fromfile(str(tmp_path / "junit.xml"))))
     [case] = list(suite)
     assert case.is_flaky and case.is_passed and not case.is_rerun
+
+
+def test_a_matrix_takes_repeat_and_its_status_counts_a_race() -> None:
+    from harness.matrix import build_parser
+    from reports.compare import Comparison, Outcome, RouterInfo, Row
+
+    args = build_parser().parse_args(["--repeat", "3", "--fail-on", "fail"])
+    assert (args.repeat, args.fail_on) == (3, "fail")
+    routers = [RouterInfo("smg-1.13.0", spec="smg==1.13.0", dir="smg-1.13.0")]
+    row = Row("blip", "2p1d-mooncake-http", {"smg-1.13.0": Outcome("race", "legs_once split")}, False)
+    comp = Comparison(routers, [row])
+    assert comp.status == "race" and comp.summary()["smg-1.13.0"]["race"] == 1
+    assert exit_code(comp.status, args.fail_on) == EXIT_PASS
