@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from harness.cli_args import repeat_arg
 from harness.scenario.model import WORLDS
 from harness.scenario.presets import PRESET_NAMES
 from harness.usage_parser import seed_arg
@@ -78,6 +79,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "cells the backend cannot run are skipped with the reason")
     group.addoption("--pdchaos-out", default=None, metavar="DIR",
                     help="run folder for histories, logs and reports (default: a pytest temp folder)")
+    group.addoption("--pdchaos-repeat", type=repeat_arg, default=1, metavar="N",
+                    help="run each cell N times (real time only): a check that failed in some runs and "
+                    "passed in others is a race (as `pdchaos run --repeat`)")
+    group.addoption("--pdchaos-fail-on", choices=("race", "fail"), default="race",
+                    help="with --pdchaos-repeat: a race fails the test (default) or passes it, counted")
     group.addoption("--pdchaos-unknown", choices=("fail", "skip"), default="fail",
                     help="how an unknown verdict is reported (default: fail; never a pass). skip also "
                     "skips a cell whose router could not start at all")
@@ -218,6 +224,8 @@ class ScenarioItem(pytest.Item):
     cell: Any
 
     def runtest(self) -> None:
+        from harness.parallel import repeat_dir_name
+        from harness.races import fold_runs
         from harness.runner import cell_dir_name, run_scenario
         from harness.worlds.real.backends import not_applicable, parse_engines
 
@@ -226,19 +234,27 @@ class ScenarioItem(pytest.Item):
         why = not_applicable(engines, self.scenario, self.cell.connector, self.cell.transport)
         if why:
             pytest.skip(why)
-        out = _run_dir(cfg) / cell_dir_name(self.scenario.name, self.cell)
-        result = asyncio.run(
-            run_scenario(
-                self.scenario, self.cell.topology, self.cell.connector, self.cell.transport,
-                cfg.getoption("--pdchaos-router"), out, seed=cfg.getoption("--pdchaos-seed"),
-                world=cfg.getoption("--pdchaos-world"), settings=cfg.getoption("--pdchaos-settings"),
-                engines=engines.label,
-            )
-        )
+        repeat = cfg.getoption("--pdchaos-repeat")
+        if repeat > 1 and cfg.getoption("--pdchaos-world") == "sim":
+            raise pytest.UsageError("--pdchaos-repeat: a simulated run replays exactly (real time only)")
+        runs = []
+        for i in range(1, repeat + 1):
+            out = _run_dir(cfg) / repeat_dir_name(cell_dir_name(self.scenario.name, self.cell), i, repeat)
+            runs.append(asyncio.run(
+                run_scenario(
+                    self.scenario, self.cell.topology, self.cell.connector, self.cell.transport,
+                    cfg.getoption("--pdchaos-router"), out, seed=cfg.getoption("--pdchaos-seed"),
+                    world=cfg.getoption("--pdchaos-world"), settings=cfg.getoption("--pdchaos-settings"),
+                    engines=engines.label,
+                )
+            ))
+        result = fold_runs(runs)
+        out = result.folder() or out
         cfg.stash.setdefault(_RESULTS_KEY, []).append(result)
         self.user_properties.append(("pdchaos_status", result.status))
         self.user_properties.append(("pdchaos_cell_dir", str(out)))
-        if result.status == "pass":
+        race_passes = result.status == "race" and cfg.getoption("--pdchaos-fail-on") == "fail"
+        if result.status == "pass" or race_passes:
             return
         lines = [f"{result.status.upper()}: {self.scenario.name} {self.cell.label}"]
         for v in result.verdicts:
@@ -288,10 +304,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     results = config.stash.get(_RESULTS_KEY, [])
     if results:
-        counts = {s: sum(1 for r in results if r.status == s) for s in ("pass", "fail", "unknown")}
+        counts = {s: sum(1 for r in results if r.status == s) for s in ("pass", "fail", "unknown", "race")}
+        races = f", {counts['race']} race" if counts["race"] else ""
         terminalreporter.write_line(
             f"pdchaos: {len(results)} cell{'' if len(results) == 1 else 's'}: {counts['pass']} pass, "
-            f"{counts['fail']} fail, {counts['unknown']} unknown; reports in {_run_dir(config)}"
+            f"{counts['fail']} fail, {counts['unknown']} unknown{races}; reports in {_run_dir(config)}"
         )
 
 

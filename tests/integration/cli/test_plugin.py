@@ -185,6 +185,20 @@ def test_verdicts_become_outcomes_with_junit(pytester: pytest.Pytester, tmp_path
     assert sorted(r["status"] for r in report["results"]) == ["fail", "pass", "unknown"]
 
 
+
+def test_a_repeated_cell_is_one_test_over_its_runs(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    shutil.copy(SCENARIO_FILES / "cli_scenario_pass.py", pytester.path / "cli_scenario_pass.py")
+    pytester.syspathinsert()
+    out = tmp_path / "pdchaos-out"
+    result = pytester.runpytest("--pdchaos", "cli_scenario_pass.py", "--pdchaos-repeat", "2",
+                                f"--pdchaos-out={out}")
+    result.assert_outcomes(passed=1)
+    (res,) = json.loads((out / "report.json").read_text())["results"]
+    assert [r["status"] for r in res["runs"]] == ["pass", "pass"]
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [
+        "quick_pass__1p1d-mooncake-http__run1", "quick_pass__1p1d-mooncake-http__run2"]
+
+
 # ---------------------------------------------------------------- pd_cluster
 
 
