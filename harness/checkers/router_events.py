@@ -12,7 +12,8 @@ is matched to the engines' records (`harness.contract`):
 - an `engine_id` names an id the engine reported, and never clears a known one;
 - a `breaker` move goes to a state the breaker model allows then;
 - and nothing is left out: every probe the engines saw from the router, every status change its worker
-  list showed, is in its account.
+  list showed, is in its account, and each worker's status changes and breaker moves chain (each starts
+  where the one before it ended).
 A router that exposes no events has nothing to be held to here (the other contract checkers judge it).
 """
 
@@ -193,6 +194,24 @@ def _unreported_status_changes(judge: _Judge) -> None:
                                       f"{after.status} by t={after.t:.3f}; no status_change event says so")
 
 
+def _broken_chains(judge: _Judge) -> None:
+    """Each worker's account chains: a status change or breaker move starts where the one before it ended.
+    A move the router made and did not write breaks the chain at the next one."""
+    last: dict[tuple[str, str], str] = {}
+    for ev in judge.h.router_events:
+        if ev.event not in ("status_change", "breaker") or ev.worker is None:
+            continue
+        key = (ev.event, ev.worker)
+        before, now = ev.get("from"), ev.get("to")
+        if key in last and before is not None:
+            judge.judged += 1
+            if before != last[key]:
+                judge.say(ev, f"moved {ev.worker} from {before}, but its last {ev.event} event left it "
+                              f"{last[key]}: a move in between is missing")
+        if isinstance(now, str):
+            last[key] = now
+
+
 def check_router_events(history: History, exp: RouterEventsExpect | None = None) -> Verdict:
     exp = exp or RouterEventsExpect()
     if not history.router_events:
@@ -220,6 +239,7 @@ def check_router_events(history: History, exp: RouterEventsExpect | None = None)
                               f"API documents it: {', '.join(problems)}")
     _unreported_probes(judge)
     _unreported_status_changes(judge)
+    _broken_chains(judge)
     numbers = {"events": len(history.router_events), "judged": judge.judged, "slack_s": exp.slack_s}
     if judge.evidence:
         what = f"{len(judge.evidence)} router event(s) wrong (engines' records, documented shape)"

@@ -698,3 +698,14 @@ def test_a_worker_list_entry_not_of_the_documented_shape_is_recorded_once_and_ju
     v = check_router_events(h)
     assert v.status == "fail"
     assert any("showed w1 not as the worker API documents it: lacks dp_size" in e for e in v.evidence)
+
+
+def test_a_worker_s_account_must_chain_so_a_move_left_out_shows() -> None:
+    run = healthy_run()
+    breaker = {"reason": "consecutive_failures", "failures": 3, "request_id": "r1", "error": "refused"}
+    router_event(run, 3.0, "breaker", **{"from": "closed", "to": "open"}, **breaker)
+    # open -> half_open was never written: the trial's outcome starts from half_open
+    router_event(run, 4.0, "breaker", **{"from": "half_open", "to": "closed"},
+                 **{**breaker, "reason": "trial_succeeded", "error": None})
+    v = check_router_events(run.history())
+    assert any("moved w1 from half_open, but its last breaker event left it open" in e for e in v.evidence)
