@@ -40,6 +40,8 @@ EXPLAINS: dict[str, frozenset[str]] = {
     "reported_engine_id": frozenset(),
     "legs_once": frozenset({"latency"}),
 }
+# What the router says of itself (its events, its worker list): at a tie, a rule about what it decided leads.
+SELF_REPORTS = frozenset({"router_events", "reported_engine_id"})
 # One fact under two names: the strict form judges the same handoffs with no grace window, and a local
 # compute is one of the handoff problems.
 _SAME_AS = {"handoff_strict": ("handoff", None), "no_local_compute": ("handoff", "local_compute")}
@@ -242,15 +244,16 @@ def _absorbs(a: Finding, b: Finding, shows: Mapping[str, set[str]]) -> bool:
 
 
 def _merge(found: list[Finding], shows: Mapping[str, set[str]], own: dict[str, list[str]]) -> list[Finding]:
-    """Fold each finding into a larger one it is a view of (smallest first, into the largest). `own`: where
-    each led; the same problem with no side named leads where its host does."""
-    order = sorted(found, key=lambda f: (len(shows[f.signature]), f.signature))
+    """Fold each finding into a larger one it is a view of (smallest first, into the largest; at a tie, the
+    router's account of itself into a rule about what it decided). `own`: where each led; the same problem
+    with no side named leads where its host does."""
+    order = sorted(found, key=lambda f: (len(shows[f.signature]), f.checker not in SELF_REPORTS, f.signature))
     alive = list(order)
     for b in order:
         hosts = [a for a in alive if a is not b and _absorbs(a, b, shows)]
         if not hosts:
             continue
-        a = max(hosts, key=lambda f: (len(shows[f.signature]), f.signature))
+        a = max(hosts, key=lambda f: (len(shows[f.signature]), f.checker not in SELF_REPORTS, f.signature))
         a.cells.extend(c for c in b.cells if c not in a.cells)
         if b.status == "fail":
             a.status = "fail"

@@ -23,7 +23,8 @@ STATEMENTS: dict[str, str] = {
     "breaker_contract": "the circuit breaker kept out or let in a worker against its contract",
     "probe_schedule": "a worker went unprobed for longer than the probe interval allows",
     "metadata_reads": "the router read engine metadata more or less often than the contract allows",
-    "router_events": "the router reported probes or status changes the engines did not see, or left some out",
+    "router_events": "the router's own events contradict the engines' records or the contract, or leave out "
+                     "what it did",
     "engine_conduct": "an engine did not behave as vLLM does (engine side)",
     "request_contract": "requests were answered against the request contract (refused early, held past the "
                         "deadline, or a client's mistake not relayed)",
