@@ -42,7 +42,6 @@ from pdchaos.argtypes import non_negative
 EXIT_PASS = 0
 EXIT_FAIL = 1
 EXIT_UNKNOWN = 2
-EXIT_BY_STATUS = {"pass": EXIT_PASS, "fail": EXIT_FAIL, "unknown": EXIT_UNKNOWN}
 
 RUN_INFO = "run.json"
 # After an interrupt, how long the run may take to tear itself down before every group is SIGKILLed.

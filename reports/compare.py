@@ -390,8 +390,7 @@ def findings_lines(comp: Comparison) -> list[str]:
     lines: list[str] = []
     before = ""
     for label, changes in comp.findings.items():
-        lines += [line.replace("pdchaos: findings", f"pdchaos: {label}: findings", 1)
-                  for line in delta_lines(changes, before or "no router")]
+        lines += delta_lines(changes, before or "no router", whose=label)
         before = label
     return lines
 

@@ -60,12 +60,13 @@ def findings_of_folder(folder: Path) -> list[Finding]:
     return findings_of(doc if isinstance(doc, Mapping) else {}, read_results(path))
 
 
-def delta_lines(changes: Sequence[FindingChange], against: str) -> list[str]:
-    """Terminal lines: the counts, then each new and gone finding."""
+def delta_lines(changes: Sequence[FindingChange], against: str, whose: str = "") -> list[str]:
+    """Terminal lines: the counts, then each new and gone finding (`whose`: the router they are of)."""
+    head = f"pdchaos: {whose}: findings" if whose else "pdchaos: findings"
     if not changes:
-        return [f"pdchaos: findings against {against}: none in either"]
+        return [f"{head} against {against}: none in either"]
     counts = {k: sum(1 for c in changes if c.kind == k) for k in KINDS}
-    lines = [f"pdchaos: findings against {against}: " + ", ".join(f"{n} {k}" for k, n in counts.items())]
+    lines = [f"{head} against {against}: " + ", ".join(f"{n} {k}" for k, n in counts.items())]
     for c in changes:
         if c.kind != "unchanged":
             lines.append(f"  {c.kind.upper():5} {c.finding.title} ({max(c.baseline_cells, c.current_cells)} "

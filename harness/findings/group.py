@@ -97,18 +97,25 @@ def finding_class(checker: str, v: Verdict) -> str:
     return cls.strip(" :")
 
 
-def evidence_lines(v: Verdict, limit: int = EVIDENCE_LINES) -> list[str]:
-    lines = [str(e) if not isinstance(e, Mapping) else _mapping_line(e) for e in v.evidence]
+def evidence_text(item: Any) -> str:
+    """One evidence item as a line: a blame (`{side, why}`) as "<side> side: why", another mapping as its
+    first fields, anything else as text ("" for nothing)."""
+    if isinstance(item, Mapping):
+        if item.get("why"):
+            return f"{item.get('side', 'unknown')} side: {item['why']}"
+        return ", ".join(f"{k}={item[k]}" for k in list(item)[:6])
+    return str(item) if item else ""
+
+
+def sided_first(lines: Sequence[str]) -> list[str]:
+    """The lines that say which side is at fault first, the others after, in their order."""
     sided = [x for x in lines if "router side" in x or "engine side" in x]
-    picked = (sided + [x for x in lines if x not in sided])[:limit]
-    return picked or [v.reason]
+    return sided + [x for x in lines if x not in sided]
 
 
-def _mapping_line(e: Mapping[str, Any]) -> str:
-    if "why" in e:
-        side = e.get("side")
-        return f"{side} side: {e['why']}" if side in ("router", "engine") else str(e["why"])
-    return ", ".join(f"{k}={v}" for k, v in e.items())
+def evidence_lines(v: Verdict, limit: int = EVIDENCE_LINES) -> list[str]:
+    lines = [line for e in v.evidence if (line := evidence_text(e))]
+    return sided_first(lines)[:limit] or [v.reason]
 
 
 @dataclass

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.jobs import JOBS_HELP, default_jobs, jobs_arg
+from harness.races import EXIT_BY_STATUS
 from harness.usage_parser import EXIT_USAGE, UsageParser
 
-EXIT_BY_STATUS = {"pass": 0, "fail": 1, "unknown": 2}
 FAIL_ON = ("regression", "verdict", "change")
 
 _USAGE = """Run a sweep: scenarios x topologies x connectors x transports x routers x worlds x settings x

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.findings import Finding, compute_findings, verdict_signature
+from harness.findings import Finding, compute_findings, evidence_text, sided_first, verdict_signature
 from harness.result import ScenarioResult
 from harness.zoo.plan import ZooRun
 from pdchaos.bugs import BugSwitch
@@ -91,22 +91,10 @@ class ZooMatrix:
         }
 
 
-def _line(item: Any) -> str:
-    if isinstance(item, Mapping):
-        if item.get("why"):
-            return f"{item.get('side', 'unknown')} side: {item['why']}"
-        return ", ".join(f"{k}={item[k]}" for k in list(item)[:6])
-    return str(item) if item else ""
-
-
 def _evidence(verdicts: Sequence[Any]) -> str:
     """The line that names the mechanism: one that says which side is at fault if any checker has one, else
     the first evidence line, else the first reason."""
-    lines = [_line(item) for v in verdicts for item in v.evidence]
-    lines = [x for x in lines if x]
-    sided = [x for x in lines if "router side" in x or "engine side" in x]
-    if sided:
-        return sided[0]
+    lines = sided_first([line for v in verdicts for item in v.evidence if (line := evidence_text(item))])
     return lines[0] if lines else (verdicts[0].reason if verdicts else "")
 
 
