@@ -33,7 +33,10 @@ async def serve(config: EngineConfig) -> int:
             await starter
         return 0
     handle = starter.result()
-    print(f"{READY_PREFIX} {json.dumps(handle.state(), separators=(',', ':'))}", flush=True)
+    # The KV timeouts too: an incident bundle made of engine logs needs them to tell a transfer-timeout wait.
+    ready = {**handle.state(), "transfer_timeout_s": config.transfer_timeout_s,
+             "kv_abort_timeout_s": config.kv_abort_timeout_s}
+    print(f"{READY_PREFIX} {json.dumps(ready, separators=(',', ':'))}", flush=True)
     closer = asyncio.create_task(handle.wait_closed())
     await asyncio.wait({stopper, closer}, return_when=asyncio.FIRST_COMPLETED)
     if stop.is_set() and not now.is_set() and not closer.done():

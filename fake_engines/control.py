@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -16,6 +17,10 @@ from aiohttp import web
 from fake_engines.control_client import ControlError, EngineControlClient
 from fake_engines.core.engine_config import EngineConfig
 from fake_engines.engine import Engine
+
+log = logging.getLogger(__name__)
+# Starts every fault line an engine logs (the rest: the action and what it changed, as JSON).
+FAULT_LOG_PREFIX = "pdchaos fault"
 
 __all__ = ["ControlError", "ControlledEngine", "EngineControlClient", "control_app"]
 
@@ -89,7 +94,10 @@ def control_app(handle: ControlledEngine) -> web.Application:
         except OSError as exc:  # e.g. a restart whose serving port was taken while it was down
             return _fail(500, f"{type(exc).__name__}: {exc}")
 
-    def ok(changed: dict[str, Any]) -> web.Response:
+    def ok(changed: dict[str, Any], action: str) -> web.Response:
+        # One line per fault in the engine's own log: an incident bundle built from these logs sees the
+        # outage as an operator would (`pdchaos incident` reads it back).
+        log.warning("%s %s: %s", FAULT_LOG_PREFIX, action, json.dumps(changed, sort_keys=True, default=str))
         return web.json_response({"ok": True, "changed": changed, "state": handle.state()})
 
     async def state(request: web.Request) -> web.Response:
@@ -100,7 +108,7 @@ def control_app(handle: ControlledEngine) -> web.Application:
         engine_id = body.get("engine_id")
         if engine_id is not None and (not isinstance(engine_id, str) or not engine_id.strip()):
             raise ValueError("engine_id must be a non-empty string or null")
-        return ok(await handle.restart(_number(body, "down_s", 0.0), engine_id))
+        return ok(await handle.restart(_number(body, "down_s", 0.0), engine_id), "restart")
 
     async def slow_start(request: web.Request) -> web.Response:
         body = await _body(request)
@@ -108,24 +116,24 @@ def control_app(handle: ControlledEngine) -> web.Application:
             raise ValueError("refuse_s is required")
         changed = await handle.restart(_number(body, "refuse_s", 0.0))
         changed["refuse_s"] = changed.pop("down_s")
-        return ok(changed)
+        return ok(changed, "slow_start")
 
     async def crash(request: web.Request) -> web.Response:
-        return ok(handle.crash())
+        return ok(handle.crash(), "crash")
 
     async def die(request: web.Request) -> web.Response:
         body = await _body(request)
-        return ok(handle.die(_number(body, "exit_after_s", 5.0)))
+        return ok(handle.die(_number(body, "exit_after_s", 5.0)), "die")
 
     async def fault(request: web.Request) -> web.Response:
         body = await _body(request)
-        return ok(handle.engine.faults.apply_spec(body))
+        return ok(handle.engine.faults.apply_spec(body), "fault")
 
     async def clear_fault(request: web.Request) -> web.Response:
-        return ok(handle.engine.faults.clear(request.match_info["kind"]))
+        return ok(handle.engine.faults.clear(request.match_info["kind"]), "clear_fault")
 
     async def clear(request: web.Request) -> web.Response:
-        return ok(handle.engine.faults.clear_all())
+        return ok(handle.engine.faults.clear_all(), "clear")
 
     async def records(request: web.Request) -> web.Response:
         raw = request.query.get("since", "0")

@@ -36,6 +36,7 @@ from harness.suite import (
     out_folder_problem,
     select_suite,
 )
+from harness.text import one_line
 from harness.usage_parser import EXIT_USAGE, UsageParser, seed_arg
 from pdchaos.argtypes import non_negative
 
@@ -162,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
                    description="The bug zoo (see `pdchaos zoo --help`).", add_help=False)
     sub.add_parser("matrix", help="run scenarios against several routers and compare them",
                    description="The router matrix (see `pdchaos matrix --help`).", add_help=False)
+    sub.add_parser("incident", help="turn an outage's logs into a scenario and say whether it replays",
+                   description="Incident replay (see `pdchaos incident --help`).", add_help=False)
     sub.add_parser("bisect", help="find the first gateway release where a scenario's verdict changes",
                    description="Release bisect (see `pdchaos bisect --help`).", add_help=False)
     sub.add_parser("search", help="search fault schedules in simulated time, shrink failures to scenario "
@@ -658,11 +661,6 @@ def _refuse_a_folder_of_runs(folder: Path) -> None:
         raise UsageError(f"{folder} is not a run folder but holds {len(inside)} of them ({shown}): name one")
 
 
-def one_line(message: str) -> str:
-    """A usage error is one line on stderr, whatever the message it quotes spans."""
-    return " ".join(message.split())
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["zoo"]:
@@ -679,6 +677,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from harness.bisect.cli import main as bisect_main
 
         return bisect_main(args_list[1:])
+    if args_list[:1] == ["incident"]:
+        from harness.incident.cli import main as incident_main
+
+        return incident_main(args_list[1:])
     if args_list[:1] == ["engines"]:
         from harness.vllm.cli import main as engines_main
 

@@ -44,6 +44,7 @@ def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     from harness import cli
     from harness.bisect.cli import build_parser as bisect_parser
     from harness.fidelity.cli import build_parser as fidelity_parser
+    from harness.incident.cli import build_parser as incident_parser
     from harness.matrix import build_parser as matrix_parser
     from harness.search.cli import build_parser as search_parser
     from harness.sweep.cli import build_parser as sweep_parser
@@ -54,10 +55,15 @@ def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     top = cli.build_parser()
     subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
     own = {"zoo": zoo_parser, "matrix": matrix_parser, "bisect": bisect_parser, "search": search_parser,
-           "engines": engines_parser, "fidelity": fidelity_parser, "sweep": sweep_parser}
+           "engines": engines_parser, "fidelity": fidelity_parser, "sweep": sweep_parser,
+           "incident": incident_parser}
     out: list[tuple[str, argparse.ArgumentParser]] = [("pdchaos", top)]
     for name, parser in subs.choices.items():
-        out.append((f"pdchaos {name}", own[name]() if name in own else parser))
+        parser = own[name]() if name in own else parser
+        out.append((f"pdchaos {name}", parser))
+        if name == "incident":  # its verbs have their own options
+            verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            out += [(f"pdchaos incident {verb}", vp) for verb, vp in verbs.choices.items()]
     out += [("pdchaos-engine", engine_parser()), ("pdchaos-router", router_parser())]
     return out
 

@@ -58,3 +58,8 @@ def clip(text: str, width: int) -> str:
         return _words(parts[0], max(16, width - len(tail))) + tail
     rest = len(parts) - len(kept)
     return "; ".join(kept) + (f" (+{rest} more)" if rest else "")
+
+
+def one_line(message: str) -> str:
+    """A usage error is one line on stderr, whatever the message it quotes spans."""
+    return " ".join(message.split())

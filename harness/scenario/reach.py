@@ -67,6 +67,10 @@ def reach_problems(timeline: Sequence[Step], workload: Workload) -> list[str]:
             out.append(f"step {step.name!r}: cannot fire before t={floor:g} s but its deadline is "
                        f"t={step.deadline_s:g} s")
             continue
+        if workload.after_heal_s is None and floor > workload.duration_s:
+            out.append(f"step {step.name!r}: cannot fire before t={floor:g} s, after the load ends at "
+                       f"t={workload.duration_s:g} s: no request could show what it does")
+            continue
         needed = _requests_needed(step.when)
         horizon = step.deadline_s if step.deadline_s is not None else workload.duration_s
         most = max_requests_by(workload, horizon)

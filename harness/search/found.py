@@ -9,11 +9,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-import harness.scenario as scenario_module
 from harness.search.case import SearchCase
 from harness.search.execute import scenario_of
 from harness.search.signature import Signature
-from harness.search.source import to_source
+from harness.search.source import module_head, to_source
 from harness.text import clip
 
 
@@ -49,9 +48,6 @@ def render(sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCas
     shrunk_scenario = scenario_of(shrunk, bugs, name)
     shrunk_src = to_source(shrunk_scenario, names, 0)
     original_src = to_source(scenario_of(original, bugs, name + "_original"), names, 0)
-    unknown = sorted(n for n in names if n not in scenario_module.__all__)
-    if unknown:
-        raise ValueError(f"scenario classes not exported by harness.scenario: {unknown}")
     path = (path_hint or Path("found")) / file_name
     header = [
         f'"""Found by `pdchaos search` (seed {seed}): {sig.checker} fails ({sig.reason}).',
@@ -69,12 +65,7 @@ def render(sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCas
         *(["Real time (scaled settings):", f"    {replay_command(path, shrunk, 'real', router)}"]
           if "real" in shrunk_scenario.worlds else
           [f"Not in real time: {shrunk_scenario.world_notes.get('real', 'simulation only')}."]),
-        '"""',
-        "",
-        "from __future__ import annotations",
-        "",
-        f"from harness.scenario import {', '.join(sorted(names))}",
-        "",
+        *module_head(names),
         "# The shrunk schedule (timeline seconds at scaled settings):",
         *_schedule_lines(shrunk),
         f"SHRUNK = {shrunk_src}",

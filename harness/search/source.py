@@ -9,6 +9,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import harness.scenario as scenario_module
+
 INDENT = "    "
 
 
@@ -59,7 +61,25 @@ def to_source(value: Any, names: set[str], depth: int = 0) -> str:
     if isinstance(value, Mapping):
         if not value:
             return "{}"
-        body = "\n".join(f"{inner}{to_source(k, names, depth + 1)}: {to_source(v, names, depth + 1)},"
-                         for k, v in value.items())
+        body = "\n".join(
+            f"{inner}{to_source(k, names, depth + 1)}: {to_source(v, names, depth + 1)},"
+            for k, v in value.items()
+        )
         return "{\n" + body + f"\n{pad}}}"
     raise ValueError(f"cannot write {type(value).__name__} as scenario source: {value!r}")
+
+
+def module_head(names: set[str]) -> list[str]:
+    """The lines that close a scenario file's docstring and import the classes its source uses (`names`
+    from `to_source`): every one must be exported by harness.scenario, or the file would not load."""
+    unknown = sorted(n for n in names if n not in scenario_module.__all__)
+    if unknown:
+        raise ValueError(f"scenario classes not exported by harness.scenario: {unknown}")
+    return [
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        f"from harness.scenario import {', '.join(sorted(names))}",
+        "",
+    ]
