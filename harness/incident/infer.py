@@ -148,6 +148,7 @@ def _workers(b: Bundle, plan: Plan) -> _Engines:
                 name = f"{role}-{counters[role]}"
             eng.add(name, role, [_address(url)])
         counters[role] += 1
+    _unnamed_engines(b, eng, starts)
     if urls:
         scheme = urlparse(urls[0][1]).scheme
         plan.transport = "grpc" if scheme == "grpc" else "http"
@@ -177,6 +178,30 @@ def _workers(b: Bundle, plan: Plan) -> _Engines:
     elif "connector" not in plan.sources:
         plan.default("connector", "mooncake (no connector named in the bundle)")
     return eng
+
+
+def _unnamed_engines(b: Bundle, eng: _Engines, starts: list[Fact]) -> None:
+    """vLLM's logs name no engine: one per serving port, its role from its log's kv_role, named
+    `prefill-N` / `decode-N` after the engines already known."""
+    roles = {f.data["log"]: f.data["role"] for f in b.of("engine_kv") if f.data.get("role")}
+    # `[[engine]] logs = [...]`: the logs of an engine the gateway knows by another address (a proxy).
+    claimed = {
+        str(log): str(f.data["name"]) for f in b.of("engine_named") for log in f.data.get("logs") or []
+    }
+    for f in starts:
+        ports = f.data.get("ports") or []
+        if f.data.get("name") or not ports or eng.by_port(ports[0]) is not None:
+            continue
+        if owner := claimed.get(str(f.data.get("log"))):
+            eng.add(owner, eng.role[owner], [(None, p) for p in ports])
+            continue
+        role = roles.get(f.data.get("log"))
+        if role not in ("prefill", "decode"):
+            continue
+        n = len(eng.of_role(role))
+        while f"{role}-{n}" in eng.role:
+            n += 1
+        eng.add(f"{role}-{n}", role, [(None, p) for p in ports])
 
 
 def _settings(b: Bundle, plan: Plan) -> None:
@@ -281,8 +306,18 @@ def allowance_s(plan: Plan) -> float:
     """How long after a fault ends the replay waits before judging what follows it: a transfer timeout,
     and the probes to take a worker out and back in, plus one."""
     r = plan.router
+    interval = float(r["health_interval_s"] or 1.0)
     probes = int(r["failure_threshold"] or 1) + int(r["success_threshold"] or 1) + 1
-    return round(plan.transfer_timeout_s + float(r["health_interval_s"] or 1.0) * probes, 3)
+    return round(_wait_s(plan) + interval * probes, 3)
+
+
+def _wait_s(plan: Plan) -> float:
+    """The longest a handoff can hold a request up: the transfer timeout. One nobody stated shapes nothing
+    the logs show past their slowest request."""
+    if plan.sources.get("transfer_timeout_s", "").startswith("default"):
+        interval = float(plan.router["health_interval_s"] or 1.0)
+        return min(plan.transfer_timeout_s, max(plan.longest_s, interval))
+    return plan.transfer_timeout_s
 
 
 def _restarts_from_starts(b: Bundle, eng: _Engines, covered: list[PlanFault]) -> list[PlanFault]:
@@ -312,22 +347,64 @@ def _restarts_from_starts(b: Bundle, eng: _Engines, covered: list[PlanFault]) ->
                 ),
                 None,
             )
-            down_from = stop.t if stop and stop.t is not None else cur.t
-            process = prev.data.get("pid") != cur.data.get("pid")
+            # A SIGKILL logs nothing: the gateway's first failure against it says when it went down.
+            seen_down = _first_failure(b, eng, name, prev.t, cur.t)
+            down_at = stop or seen_down
+            down_from = down_at.t if down_at and down_at.t is not None else cur.t
+            # vLLM cannot restart in its process: a second start of it is a new process.
+            process = prev.data.get("pid") != cur.data.get("pid") or cur.data.get("source") == "vllm"
             params: dict[str, Any] = {"down_s": round(cur.t - down_from, 3)}
             if process:
                 params["mode"] = "process"
-            out.append(PlanFault(down_from, "Restart", name, params, cur.cite))
+            cite = f"{down_at.cite} (down), {cur.cite} (up)" if down_at else cur.cite
+            out.append(PlanFault(down_from, "Restart", name, params, cite))
     return out
 
 
-def _kube(b: Bundle, eng: _Engines) -> list[PlanFault]:
+def _first_failure(b: Bundle, eng: _Engines, name: str, after: float, before: float) -> Fact | None:
+    """The gateway's first failed probe, failed leg or NotReady of engine `name` in (after, before]."""
+    fails = [
+        f
+        for f in b.facts
+        if f.t is not None
+        and after < f.t <= before
+        and (
+            (f.kind in ("probe_failed", "leg_error") and eng.by_url(str(f.data.get("url", ""))) == name)
+            or (
+                f.kind == "worker_status"
+                and f.data["new"].lower() not in ("ready", "healthy")
+                and eng.by_url(f.data["url"]) == name
+            )
+        )
+    ]
+    return min(fails, key=lambda f: f.t or 0.0, default=None)
+
+
+def pod_engine(pod: str, eng: _Engines, named: dict[str, str]) -> str | None:
+    """The engine a pod runs: `[[engine]] pod = ...`, else an engine whose name is in the pod's (a
+    StatefulSet's `...-prefill-0`), else the only engine of the role the pod's name says."""
+    if pod in named:
+        return named[pod]
+    flat = pod.replace("-", "").replace("_", "")
+    hit = next((n for n in eng.order if n.replace("-", "") in flat), None)
+    if hit:
+        return hit
+    roles = [r for r in ("prefill", "decode") if r in pod]
+    if len(roles) == 1 and len(eng.of_role(roles[0])) == 1:
+        return eng.of_role(roles[0])[0]
+    return None
+
+
+def _kube(b: Bundle, eng: _Engines, plan: Plan) -> list[PlanFault]:
     out: list[PlanFault] = []
     killed: dict[str, Fact] = {}
+    named = {str(f.data["pod"]): str(f.data["name"]) for f in b.of("engine_named") if f.data.get("pod")}
+    unmatched: set[str] = set()
     for f in sorted(b.of("k8s"), key=lambda f: f.t or 0):
         pod = f.data["pod"]
-        name = next((n for n in eng.order if n in pod or n.replace("-", "") in pod.replace("-", "")), None)
+        name = pod_engine(pod, eng, named)
         if name is None:
+            unmatched.add(pod)
             continue
         reason, t = f.data["reason"], f.t or 0.0
         if reason in ("Killing", "OOMKilled"):
@@ -347,6 +424,9 @@ def _kube(b: Bundle, eng: _Engines) -> list[PlanFault]:
     for name, k in killed.items():
         assert k.t is not None
         out.append(PlanFault(k.t, "Crash", name, {}, k.cite))
+    plan.skipped += [
+        f"events of pod {p}: no engine matches it (name it: [[engine]] pod = ...)" for p in sorted(unmatched)
+    ]
     return out
 
 
@@ -459,6 +539,7 @@ def _load(b: Bundle, plan: Plan, faults: list[PlanFault], anchor: float | None) 
     # Long enough to see a transfer-timeout wait, short enough that a client caught in a hang is back
     # sending before the recovery window closes.
     interval = float(plan.router["health_interval_s"] or 1.0)
+    plan.longest_s = longest
     plan.deadline_s = round(max(1.5 * longest, 1.5 * plan.transfer_timeout_s, 2 * interval), 3)
     plan.duration_s = end - plan.load_start
     return reqs
@@ -538,10 +619,12 @@ def _symptoms(b: Bundle, plan: Plan, reqs: list[Fact], eng: _Engines) -> None:
             bad_answers[0].cite,
         )
     end = max((f.t or 0 for f in reqs), default=0.0)
-    tail = [f for f in reqs if (f.t or 0) >= max(last_fault + allowance, end - max(allowance, 2.0))]
+    # Refusals are not waits: what readmits a worker is its probes (a transfer timeout plays no part).
+    probes_s = allowance - _wait_s(plan)
+    tail = [f for f in reqs if (f.t or 0) >= max(last_fault + probes_s, end - max(probes_s, 2.0))]
     # Refused fast, not waits: the gateway had no worker to send to (a wait is the transfer-timeout symptom).
     refused = [f for f in tail if f.data["status"] >= 400 and (f.data["latency_s"] or 0.0) < WAIT_SHARE * tt]
-    if tail and len(refused) > len(tail) / 2 and end > last_fault + allowance:
+    if tail and len(refused) > len(tail) / 2 and end > last_fault + probes_s:
         add(
             "recovery",
             {"max_recovery_s": allowance},
@@ -598,7 +681,7 @@ def infer(b: Bundle) -> Plan:
     _settings(b, plan)
     lines = _fault_lines(b, eng)
     inferred = lines + _restarts_from_starts(b, eng, lines)
-    inferred += _kube(b, eng)
+    inferred += _kube(b, eng, plan)
     times = [f.t for f in b.facts if f.t is not None]
     year = b.options.get("year")
     zone_year = (parse_offset(str(b.options.get("utc_offset", "Z"))), int(year) if year else None)

@@ -42,6 +42,8 @@ class Plan:
     concurrency: int = 3
     chat_fraction: float = 0.2
     deadline_s: float = 6.0
+    # The slowest client request the logs show (0: none shown).
+    longest_s: float = 0.0
     faults: list[PlanFault] = field(default_factory=list)
     symptoms: list[PlanSymptom] = field(default_factory=list)
     # element -> "file:line" or "default: why"

@@ -20,7 +20,7 @@ _FAKE_FAULT = re.compile(r"^pdchaos fault (?P<action>\w+): (?P<body>\{.*\})\s*$"
 # vLLM: `INFO 12-06 09:30:46 [api_server.py:1234] message`, maybe behind a process tag `(APIServer pid=7) `.
 _VLLM_LINE = re.compile(
     r"^(?:\((?P<proc>[\w-]+) pid=(?P<pid>\d+)\)\s+)?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
-    r"(?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?)\s+\[(?P<src>[^\]]+)\]\s+(?P<msg>.*)$"
+    r"(?P<ts>(?:\d{4}-)?\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?)\s+\[(?P<src>[^\]]+)\]\s+(?P<msg>.*)$"
 )
 # vLLM's wording (0.10-0.19): the API server's and the gRPC server's listen lines.
 _VLLM_LISTEN = re.compile(
@@ -48,7 +48,8 @@ _VLLM_STOP = re.compile(
     r"died unexpectedly|Shutting down FastAPI HTTP server|Shutting down vLLM gRPC server"
     r"|EngineCore encountered a fatal error|^Shutting down\.$"
 )
-_CONNECTORS = {"MooncakeConnector": "mooncake", "MooncakeConnectorV1": "mooncake", "NixlConnector": "nixl"}
+# By the name's start: vLLM has several of each (MooncakeConnectorV1, NixlPullConnector, ...).
+_CONNECTORS = (("Mooncake", "mooncake"), ("Nixl", "nixl"))
 # A line that starts like a log line (a time, a level, a JSON object): unread, it is worth a note.
 _LOG_LIKE = re.compile(r"^\s*(?:\d{2,4}-\d{2}|\(\w+ pid=|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b|\{)")
 _ROLES = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "both"}
@@ -89,7 +90,8 @@ def _vllm_facts(m: re.Match[str], t: float | None, cite: str, name: str) -> list
         )
     kv: dict[str, Any] = {}
     if cm := _VLLM_CONNECTOR.search(msg) or _VLLM_ARGS_CONNECTOR.search(msg):
-        kv["connector"] = _CONNECTORS.get(cm.group("name"), "other")
+        named = cm.group("name")
+        kv["connector"] = next((c for prefix, c in _CONNECTORS if named.startswith(prefix)), "other")
         if "id" in cm.groupdict() and cm.group("id"):
             kv["engine_id"] = cm.group("id")
     if rm := _VLLM_ROLE.search(msg):
@@ -146,7 +148,7 @@ def read_engine_log(
                 )
             continue
         if m := _VLLM_LINE.match(line):
-            facts.extend(_vllm_facts(m, epoch(m.group("ts"), zone, year), cite, name))
+            facts.extend(_vllm_facts(m, epoch(m.group("ts").replace(",", "."), zone, year), cite, name))
             continue
         if _LOG_LIKE.match(line):
             unread += 1

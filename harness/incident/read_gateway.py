@@ -93,6 +93,8 @@ def _parse_json(line: str) -> tuple[str, str, str, str, dict[str, str]] | None:
 _START = re.compile(r"Starting router on (?P<addr>\S+) \| mode: (?P<mode>\w+) \{(?P<body>.*)")
 _PREFILL = re.compile(r'\("(?P<url>[^"]+)", (?:Some\((?P<boot>\d+)\)|None)\)')
 _DECODES = re.compile(r"decode_urls: \[(?P<list>[^\]]*)\]")
+# smg names each worker group's transport when it starts watching its load (workers registered by API).
+_GROUP_TRANSPORT = re.compile(r"load monitor for group \S+:(?:prefill|decode):(?P<transport>http|grpc)\b")
 _HEALTH_EVERY = re.compile(r"health checker for workers with (\d+(?:\.\d+)?)s interval")
 _PROBE_FAILED = (
     re.compile(r"Health probe failed worker_url=(?P<url>\S+)"),
@@ -169,6 +171,8 @@ def facts_from_message(
         )
     if m := _HEALTH_EVERY.search(msg):
         yield Fact("setting", t, cite, {"health_interval_s": float(m.group(1))})
+    if m := _GROUP_TRANSPORT.search(msg):
+        yield Fact("transport", t, cite, {"transport": m.group("transport")})
     if "Mooncake connector enabled" in msg:
         yield Fact("connector", t, cite, {"connector": "mooncake"})
     if req := _request(msg, fields):

@@ -30,6 +30,8 @@ incident.toml (every part optional; what the logs show needs no entry):
   name = "prefill-0"
   role = "prefill"           prefill or decode
   url = "grpc://10.0.0.5:8000"
+  pod = "vllm-prefill-7d9f-x2"  the Kubernetes pod that runs it, if its name does not say
+  logs = ["prefill-0.log"]  its log files, when the gateway reaches it by another address (a proxy)
 
   [[event]]                  what happened, when the logs do not say it
   at = "2026-12-06 09:30:48" a time (the zone above), or seconds after the load began (12.5)

@@ -131,6 +131,19 @@ def test_vllm_lines() -> None:
     assert facts[1].t == epoch("2026-12-06 14:20:26") and unread == 0
 
 
+def test_vllm_with_a_logging_config_that_names_the_logger() -> None:
+    """vLLM 0.32 under a logging config (the harness's): a full date, milliseconds, the logger's name."""
+    lines = [
+        "INFO 2026-12-06 14:41:47,743 [vllm.entrypoints.launchers.api_server.entry] Starting vLLM server on "
+        "http://127.0.0.1:27327",
+        "INFO 2026-12-06 14:41:45,900 [vllm.distributed.kv_transfer.kv_connector.factory] Creating v1 "
+        "connector with name: NixlPullConnector and engine_id: prefill-0-g1-c2a1317a",
+    ]
+    facts, _ = read_engine_log(list(enumerate(lines, 1)), "p.log")
+    assert facts[0].kind == "engine_start" and facts[0].t == pytest.approx(epoch("2026-12-06 14:41:47.743"))
+    assert facts[1].data["connector"] == "nixl"
+
+
 def test_vllm_time_without_a_year_needs_one() -> None:
     facts, _ = read_engine_log([(1, VLLM[1])], "v.log", year=None)
     assert facts[0].t is None
