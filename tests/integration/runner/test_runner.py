@@ -90,7 +90,8 @@ async def test_partial_read_passes_and_catches_partial_read_clears_id(tmp_path: 
 
 
 async def test_broken_router_command_gives_unknown_with_reason_and_no_leftovers(tmp_path: Path) -> None:
-    s = _scenario("prefill_restart_mooncake", duration_s=1.0)
+    # Long enough that the restart at 1.5 s is inside the load (a step after it is refused up front).
+    s = _scenario("prefill_restart_mooncake", duration_s=2.0)
     res = await run_scenario(s, "1p1d", "mooncake", "http", "cmd:false --port {port}", tmp_path, seed=1)
     assert res.status == "unknown"
     assert "error" in res.run_reason and "router" in res.run_reason.lower(), res.run_reason
