@@ -10,6 +10,7 @@ in-flight tasks that `abort` cancels. The surfaces record every call they answer
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
@@ -29,7 +30,22 @@ from fake_engines.core.wire import Message, WireError, answer_frame
 from fake_engines.fault_gate import FaultGate
 from pdchaos.jsonl import JsonlWriter
 
-__all__ = ["Arrival", "Engine", "GenRequest", "GenResult", "RequestError"]
+__all__ = ["Arrival", "Engine", "GenRequest", "GenResult", "RequestError", "kv_load_failure_line"]
+
+log = logging.getLogger(__name__)
+
+
+def kv_load_failure_line(rec: dict[str, Any]) -> str:
+    """A decode's failed KV load as vLLM's connectors word it (Mooncake 0.17+ on the decode side, NIXL
+    0.14+), so that a log reader that knows vLLM reads the fakes too."""
+    rid, error = rec["request_id"], rec.get("error") or rec["outcome"]
+    if rec["outcome"] == "timed_out":
+        error = f"Timeout waiting for P side ready. ({error})"
+    if rec["connector"] == "nixl":
+        kind = "transfer_failed" if rec["outcome"] == "failed" else "handshake_failed"
+        context = {"request_id": rid, "remote_engine_id": rec.get("remote_engine_id"), "error": error}
+        return f"NIXL transfer failure: {kind} | Context: {context}"
+    return f"pulling kv_caches for {rid} failed: {error}"
 
 T = TypeVar("T")
 
@@ -49,9 +65,15 @@ class Engine:
 
     def __init__(self, config: EngineConfig) -> None:
         self._writer = JsonlWriter(config.records)
-        self.state = EngineState(config, self.now(), on_record=self._writer.write)
+        self.state = EngineState(config, self.now(), on_record=self._on_record)
         self.faults = FaultGate(self.state.faults)
         self._inflight: dict[str, asyncio.Task[GenResult]] = {}
+
+    def _on_record(self, rec: dict[str, Any]) -> None:
+        self._writer.write(rec)
+        # Handoff records only (call records share the writer): a decode whose KV load failed.
+        if rec.get("kind") == "decode" and rec.get("outcome") in ("failed", "timed_out"):
+            log.warning("%s", kv_load_failure_line(rec))
 
     # -- views of the state (what the surfaces and tests read) ----------------------------------------------
     @property

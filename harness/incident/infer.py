@@ -507,6 +507,30 @@ def _merge(inferred: list[PlanFault], stated: list[PlanFault]) -> list[PlanFault
     return sorted(keep + stated, key=lambda f: f.at_s)
 
 
+def _clients(reqs: list[Fact], start: float, first_fault: float | None) -> int:
+    """Closed-loop clients from Little's law: requests per second times the time each client spends per
+    request (its latency and a think time). The rate is the median of the whole seconds of the log before
+    the first fault in which every request succeeded (log times are whole seconds: a window's edges would
+    be off by up to one); with none, the mean over the time before the first fault."""
+    before = [f for f in reqs if first_fault is None or (f.t or 0.0) < first_fault]
+    if not before:
+        return 3
+    lat = statistics.mean(f.data["latency_s"] or 0.0 for f in before)
+    by_second: dict[int, list[Fact]] = defaultdict(list)
+    for f in before:
+        by_second[math.floor(f.t or 0.0)].append(f)
+    whole = [
+        len(fs)
+        for sec, fs in by_second.items()
+        if sec >= start
+        and (first_fault is None or sec + 1 <= first_fault)
+        and all(f.data["status"] < 400 for f in fs)
+    ]
+    rate = statistics.median(whole) if whole else len(before) / max(1e-3, (first_fault or start + 1) - start)
+    # Rounded up: a client spends time between requests that the gateway does not log.
+    return max(1, min(32, math.ceil(rate * (lat + THINK_S))))
+
+
 def _load(b: Bundle, plan: Plan, faults: list[PlanFault], anchor: float | None) -> list[Fact]:
     """`anchor`: where incident.toml's times in seconds count from (the load's start), if it uses any."""
     reqs = [f for f in b.of("request") if f.t is not None]
@@ -517,10 +541,7 @@ def _load(b: Bundle, plan: Plan, faults: list[PlanFault], anchor: float | None) 
         first = min(reqs, key=lambda f: f.t - (f.data["latency_s"] or 0.0) if f.t else 0)
         plan.cite("load", f"{first.cite} (first request) .. {max(reqs, key=lambda f: f.t or 0).cite} (last)")
         end = max(f.t for f in reqs if f.t is not None)
-        before = [f for f in reqs if first_fault is None or (f.t or 0) < first_fault]
-        window = max(1e-3, (first_fault or end) - plan.load_start)
-        lat = statistics.mean(f.data["latency_s"] or 0.0 for f in before) if before else 0.1
-        plan.concurrency = max(1, min(32, round(len(before) / window * (lat + THINK_S))))
+        plan.concurrency = _clients(reqs, plan.load_start, first_fault)
         plan.chat_fraction = round(sum("/chat/" in f.data["path"] for f in reqs) / len(reqs), 2)
         longest = max((f.data["latency_s"] or 0.0) for f in reqs)
     else:
@@ -632,7 +653,9 @@ def _symptoms(b: Bundle, plan: Plan, reqs: list[Fact], eng: _Engines) -> None:
             f"refused, {end - last_fault:.0f} s after the last fault: a worker never back",
             refused[0].cite,
         )
-    leg_errors = [f for f in b.of("leg_error") if (f.t or 0) >= first_fault]
+    # Failed legs the gateway logged, and failed KV loads the decodes logged (a gateway that logs no request
+    # still shows its clients' failures there).
+    leg_errors = [f for f in b.of("leg_error") + b.of("kv_failure") if (f.t or 0) >= first_fault]
     if (failed or leg_errors) and not any(s.checker == "recovery" for s in plan.symptoms):
         ev = (failed or leg_errors)[0]
         n = len(failed) or len(leg_errors)

@@ -9,7 +9,7 @@ import re
 from datetime import UTC, timezone
 from typing import Any
 
-from harness.incident.facts import Fact, epoch, strip_ansi
+from harness.incident.facts import Fact, epoch, midpoint_epoch, strip_ansi
 
 READY = "PDCHAOS_ENGINE_READY"
 _FAKE_LINE = re.compile(
@@ -80,6 +80,18 @@ def _fake_ready(body: str, cite: str) -> Fact | None:
     )
 
 
+def _kv_trouble(msg: str, t: float | None, cite: str, base: dict[str, Any]) -> list[Fact]:
+    """A KV transfer that timed out or failed, in vLLM's wording (the fakes use it too)."""
+    if _VLLM_TIMEOUT.search(msg):
+        data = {**base, "message": msg[:200]}
+        if am := _VLLM_ABORT_AFTER.search(msg):
+            data["abort_timeout_s"] = float(am.group("s"))
+        return [Fact("kv_timeout", t, cite, data)]
+    if _VLLM_TRANSFER_FAIL.search(msg):
+        return [Fact("kv_failure", t, cite, {**base, "message": msg[:200]})]
+    return []
+
+
 def _vllm_facts(m: re.Match[str], t: float | None, cite: str, name: str) -> list[Fact]:
     msg = m.group("msg")
     out: list[Fact] = []
@@ -98,13 +110,7 @@ def _vllm_facts(m: re.Match[str], t: float | None, cite: str, name: str) -> list
         kv["role"] = _ROLES[rm.group("role")]
     if kv:
         out.append(Fact("engine_kv", t, cite, {**base, **kv}))
-    if _VLLM_TIMEOUT.search(msg):
-        data = {**base, "message": msg[:200]}
-        if am := _VLLM_ABORT_AFTER.search(msg):
-            data["abort_timeout_s"] = float(am.group("s"))
-        out.append(Fact("kv_timeout", t, cite, data))
-    elif _VLLM_TRANSFER_FAIL.search(msg):
-        out.append(Fact("kv_failure", t, cite, {**base, "message": msg[:200]}))
+    out += _kv_trouble(msg, t, cite, base)
     if _VLLM_STOP.search(msg):
         out.append(Fact("engine_stop", t, cite, {**base, "message": msg[:200]}))
     return out
@@ -146,9 +152,13 @@ def read_engine_log(
                         },
                     )
                 )
+            else:
+                base = {"log": name, "pid": None, "name": m.group("name")}
+                facts += _kv_trouble(m.group("msg"), t, cite, base)
             continue
         if m := _VLLM_LINE.match(line):
-            facts.extend(_vllm_facts(m, epoch(m.group("ts").replace(",", "."), zone, year), cite, name))
+            t = midpoint_epoch(m.group("ts").replace(",", "."), zone, year)
+            facts.extend(_vllm_facts(m, t, cite, name))
             continue
         if _LOG_LIKE.match(line):
             unread += 1

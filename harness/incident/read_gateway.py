@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from datetime import UTC, timezone
 from typing import Any
 
-from harness.incident.facts import Fact, epoch, strip_ansi
+from harness.incident.facts import Fact, midpoint_epoch, strip_ansi
 
 _LEVELS = "TRACE|DEBUG|INFO|WARN|WARNING|ERROR"
 _TEXT = re.compile(
@@ -220,7 +220,7 @@ def read_gateway_log(
         first = gw if gw and gw not in seen_gateway else None
         if gw:
             seen_gateway.add(gw)
-        facts.extend(facts_from_message(msg, fields, epoch(ts, zone), cite, first))
+        facts.extend(facts_from_message(msg, fields, midpoint_epoch(ts, zone), cite, first))
     return facts, others
 
 

@@ -28,7 +28,7 @@ from harness.scenario import (
     Step,
     Wedge,
 )
-from harness.scenario.defaults import SCALED_WORKLOAD
+from harness.scenario.defaults import SCALED_ROUTER, SCALED_WORKLOAD
 from harness.search.source import module_head, to_source
 
 _ACTIONS: dict[str, Any] = {
@@ -107,6 +107,11 @@ def build_scenario(plan: Plan, label: str) -> Scenario:
     if own_router.get("circuit_breaker_failures") is None:
         own_router.pop("circuit_breaker_open_s", None)
         own_router.pop("circuit_breaker_failures", None)
+    # No gateway flag sets the reference router's identity check: it keeps its scaled ratio to the probes
+    # (the production preset's 30 s would let it mint a stale id far longer than the replay allows).
+    scaled_identity = SCALED_ROUTER.identity_check_interval_s
+    if scaled_identity is not None:
+        own_router["identity_check_interval_s"] = round(scaled_identity * k, 3)
     return Scenario(
         name=scenario_name(plan, label),
         description=f"Replay of incident {label}: " + "; ".join(s.why for s in plan.symptoms) + ".",

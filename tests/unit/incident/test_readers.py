@@ -47,7 +47,8 @@ def test_smg_text_line_gives_a_request_with_status_and_latency() -> None:
     req = [f for f in facts if f.kind == "request"]
     assert len(req) == 1 and req[0].cite == "gw.log:1"
     assert req[0].data["status"] == 503 and req[0].data["latency_s"] == pytest.approx(0.382374)
-    assert req[0].t == epoch("2026-12-06 09:30:48")
+    # A whole-second time is read as the middle of its second.
+    assert req[0].t == epoch("2026-12-06 09:30:48") + 0.5
 
 
 def test_start_line_gives_workers_with_bootstrap_ports() -> None:
@@ -128,7 +129,7 @@ def test_vllm_lines() -> None:
     assert facts[0].data["role"] == "prefill" and facts[0].data["connector"] == "nixl"
     assert facts[1].data["ports"] == [8100] and facts[6].data["ports"] == [50051]
     assert facts[2].data["engine_id"] == "3f0c1234-aaaa" and facts[3].data["abort_timeout_s"] == 480.0
-    assert facts[1].t == epoch("2026-12-06 14:20:26") and unread == 0
+    assert facts[1].t == epoch("2026-12-06 14:20:26") + 0.5 and unread == 0
 
 
 def test_vllm_with_a_logging_config_that_names_the_logger() -> None:
@@ -212,3 +213,25 @@ def test_timeline_toml_and_its_errors() -> None:
         read_timeline('[[event]]\nat = 1\nwhat = "explode"\n', "incident.toml")
     with pytest.raises(IncidentError, match="not valid TOML"):
         read_timeline("[[event]\n", "incident.toml")
+
+
+def test_fake_decode_kv_failures_read_as_vllm_would() -> None:
+    """The fakes log a failed KV load in vLLM's wording; the reader takes it as it takes vLLM's."""
+    from fake_engines.engine import kv_load_failure_line
+
+    def line(connector: str, outcome: str) -> str:
+        rec = {
+            "request_id": "cmpl-1",
+            "outcome": outcome,
+            "error": "stale engine id",
+            "connector": connector,
+            "remote_engine_id": "e1",
+        }
+        return f"2026-12-06 14:18:21,856 decode-0 WARNING fake_engines.engine: {kv_load_failure_line(rec)}"
+
+    numbered = list(
+        enumerate([line("mooncake", "timed_out"), line("nixl", "failed"), line("mooncake", "failed")], 1)
+    )
+    facts, unread = read_engine_log(numbered, "d.log")
+    assert [f.kind for f in facts] == ["kv_timeout", "kv_failure", "kv_failure"] and unread == 0
+    assert facts[0].t == epoch("2026-12-06 14:18:21.856")

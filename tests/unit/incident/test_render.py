@@ -51,6 +51,8 @@ def test_production_incident_scales_to_one_second_probes(tmp_path: Path) -> None
     assert step.action == Restart("prefill-0", down_s=0.5) and step.when == At(10.0)
     own = apply_preset(scaled, PRODUCTION)
     assert own.router.health_interval_s == 60.0 and own.router.failure_threshold == 3
+    # The reference router's identity check keeps its ratio to the probes (no gateway flag sets it).
+    assert own.router.identity_check_interval_s == 60.0
     assert own.engines.transfer_timeout_s == 480.0
     assert own.timeline[0].when == At(600.0) and own.timeline[0].action.down_s == pytest.approx(30.0)
     assert [x.checker for x in scaled.expect] == ["transfer_timeout"]
