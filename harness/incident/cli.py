@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 import uuid
@@ -19,6 +20,7 @@ from harness.incident.read_notes import TIMELINE_HELP
 from harness.incident.render import build_scenario, render, scenario_name
 from harness.text import one_line
 from harness.usage_parser import EXIT_USAGE, UsageParser, seed_arg
+from harness.worlds.real.processes import mark_processes
 
 _DESCRIPTION = """\
 Turn an outage's evidence into a scenario that replays it, and say whether it replays.
@@ -139,6 +141,18 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interrupt_on_signals() -> None:
+    """SIGTERM and SIGHUP end a replay as Ctrl-C does: the run in progress tears its processes down. A signal
+    ignored when pdchaos started (nohup's SIGHUP) stays ignored."""
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, interrupt)
+
+
 def _newest_profile_release(gateway: str) -> str | None:
     from harness.routers.profiles import PROFILES
 
@@ -165,16 +179,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for line in _summary(plan):
         print(f"pdchaos: incident: {line}")
     scenario = build_scenario(plan, label)
-    result = replay(
-        scenario,
-        plan,
-        release,
-        out,
-        args.seed,
-        real=not args.no_real,
-        sim=not args.no_sim,
-        say=lambda s: print(f"pdchaos: {s}", file=sys.stderr),
-    )
+    # Every process of the runs carries this marker (one fork server for all; nothing left after).
+    mark_processes(out)
+    _interrupt_on_signals()
+    try:
+        result = replay(scenario, plan, release, out, args.seed, real=not args.no_real, sim=not args.no_sim,
+                        say=lambda s: print(f"pdchaos: {s}", file=sys.stderr))
+    except KeyboardInterrupt:
+        print(f"pdchaos: interrupted; the runs so far are under {out}", file=sys.stderr)
+        return EXIT_BY_OUTCOME["unknown"]
     bisect_line = None
     if args.bisect:
         bisect_line = _bisect(args, plan, result, release, scenario_path, out)

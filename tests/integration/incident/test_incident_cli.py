@@ -84,3 +84,19 @@ def test_each_bundle_reproduces_on_its_release(tmp_path: Path, name: str) -> Non
     out = tmp_path / "run"
     assert main(["incident", "replay", str(BUNDLES / name), "--no-sim", "--out", str(out)]) == 0
     assert json.loads((out / "incident.json").read_text())["outcome"] == REPRODUCED
+
+
+def test_sigterm_ends_a_replay_as_ctrl_c_does() -> None:
+    """SIGTERM raises KeyboardInterrupt, so the run in progress tears its processes down."""
+    import signal
+
+    from harness.incident.cli import _interrupt_on_signals
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        _interrupt_on_signals()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
