@@ -163,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
                    description="The bug zoo (see `pdchaos zoo --help`).", add_help=False)
     sub.add_parser("matrix", help="run scenarios against several routers and compare them",
                    description="The router matrix (see `pdchaos matrix --help`).", add_help=False)
+    sub.add_parser("fault", help="apply a fault to an engine started through the vLLM shim",
+                   description="Engine faults on a running shim engine (see `pdchaos fault --help`).",
+                   add_help=False)
     sub.add_parser("incident", help="turn an outage's logs into a scenario and say whether it replays",
                    description="Incident replay (see `pdchaos incident --help`).", add_help=False)
     sub.add_parser("bisect", help="find the first gateway release where a scenario's verdict changes",
@@ -677,6 +680,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from harness.bisect.cli import main as bisect_main
 
         return bisect_main(args_list[1:])
+    if args_list[:1] == ["fault"]:
+        from harness.fault_cli import main as fault_main
+
+        return fault_main(args_list[1:])
     if args_list[:1] == ["incident"]:
         from harness.incident.cli import main as incident_main
 

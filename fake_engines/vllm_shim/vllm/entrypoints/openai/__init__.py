@@ -1,0 +1,1 @@
+"""vLLM OpenAI entry point, served by a pdchaos fake engine."""
