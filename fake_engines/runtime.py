@@ -203,6 +203,20 @@ class EngineHandle:
             self.engine.state.start(self.engine.now())
             self.started_at_wall = time.time()
             await self._start_serving()
+        if self.config.role in ("decode", "both") and self.config.connector != "none":
+            self._spawn(self._log_kv_transfer_metrics())
+
+    async def _log_kv_transfer_metrics(self) -> None:
+        """vLLM's periodic stats line for KV transfers, in its wording: printed each stats interval in which a
+        decode pulled KV (PD suites read the successful count from the worker's log)."""
+        interval = float(os.environ.get("VLLM_LOG_STATS_INTERVAL", "10") or 10)
+        counts, last = self.engine.state.outcome_counts, 0
+        while True:
+            await asyncio.sleep(interval)
+            pulled = counts.get("pulled", 0)
+            if pulled > last:
+                log.info("KV Transfer metrics: Num successful transfers=%d", pulled - last)
+                last = pulled
 
     # -- faults that change the process ---------------------------------------------------------------------
     async def restart(self, down_s: float = 0.0, engine_id: str | None = None) -> dict[str, Any]:

@@ -273,6 +273,8 @@ def fake_argv(v: VllmArgs, name: str, control_port: int, records: str) -> list[s
         f"{v.abort_timeout_s:g}",
         "--control-port",
         str(control_port),
+        "--log-level",
+        "INFO",
         "--records",
         records,
     ]

@@ -90,3 +90,73 @@ def test_unknown_flag_exits_as_vllm_does(tmp_path: Path) -> None:
     )
     assert r.returncode == 2 and "api_server.py: error: unrecognized arguments: --no-such-flag" in r.stderr
     assert not (tmp_path / "reg.json").exists() or json.loads((tmp_path / "reg.json").read_text()) == {}
+
+
+def _post(port: int, body: dict) -> dict:
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_nixl_pair_logs_what_pd_suites_read(tmp_path: Path) -> None:
+    """A NIXL handoff between two shimmed engines: the decode logs vLLM's handshake line and its KV transfer
+    metrics line with the successful count (smg's e2e PD tests grep worker logs for both)."""
+    p_port, d_port, p_side, d_side = free_ports(4)
+    base = {
+        **os.environ,
+        "PYTHONPATH": str(shim_folder()),
+        "PDCHAOS_ENGINES_REGISTRY": str(tmp_path / "reg.json"),
+        "VLLM_LOG_STATS_INTERVAL": "0.5",
+    }
+    procs, logs = [], []
+    for role, port, side in (("kv_producer", p_port, p_side), ("kv_consumer", d_port, d_side)):
+        log = tmp_path / f"{role}.log"
+        argv = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            *smg_e2e_worker_args(port, role, "NixlConnector"),
+        ]
+        with log.open("wb") as out:
+            procs.append(
+                subprocess.Popen(
+                    argv,
+                    env={**base, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side)},
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        logs.append(log)
+    try:
+        for log, proc in zip(logs, procs, strict=True):
+            _wait_ready(log, proc)
+        prompt = {"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": "the cat sat on the mat"}
+        first = _post(
+            p_port,
+            {
+                **prompt,
+                "max_tokens": 1,
+                "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False},
+            },
+        )
+        second = _post(d_port, {**prompt, "max_tokens": 4, "kv_transfer_params": first["kv_transfer_params"]})
+        assert second["choices"][0]["text"]
+        deadline = time.monotonic() + 10
+        while "Num successful transfers=1" not in logs[1].read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        text = logs[1].read_text()
+        assert (
+            "NIXL compatibility check passed" in text
+            and "KV Transfer metrics: Num successful transfers=1" in text
+        )
+    finally:
+        for proc in procs:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
