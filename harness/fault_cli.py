@@ -27,8 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
         "it is found by name in the engines registry ($PDCHAOS_ENGINES_REGISTRY, else ~/.cache/pdchaos/"
         "engines.json). The answer is what changed, as JSON. `pdchaos fault --list` lists the engines.",
         epilog="actions:\n"
-        "  restart [--down-s S] [--engine-id ID]   restart on the same ports with a new engine id (vLLM's\n"
-        "                                           #2491: a Mooncake prefill back with a new id)\n"
+        "  restart [--down-s S] [--new-id | --same-id | --engine-id ID]\n"
+        "                                           restart on the same ports, by default with a new engine\n"
+        "                                           id (vLLM #2491: a Mooncake prefill back with a new id)\n"
         "  slow-start --refuse-s S                  restart whose listeners refuse connections for S s\n"
         "  crash                                    SIGKILL (the engine stays down)\n"
         "  die [--exit-after-s S]                   health turns unhealthy, the process exits S s later\n"
@@ -47,7 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("arg", nargs="?", metavar="ARG", help="the surface (wedge, slow) or fault kind (heal)")
     p.add_argument("--list", action="store_true", help="list the registered engines and exit")
     p.add_argument("--down-s", type=non_negative, default=0.0, metavar="S")
-    p.add_argument("--engine-id", default=None, metavar="ID", help="restart: the new id (default: a uuid)")
+    ident = p.add_mutually_exclusive_group()
+    ident.add_argument("--new-id", action="store_true", help="restart: with a new engine id (the default)")
+    ident.add_argument("--same-id", action="store_true", help="restart: keeping the engine id")
+    ident.add_argument("--engine-id", default=None, metavar="ID", help="restart: with this engine id")
     p.add_argument("--refuse-s", type=non_negative, default=None, metavar="S")
     p.add_argument("--exit-after-s", type=non_negative, default=5.0, metavar="S")
     p.add_argument("--ms", type=int, default=None, metavar="N")
@@ -63,7 +67,10 @@ class FaultUsage(ValueError):
 async def apply(client: EngineControlClient, args: argparse.Namespace) -> Any:
     a, arg = args.action, args.arg
     if a == "restart":
-        return await client.restart(args.down_s, args.engine_id)
+        engine_id = args.engine_id
+        if args.same_id:
+            engine_id = (await client.state())["engine_id"]
+        return await client.restart(args.down_s, engine_id)
     if a == "slow-start":
         if args.refuse_s is None:
             raise FaultUsage("slow-start needs --refuse-s S")
