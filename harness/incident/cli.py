@@ -19,7 +19,7 @@ from harness.incident.plan import Plan
 from harness.incident.read_notes import TIMELINE_HELP
 from harness.incident.render import build_scenario, render, scenario_name
 from harness.text import one_line
-from harness.usage_parser import EXIT_USAGE, UsageParser, seed_arg
+from harness.usage_parser import EXIT_USAGE, UsageParser, at_least_one, seed_arg
 from harness.worlds.real.processes import mark_processes
 
 _DESCRIPTION = """\
@@ -86,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--out", type=Path, metavar="DIR", help="default: runs/incident-<timestamp-id>")
     r.add_argument("--seed", type=seed_arg, default=0, metavar="N", help="workload seed (default 0)")
+    r.add_argument("--repeat", type=at_least_one("--repeat"), default=1, metavar="N",
+                   help="real time: run each router N times; a symptom checker that fails in some runs and "
+                   "passes in others is a race, and a race on the release counts as the symptom shown "
+                   "(default 1)")
     r.add_argument("--no-real", action="store_true", help="skip the real-time runs")
     r.add_argument("--no-sim", action="store_true", help="skip the simulated runs")
     r.add_argument(
@@ -184,7 +188,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     _interrupt_on_signals()
     try:
         result = replay(scenario, plan, release, out, args.seed, real=not args.no_real, sim=not args.no_sim,
-                        say=lambda s: print(f"pdchaos: {s}", file=sys.stderr))
+                        say=lambda s: print(f"pdchaos: {s}", file=sys.stderr), repeat=args.repeat)
     except KeyboardInterrupt:
         print(f"pdchaos: interrupted; the runs so far are under {out}", file=sys.stderr)
         return EXIT_BY_OUTCOME["unknown"]

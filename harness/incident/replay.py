@@ -13,6 +13,8 @@ from typing import Any
 
 from harness.incident.judge import WorldJudgement, judge_world, overall
 from harness.incident.plan import Plan
+from harness.parallel import repeat_dir_name
+from harness.races import fold_runs
 from harness.routers.profiles import PROFILES
 from harness.runner import Cell, cell_dir_name, run_scenario
 from harness.scenario import Scenario
@@ -40,22 +42,31 @@ class RunRecord:
     evidence: dict[str, list[str]] = field(default_factory=dict)
 
 
-async def _run(scenario: Scenario, plan: Plan, router: str, world: str, out: Path, seed: int) -> RunRecord:
+async def _run(
+    scenario: Scenario, plan: Plan, router: str, world: str, out: Path, seed: int, repeat: int = 1
+) -> RunRecord:
+    """One router in one world; in real time `repeat` runs of it, folded as `pdchaos run --repeat` folds them
+    (a checker that fails in some runs and passes in others is a race)."""
     from reports import write_reports
 
     settings = "scaled" if world == "real" else "production"
     cell = Cell(plan.topology, plan.connector, plan.transport)
-    res = await run_scenario(
-        scenario,
-        plan.topology,
-        plan.connector,
-        plan.transport,
-        router,
-        out / cell_dir_name(scenario.name, cell),
-        seed=seed,
-        world=world,
-        settings=settings,
-    )
+    runs = repeat if world == "real" else 1  # the simulation replays exactly: once is all of it
+    results = [
+        await run_scenario(
+            scenario,
+            plan.topology,
+            plan.connector,
+            plan.transport,
+            router,
+            out / repeat_dir_name(cell_dir_name(scenario.name, cell), i, runs),
+            seed=seed,
+            world=world,
+            settings=settings,
+        )
+        for i in range(1, runs + 1)
+    ]
+    res = fold_runs(results)
     write_reports([res], out)
     checks = {v.name: v.status for v in res.verdicts}
     evidence = {v.name: [str(e) for e in list(v.evidence)[:3]] for v in res.verdicts if v.status != "pass"}
@@ -71,6 +82,7 @@ def replay(
     real: bool = True,
     sim: bool = True,
     say: Callable[[str], None] = print,
+    repeat: int = 1,
 ) -> dict[str, Any]:
     """Every run, the judgement per world and overall (also written to out/incident.json)."""
     symptoms = [s.checker for s in plan.symptoms]
@@ -89,7 +101,7 @@ def replay(
         for router in (target, REFERENCE):
             folder = out / world / ("reference" if router == REFERENCE else "release")
             say(f"incident: {world}: running {router} ...")
-            rec = asyncio.run(_run(scenario, plan, router, world, folder, seed))
+            rec = asyncio.run(_run(scenario, plan, router, world, folder, seed, repeat))
             say(
                 f"incident: {world}: {router}: {rec.status}"
                 + (

@@ -17,6 +17,9 @@ from harness.incident.judge import REPRODUCED, SIM_ONLY
 pytestmark = pytest.mark.integration
 
 BUNDLES = Path(__file__).resolve().parents[2] / "data" / "incidents"
+needs_gateways = pytest.mark.skipif(
+    os.environ.get("PDCHAOS_EXTERNAL") != "1", reason="external gateway test: PDCHAOS_EXTERNAL=1"
+)
 
 
 def test_build_writes_the_scenario_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -74,9 +77,7 @@ def test_replay_needs_a_release_when_the_bundle_names_none(
 
 
 @pytest.mark.external
-@pytest.mark.skipif(
-    os.environ.get("PDCHAOS_EXTERNAL") != "1", reason="external gateway test: PDCHAOS_EXTERNAL=1"
-)
+@needs_gateways
 @pytest.mark.parametrize("name", sorted(p.name for p in BUNDLES.iterdir() if p.is_dir()))
 def test_each_bundle_reproduces_on_its_release(tmp_path: Path, name: str) -> None:
     """The issue's criterion: each bundle, made with a real release, replays as reproduced on it in real time
@@ -100,3 +101,14 @@ def test_sigterm_ends_a_replay_as_ctrl_c_does() -> None:
     finally:
         for s, h in before.items():
             signal.signal(s, h)
+
+
+@pytest.mark.external
+@needs_gateways
+def test_repeated_replay_folds_the_runs(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    bundle = BUNDLES / "smg-1.13.0-restart-between-probes"
+    assert main(["incident", "replay", str(bundle), "--no-sim", "--repeat", "2", "--out", str(out)]) == 0
+    cells = sorted(p.name for p in (out / "real" / "release").iterdir() if p.is_dir())
+    assert [c.rsplit("__", 1)[1] for c in cells] == ["run1", "run2"]
+    assert json.loads((out / "incident.json").read_text())["outcome"] == REPRODUCED
