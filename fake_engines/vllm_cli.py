@@ -26,6 +26,8 @@ VLLM_VERSION_SHOWN = "0.32.0"
 MOONCAKE_BOOTSTRAP_PORT = 8998
 NIXL_SIDE_CHANNEL_PORT = 5600
 ABORT_TIMEOUT_S = 480.0
+# vLLM's names, as fake_engines.config has them the other way round; not imported from there, because it
+# pulls in the tokenizer, and the shim must be able to say so when a bare python3 lacks it.
 CONNECTORS = {"MooncakeConnector": "mooncake", "MooncakeConnectorV1": "mooncake", "NixlConnector": "nixl"}
 ROLES = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "both"}
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 def clauses(text: str) -> list[str]:
     """`text` split at its top-level "; " (a separator inside brackets does not split)."""
@@ -58,6 +60,14 @@ def clip(text: str, width: int) -> str:
         return _words(parts[0], max(16, width - len(tail))) + tail
     rest = len(parts) - len(kept)
     return "; ".join(kept) + (f" (+{rest} more)" if rest else "")
+
+
+# SGR colour codes, as smg, vllm-router and vLLM put them in their logs.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
 
 
 def one_line(message: str) -> str:

@@ -33,6 +33,7 @@ from harness.findings import (
 )
 from harness.result import ScenarioResult
 from harness.run_folder import collect_results
+from harness.text import strip_ansi
 from pdchaos.jsonl import read_jsonl
 
 COMPARE_JSON = "compare.json"
@@ -52,7 +53,6 @@ _LOG_LINE = re.compile(
 _KEY_LINE = re.compile(r"status transition|engine id|probe failed|worker_url", re.IGNORECASE)
 _IDS = re.compile(r"(cmpl|chatcmpl|req|xfer)-[A-Za-z0-9_-]+|\b\d{2}:\d{2}:\d{2}(\.\d+)?\b|"
                   r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
@@ -203,7 +203,7 @@ def router_log_lines(path: Path, limit: int = EVIDENCE_ITEMS * 2) -> tuple[list[
     try:
         with path.open(encoding="utf-8", errors="replace") as f:
             for raw in f:
-                line = _ANSI.sub("", raw).strip()
+                line = strip_ansi(raw).strip()
                 if not line or " DEBUG " in line or " TRACE " in line or not _LOG_LINE.search(line):
                     continue
                 total += 1

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.incident.facts import Fact, IncidentError, ReadNotes
+from harness.incident.facts import Fact, IncidentError, ReadNotes, parse_offset
 from harness.incident.read_engines import looks_like_engine_log, read_engine_log
 from harness.incident.read_gateway import looks_like_gateway_log, read_gateway_log
 from harness.incident.read_notes import (
@@ -23,7 +23,6 @@ from harness.incident.read_notes import (
     read_command,
     read_kube_events,
     read_timeline,
-    zone_of,
 )
 
 # A bundle file larger than this is read up to it (the notes say so).
@@ -105,7 +104,7 @@ def read_bundle(paths: list[Path]) -> Bundle:
         else:
             texts.append((path, text))
     b.options = options
-    zone = zone_of(options)
+    zone = parse_offset(str(options.get("utc_offset", "Z")))
     engine_logs: list[tuple[Path, list[tuple[int, str]]]] = []
     for path, text in texts:
         lines = text.splitlines()

@@ -158,10 +158,11 @@ def _interrupt_on_signals() -> None:
 
 
 def _newest_profile_release(gateway: str) -> str | None:
+    from harness.routers.gateways.spec import version_key
     from harness.routers.profiles import PROFILES
 
     versions = [p.release.split("==", 1)[1] for p in PROFILES.values() if p.release.split("==")[0] == gateway]
-    return max(versions, key=lambda v: tuple(int(x) for x in v.split(".") if x.isdigit()), default=None)
+    return max(versions, key=version_key, default=None)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
 
 class IncidentError(ValueError):
     """A bundle that cannot give a scenario: one line saying what is missing."""
@@ -29,10 +27,6 @@ class ReadNotes:
 
     skipped: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)
-
-
-def strip_ansi(text: str) -> str:
-    return ANSI.sub("", text)
 
 
 def parse_offset(text: str) -> timezone:

@@ -9,7 +9,8 @@ import re
 from datetime import UTC, timezone
 from typing import Any
 
-from harness.incident.facts import Fact, epoch, midpoint_epoch, strip_ansi
+from harness.incident.facts import Fact, epoch, midpoint_epoch
+from harness.text import strip_ansi
 
 READY = "PDCHAOS_ENGINE_READY"
 _FAKE_LINE = re.compile(

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from datetime import UTC, timezone
 from typing import Any
 
-from harness.incident.facts import Fact, midpoint_epoch, strip_ansi
+from harness.incident.facts import Fact, midpoint_epoch
+from harness.text import strip_ansi
 
 _LEVELS = "TRACE|DEBUG|INFO|WARN|WARNING|ERROR"
 _TEXT = re.compile(

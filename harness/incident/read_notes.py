@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shlex
 import tomllib
-from datetime import timezone
 from typing import Any
 
 from harness.incident.facts import Fact, IncidentError, epoch
@@ -205,9 +204,3 @@ def parse_json(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return None
-
-
-def zone_of(options: dict[str, Any]) -> timezone:
-    from harness.incident.facts import parse_offset
-
-    return parse_offset(str(options.get("utc_offset", "Z")))

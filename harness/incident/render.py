@@ -29,6 +29,7 @@ from harness.scenario import (
     Wedge,
 )
 from harness.scenario.defaults import SCALED_ROUTER, SCALED_WORKLOAD
+from harness.scenario.presets import ACTION_TIMES
 from harness.search.source import module_head, to_source
 
 _ACTIONS: dict[str, Any] = {
@@ -42,7 +43,6 @@ _ACTIONS: dict[str, Any] = {
     "Heal": Heal,
     "EngineFault": EngineFault,
 }
-_TIME_PARAMS = ("down_s", "refuse_s", "exit_after_s", "grace_s")
 ROUTER_FIELDS = (
     "health_interval_s",
     "health_timeout_s",
@@ -59,7 +59,7 @@ def _scaled(v: Any, k: float) -> Any:
 
 
 def _action(f: PlanFault, k: float) -> Any:
-    params = {key: (round(float(v) / k, 3) if key in _TIME_PARAMS else v) for key, v in f.params.items()}
+    params = {key: (round(float(v) / k, 3) if key in ACTION_TIMES else v) for key, v in f.params.items()}
     return _ACTIONS[f.action](f.target, **params)
 
 

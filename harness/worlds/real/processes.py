@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.text import strip_ansi
 from harness.worlds.real.forkserver_client import ForkServerClient, ForkServerSlot, forkable
 from harness.worlds.real.log_cap import LogCap, cap_log, log_cap_from_env
 from harness.worlds.real.reaper import forget_group, watch_group
@@ -62,7 +63,6 @@ _LOG_TAIL_BYTES = 4000
 # A process that dies with a long backtrace (a Rust panic, a Python traceback) puts the reason far above the
 # log's last lines: this much of the log is searched for it.
 _EXIT_SEARCH_BYTES = 64_000
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Backtrace frames (Rust: "  12: symbol", "      at file.rs:1:2") say where, not why.
 _FRAME = re.compile(r"^\s+(\d+: |at )")
 # What says why, most telling first: a panic, an exception's last line, a fatal or error log line.
@@ -107,7 +107,7 @@ def exit_summary(text: str, lines: int = 5) -> str:
     """Why a process died, from its log: the last line that says so (a panic, else an exception, else a
     fatal or error line) and the line after it, else the last `lines` lines; colour codes and backtrace
     frames left out."""
-    kept = [ln.strip() for ln in _ANSI.sub("", text).splitlines() if ln.strip() and not _FRAME.match(ln)]
+    kept = [ln.strip() for ln in strip_ansi(text).splitlines() if ln.strip() and not _FRAME.match(ln)]
     for why in _WHY:
         hits = [i for i, line in enumerate(kept) if why.search(line)]
         if hits:
