@@ -11,6 +11,8 @@ is matched to the engines' records (`harness.contract`):
 - a `metadata_read` read complete needs a read the engine answered, one read failed an engine that did not;
 - an `engine_id` names an id the engine reported, and never clears a known one;
 - a `breaker` move goes to a state the breaker model allows then;
+- a `dispatch` names workers of the roles its legs need, a status that fits its outcome, and the engines
+  that served its minted transfer (and the remote engine id the decode got);
 - and nothing is left out: every probe the engines saw from the router, every status change its worker
   list showed, is in its account, and each worker's status changes and breaker moves chain (each starts
   where the one before it ended).
@@ -27,7 +29,7 @@ from harness.checkers._common import cap
 from harness.checkers.breaker_contract import BreakerTimeline, breaker_timeline
 from harness.contract.breaker_model import CLOSED, HALF, OPEN, BreakerRules
 from harness.contract.event_schema import event_problems
-from harness.contract.evidence import EngineView, reported_ids
+from harness.contract.evidence import EngineView, Leg, reported_ids
 from harness.contract.reach import Window
 from harness.contract.settings import ID_READ_CALLS
 from harness.contract.status_model import STATUSES, Outcome
@@ -66,6 +68,7 @@ class _Judge:
         # The router's events are read on a poll: what it did after the last one read is not in them yet.
         self.horizon = max((ev.at for ev in history.router_events), default=0.0) - slack
         self._breakers: dict[str, BreakerTimeline] = {}
+        self._by_transfer: dict[str, list[Leg]] | None = None
 
     def say(self, ev: RouterEvent, what: str) -> None:
         self.evidence.append(f"router side: its {ev.event} event at t={ev.at:.3f} {what}")
@@ -84,13 +87,15 @@ class _Judge:
     def probe(self, ev: RouterEvent, engine: str) -> None:
         timeout = self.view.contract.probe_timeout_s
         calls, a, b = self._calls(engine, self.view.contract.probe_calls, ev)
-        if _inside(self.windows[engine], a, b):
+        ok = bool(ev.get("ok"))
+        # A failed probe may have been failed by a fault at any moment of its life, not only as it began: an
+        # answer still on its way back when a link wedges never arrives.
+        if _inside(self.windows[engine], a, b if ok else ev.at + self.slack):
             return
         self.judged += 1
         outcomes = {probe_outcome(ProbeSeen(c.at, c.duration_s or 0.0,
                                             c.status == 200 and c.detail.get("healthy", True) is not False),
                                   timeout) for c in calls}
-        ok = bool(ev.get("ok"))
         if ok and not outcomes & {Outcome.OK, Outcome.EITHER}:
             what = "never saw it" if not calls else "did not answer it healthy in time"
             self.say(ev, f"counted {engine} healthy, but {engine} {what}")
@@ -112,7 +117,10 @@ class _Judge:
             return  # over HTTP only a Mooncake prefill has an id to read (its bootstrap `/query`)
         read = ev.get("read")
         calls, a, b = self._calls(engine, ID_READ_CALLS, ev)
-        if read not in ("complete", "partial", "error", "timeout") or _inside(self.windows[engine], a, b):
+        life_end = b if read == "complete" else ev.at + self.slack  # as a failed probe's (above)
+        if read not in ("complete", "partial", "error", "timeout"):
+            return
+        if _inside(self.windows[engine], a, life_end):
             return
         self.judged += 1
         answered = [c for c in calls if c.status == 200]
@@ -134,6 +142,38 @@ class _Judge:
                     if c.at <= ev.at + self.slack for i in reported_ids(c)}
         if new not in reported:
             self.say(ev, f"took id {new} for {engine}, which it never reported")
+
+    def dispatch(self, ev: RouterEvent) -> None:
+        """A dispatch names the workers its legs ran on, the status the client got for its outcome, and (with
+        a minted transfer id) the engines that served that transfer and the id the decode was sent."""
+        status, outcome = ev.get("status"), ev.get("outcome")
+        if outcome in ("ok", "decode_stream_failed") and status != 200:
+            self.say(ev, f"says {outcome} with status {status} (the client got 200 then)")
+        if outcome in ("prefill_failed", "decode_failed") and not (isinstance(status, int) and status >= 400):
+            self.say(ev, f"says {outcome} with status {status} (a failed leg is answered as an error)")
+        named: dict[str, str | None] = {}
+        for role in ("prefill", "decode"):
+            url = ev.get(f"{role}_url")
+            named[role] = self.by_url.get(str(url)) if url else None
+            if named[role] is not None and self.view.roles.get(str(named[role])) not in (role, "both"):
+                self.say(ev, f"names {named[role]} ({self.view.roles.get(str(named[role]))}) as its {role}")
+        xfer = ev.get("transfer_id")
+        if not xfer:
+            return
+        if self._by_transfer is None:
+            self._by_transfer = {}
+            for leg in self.view.legs():
+                if leg.transfer_id:
+                    self._by_transfer.setdefault(leg.transfer_id, []).append(leg)
+        for leg in self._by_transfer.get(str(xfer), []):
+            want = named.get(leg.kind)
+            if want is not None and leg.engine != want:
+                self.say(ev, f"names {want} as its {leg.kind}, but {leg.engine} served transfer {xfer}")
+            sent = ev.get("remote_engine_id")
+            if leg.kind == "decode" and sent and leg.remote_engine_id and \
+                    base_engine_id(leg.remote_engine_id) != base_engine_id(str(sent)):
+                self.say(ev, f"says it sent remote engine id {sent}, but {leg.engine} got "
+                             f"{leg.remote_engine_id} for transfer {xfer}")
 
     def breaker(self, ev: RouterEvent, engine: str) -> None:
         c = self.view.contract
@@ -229,6 +269,9 @@ def check_router_events(history: History, exp: RouterEventsExpect | None = None)
         judge.judged += 1
         for problem in event_problems(ev.event, ev.fields):
             judge.say(ev, problem)
+        if ev.event == "dispatch":
+            judge.dispatch(ev)
+            continue
         handle = handlers.get(ev.event or "")
         engine = judge.engine(ev)
         if handle is not None and engine is not None:

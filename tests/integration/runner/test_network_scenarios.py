@@ -37,7 +37,9 @@ def _scenario(name: str) -> Scenario:
 
 
 def _explain(result: Any) -> str:
-    return f"{result.run_reason}\n" + "\n".join(f"{v.status} {v.name}: {v.reason}" for v in result.verdicts)
+    lines = [f"{v.status} {v.name}: {v.reason}"
+             + "".join(f"\n    {e}" for e in v.evidence[:5] if v.status != "pass") for v in result.verdicts]
+    return f"{result.run_reason}\n" + "\n".join(lines)
 
 
 def _records(result: Any, kind: str) -> list[dict[str, Any]]:
