@@ -101,6 +101,7 @@ class RequestView:
     text_ok: bool | None = None
     timed_out: bool = False
     mistake: str | None = None  # the client's mistake it carried (None: a right request)
+    body_problem: str | None = None  # what keeps its error answer's body from the documented shape
 
     @property
     def completed(self) -> bool:
@@ -401,6 +402,8 @@ class History:
             text_ok = r.get("text_ok")
             v.text_ok = None if text_ok is None else bool(text_ok)
             v.timed_out = bool(r.get("timed_out"))
+            problem = r.get("body_problem")
+            v.body_problem = problem if isinstance(problem, str) else None
         elif kind == "fault_applied":
             fv = self._fault(r)
             fv.kind = r.get("kind")

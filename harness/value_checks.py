@@ -34,6 +34,22 @@ def one_of(values: frozenset[str], null: bool = False) -> Check:
     return lambda v: (null and v is None) or v in values
 
 
+def error_body_problem(body: Any) -> str | None:
+    """What keeps an error answer's body from the OpenAI shape `{"error": {"message", "type", "code"}}`
+    (CONTRACTS §2): None when it has it. A client reads the message to learn what went wrong and the type
+    to tell its own mistake from the server's."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        return "its body is not a JSON object with an `error` object"
+    for name in ("message", "type"):
+        if not text(err.get(name)):
+            return f"its error.{name} is {err.get(name)!r}, not a text"
+    code = err.get("code")
+    if not (code is None or (isinstance(code, str | int) and not isinstance(code, bool))):
+        return f"its error.code is {code!r}"
+    return None
+
+
 def object_or_null(v: Any) -> bool:
     return v is None or isinstance(v, dict)
 

@@ -88,3 +88,13 @@ def stream_text(body: str | bytes | Iterable[str], chat: bool) -> tuple[str, str
         if piece:
             text.append(piece)
     return "".join(text), error, parsed.done
+
+
+def error_text(body: Any, raw: bytes) -> str:
+    """What a client makes of an error answer: `code: message`, else the start of the raw body."""
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        e = body["error"]
+        code = e.get("code")
+        msg = e.get("message")
+        return f"{code}: {msg}" if code else str(msg)
+    return raw[:200].decode("utf-8", "replace") or "empty body"

@@ -15,14 +15,14 @@ class RouterError(Exception):
         self.status = status
         self.code = code
         self.message = message
-        self.type = type_ or ("invalid_request_error" if status < 500 else "server_error")
+        self.type = type_
 
     @classmethod
     def from_answer(cls, answer: ErrorAnswer) -> RouterError:
         return cls(answer.status, answer.code, answer.message, answer.type)
 
     def body(self) -> dict[str, dict[str, str]]:
-        return {"error": {"message": self.message, "type": self.type, "code": self.code}}
+        return ErrorAnswer(self.status, self.code, self.message, self.type).body()
 
     def response(self) -> web.Response:
         return web.json_response(self.body(), status=self.status)

@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.value_checks import Check, flag, one_of, seconds, shape_problems, text, whole
+from harness.value_checks import Check, flag, one_of, seconds, shape_problems, text, text_or_null, whole
 
 STATUSES = frozenset({"pending", "ready", "not_ready", "failed", "draining", "removed"})
+CONNECTORS = frozenset({"mooncake", "nixl", "none"})
+DISPATCH_OUTCOMES = frozenset({"ok", "prefill_failed", "decode_failed", "decode_stream_failed"})
 READ_OUTCOMES = frozenset({"id", "no_id", "error", "timeout"})
 RAW_READS = frozenset({"complete", "partial", "error", "timeout"})
 BREAKER_STATES = frozenset({"closed", "open", "half_open"})
@@ -41,7 +43,14 @@ FIELDS: dict[str, dict[str, Check]] = {
                 "reason": one_of(BREAKER_REASONS), "failures": whole, "request_id": _id_or_null,
                 "error": _id_or_null},
     "mint_skipped": {**_WHERE, "reason": one_of(MINT_SKIPPED_REASONS), "request_id": text},
-    "dispatch": {"request_id": text, "decode": text, "status": whole},
+    "dispatch": {"request_id": text, "prefill": _id_or_null, "decode": text,
+                 "connector": one_of(CONNECTORS, null=True), "transfer_id": _id_or_null,
+                 "remote_engine_id": _id_or_null, "status": whole},
+}
+# Compatible extensions (CONTRACTS §2): absent is fine, present must be as documented.
+OPTIONAL: dict[str, dict[str, Check]] = {
+    "dispatch": {"prefill_url": text, "decode_url": text, "outcome": one_of(DISPATCH_OUTCOMES),
+                 "error": text_or_null, "retried_from": lambda v: isinstance(v, list) and all(map(text, v))},
 }
 
 
@@ -66,7 +75,7 @@ def event_problems(kind: str | None, fields: Mapping[str, Any]) -> list[str]:
     checks = FIELDS.get(str(kind))
     if checks is None:
         return [f"has a type the contract does not document ({kind!r})"]
-    out = shape_problems(checks, fields)
+    out = shape_problems(checks, fields, OPTIONAL.get(str(kind)))
     if out:
         return out
     if kind == "metadata_read" and fields["outcome"] not in OUTCOMES_OF_READ[fields["read"]]:

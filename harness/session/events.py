@@ -72,6 +72,8 @@ class RequestDone:
     latency_s: float = 0.0
     ttft_s: float | None = None
     timed_out: bool = False
+    # An error answer's body not of the documented shape (`harness.value_checks.error_body_problem`).
+    body_problem: str | None = None
 
 
 @dataclass(frozen=True)

@@ -390,10 +390,7 @@ class ScenarioSession:
                 self._events_poll_at = None
             else:
                 for rev in ev.events:
-                    # Dispatch events are one per request (the engines' records say more); probes are kept:
-                    # the probe-starvation checker needs them.
-                    if rev.get("type") != "dispatch":
-                        h.router_event(rev)
+                    h.router_event(rev)
                 self._events_cursor = max(self._events_cursor, ev.next)
                 self._events_poll_at = now + self._events_poll_s
             if self.phase is Phase.FINAL_EVENTS:
@@ -649,7 +646,7 @@ class ScenarioSession:
         self._h.request_completed(
             plan.seq, plan.tag, status=ev.status, ok=ev.ok, latency_s=round(ev.latency_s, 6),
             ttft_s=None if ev.ttft_s is None else round(ev.ttft_s, 6), error=ev.error, text_ok=text_ok,
-            timed_out=ev.timed_out,
+            timed_out=ev.timed_out, **({"body_problem": ev.body_problem} if ev.body_problem else {}),
         )
         if client is not None:
             think = self.scenario.workload.think_time_s

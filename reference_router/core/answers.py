@@ -14,7 +14,13 @@ class ErrorAnswer:
     status: int
     code: str
     message: str
-    type: str | None = None  # None: the shell's default for the status
+    type: str | None = None  # None: the default for the status (`body`)
+
+    def body(self) -> dict[str, dict[str, str]]:
+        """The JSON body the client gets: a 4xx is the client's (`invalid_request_error`), the rest the
+        server's (`server_error`) unless a type is named."""
+        kind = self.type or ("invalid_request_error" if self.status < 500 else "server_error")
+        return {"error": {"message": self.message, "type": kind, "code": self.code}}
 
 
 @dataclass(frozen=True)

@@ -485,13 +485,13 @@ class DispatchFlow:
         out = out if out is not None else self._take()
         idle = self._release_all()
         out.extend(self._take())
-        backoff = None if error is None else self._retry_backoff_s(error.status)
-        if backoff is not None:
-            self._phase = _Phase.BACKOFF
-            assert error is not None
-            out.warn(f"request {self.request_id} failed ({error.status}): running it again whole in "
-                     f"{backoff:.3f} s (attempt {self.attempts + 1})")
-            return Backoff(backoff, out, idle)
+        if error is not None and not self._bugs.isdisjoint((RETRY_FAILED_REQUESTS, RETRY_TRANSPORT_FAILURES)):
+            backoff = self._retry_backoff_s(error.status)
+            if backoff is not None:
+                self._phase = _Phase.BACKOFF
+                out.warn(f"request {self.request_id} failed ({error.status}): running it again whole in "
+                         f"{backoff:.3f} s (attempt {self.attempts + 1})")
+                return Backoff(backoff, out, idle)
         self._phase = _Phase.DONE
         return Answer(error, out, idle, as_200=error is not None and self._as_200())
 

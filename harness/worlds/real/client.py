@@ -12,7 +12,8 @@ import aiohttp
 
 from harness.session.events import RequestDone
 from harness.session.requests import RequestPlan
-from pdchaos.sse import choice_text, stream_text
+from harness.value_checks import error_body_problem
+from pdchaos.sse import choice_text, error_text, stream_text
 
 
 class RouterClient:
@@ -42,7 +43,8 @@ class RouterClient:
             if task is not None:
                 self._tasks.discard(task)
         return RequestDone(plan.seq, status=out["status"], ok=out["ok"], text=out["text"], error=out["error"],
-                           latency_s=time.monotonic() - t0, ttft_s=out["ttft_s"], timed_out=timed_out)
+                           latency_s=time.monotonic() - t0, ttft_s=out["ttft_s"], timed_out=timed_out,
+                           body_problem=out.get("body_problem"))
 
     def cancel_all(self) -> None:
         for t in list(self._tasks):
@@ -64,7 +66,8 @@ class RouterClient:
                 except (json.JSONDecodeError, UnicodeDecodeError):
                     body = None
                 if resp.status != 200:
-                    out["error"] = _error_text(body, raw)
+                    out["error"] = error_text(body, raw)
+                    out["body_problem"] = error_body_problem(body)
                     return
                 text = choice_text(body, plan.chat, streaming=False)
                 out["text"] = text
@@ -89,12 +92,3 @@ def _finish_stream(out: dict[str, Any], text: str, err: str | None, done: bool) 
         out["ok"], out["error"] = False, "stream ended without [DONE]"
     else:
         out["ok"] = True
-
-
-def _error_text(body: Any, raw: bytes) -> str:
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        e = body["error"]
-        code = e.get("code")
-        msg = e.get("message")
-        return f"{code}: {msg}" if code else str(msg)
-    return raw[:200].decode("utf-8", "replace") or "empty body"

@@ -24,9 +24,11 @@ from harness.routers.reference import reference_config
 from harness.scenario import RouterSettings
 from harness.scenario.links import LinkRef
 from harness.session.requests import RequestPlan
+from harness.value_checks import error_body_problem
 from harness.worlds.sim.cell import CellView
 from harness.worlds.sim.engine import SimEngine, StreamMarks
 from harness.worlds.sim.network import HOP_S, CallResult, Reply, SimNetwork, wait, wait_event
+from pdchaos.sse import error_text
 from reference_router.core import (
     ID_READ_POLL_S,
     Answer,
@@ -78,6 +80,7 @@ class ClientAnswer:
     error: str | None = None
     ttft_s: float = 0.0
     latency_s: float = 0.0
+    body_problem: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -141,8 +144,7 @@ class SimRouter:
 
     def record(self, effects: Effects) -> None:
         for ev in effects.events:
-            if ev.type != "dispatch":
-                self._emit(ev.type, **ev.fields)
+            self._emit(ev.type, **ev.fields)
 
     def _api(self, worker: Worker) -> dict[str, Any]:
         """The worker API record, as this router's switches show it."""
@@ -560,9 +562,10 @@ def _rejected(reject: Reject, transport: str) -> LegError:
 
 
 def _error_answer(answer: ErrorAnswer, elapsed: float) -> ClientAnswer:
-    return ClientAnswer(
-        answer.status, None, f"{answer.code}: {answer.message}", ttft_s=elapsed, latency_s=elapsed
-    )
+    """The answer as the client reads the body the reference router's shell sends (`ErrorAnswer.body`)."""
+    body = answer.body()
+    return ClientAnswer(answer.status, None, error_text(body, b""), ttft_s=elapsed, latency_s=elapsed,
+                        body_problem=error_body_problem(body))
 
 
 def is_role(worker: Worker, role: Role) -> bool:

@@ -367,6 +367,7 @@ class SimWorld(World):
                     error=answer.error,
                     latency_s=answer.latency_s,
                     ttft_s=answer.ttft_s,
+                    body_problem=answer.body_problem,
                 )
             )
         except simpy.Interrupt as why:

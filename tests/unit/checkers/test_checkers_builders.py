@@ -121,6 +121,7 @@ class HB:
         deadline: float = 5.0,
         timed_out: bool = False,
         complete: bool = True,
+        body_problem: str | None = None,
     ) -> str:
         """One request (invoked at t, completed at t + latency); returns its tag."""
         self.seq += 1
@@ -136,6 +137,7 @@ class HB:
                 text_ok=text_ok if 200 <= status < 300 else None,
                 timed_out=timed_out,
                 error=None if status == 200 else f"status {status}",
+                **({"body_problem": body_problem} if body_problem else {}),
             )
         return tag
 

@@ -486,6 +486,32 @@ def test_a_client_error_an_engine_refused_reaches_the_client_as_its_own() -> Non
         assert v.numbers["client_errors"] == 1
 
 
+def test_an_error_answer_without_the_documented_body_is_a_violation() -> None:
+    run = healthy_run()
+    run.hb.request(1.0, 0.02, status=503)
+    tag = run.hb.request(2.0, 0.02, status=502, body_problem="its error.message is None, not a text")
+    v = check_request_contract(run.history())
+    assert v.status == "fail" and v.numbers["error_answers"] == 2
+    assert v.evidence == [f"router side: {tag} got 502, but its error.message is None, not a text"]
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    ({"error": {"message": "no Ready decode worker", "type": "server_error", "code": "no_available_workers"}},
+     None),
+    ({"error": {"message": "bad", "type": "invalid_request_error", "code": 400}}, None),
+    ({"error": {"message": None, "type": "server_error", "code": "x"}}, "error.message is None"),
+    ({"error": {"message": "m", "code": "x"}}, "error.type is None"),
+    ({"error": {"message": "m", "type": "t", "code": [1]}}, "error.code is [1]"),
+    ({"error": "no workers"}, "not a JSON object with an `error` object"),
+    (None, "not a JSON object with an `error` object"),
+])
+def test_the_error_body_shape(body: Any, problem: str | None) -> None:
+    from harness.value_checks import error_body_problem
+
+    got = error_body_problem(body)
+    assert (got is None) if problem is None else (problem in str(got)), got
+
+
 def test_the_router_answers_within_its_own_deadline_when_the_client_waits_longer() -> None:
     run = healthy_run()  # request timeout 8 s: its deadline is 16 s (prefill and decode legs)
     run.hb.request(1.0, 17.0, status=504, deadline=30.0)
@@ -653,6 +679,48 @@ def test_an_event_not_of_its_documented_shape_is_a_violation(kind: str, fields: 
     router_event(run, 3.5, kind, **fields)
     v = check_router_events(run.history())
     assert v.status == "fail" and any(words in e for e in v.evidence), v.evidence
+
+
+def _dispatch(run: Run, t: float, tag: str, **fields: Any) -> None:
+    run.hb.at(t).router_event({
+        "type": "dispatch", "ts": WALL0 + t, "request_id": f"req-{tag}", "prefill": "w1", "decode": "w2",
+        "prefill_url": "http://p0", "decode_url": "http://d0", "connector": "mooncake",
+        "transfer_id": f"xfer-{tag}", "remote_engine_id": "A", "status": 200, "outcome": "ok", "error": None,
+        **fields})
+
+
+def test_a_dispatch_account_that_agrees_with_the_legs_passes() -> None:
+    run = healthy_run()
+    _dispatch(run, 1.1, run.pd(1.0))
+    v = check_router_events(run.history())
+    assert v.status == "pass", v.evidence
+
+
+@pytest.mark.parametrize(("fields", "words"), [
+    ({"decode_url": "http://p0"}, "names prefill-0 (prefill) as its decode"),
+    ({"status": 502}, "says ok with status 502"),
+    ({"outcome": "decode_failed"}, "says decode_failed with status 200"),
+    ({"remote_engine_id": "Z"}, "says it sent remote engine id Z, but decode-0 got A"),
+    ({"prefill": None, "transfer_id": 7}, "has transfer_id=7"),
+    ({"outcome": "lost"}, "has outcome='lost'"),
+])
+def test_a_dispatch_account_the_legs_contradict_is_a_violation(fields: dict[str, Any], words: str) -> None:
+    run = healthy_run()
+    _dispatch(run, 1.1, run.pd(1.0), **fields)
+    v = check_router_events(run.history())
+    assert v.status == "fail" and any(words in e for e in v.evidence), v.evidence
+
+
+def test_a_dispatch_naming_another_prefill_than_served_its_transfer_is_a_violation() -> None:
+    run = healthy_run()
+    tag = run.pd(1.0)
+    run.hb.engine(0.0, "prefill-1", "B", "prefill", "http://p1")
+    _dispatch(run, 1.1, tag, prefill_url="http://p1")
+    h = run.history()
+    h.settings["engines_layout"]["prefill-1"] = {"role": "prefill", "url": "http://p1"}
+    v = check_router_events(h)
+    assert v.status == "fail" and any("names prefill-1 as its prefill, but prefill-0 served" in e
+                                      for e in v.evidence), v.evidence
 
 
 def test_events_of_the_documented_shape_pass_the_schema() -> None:
