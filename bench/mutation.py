@@ -163,6 +163,21 @@ def mutant_diff(copy: Path, path: str, name: str) -> str:
     return done.stdout.decode(errors="replace")
 
 
+def _rejudged(results_file: Path, core: str, names: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The mutants a `--results` file recorded as surviving the suite and the search, where the code still
+    has them (a mutant of a function that changed since is renamed or gone: it is named and skipped)."""
+    try:
+        recorded = json.loads(results_file.read_text())["cores"][core]["mutants"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"--rejudge {results_file}: not a --results file of core {core} ({exc})") from exc
+    wanted = {n for n, f in recorded.items() if f.get("suite") == "pass" and f.get("search") != "fail"}
+    chosen = [(path, n) for path, n in names if n in wanted]
+    gone = sorted(wanted - {n for _, n in chosen})
+    print(f"{core}: rejudging {len(chosen)} survivors of {results_file} ({len(recorded)} judged there)"
+          + (f"; no longer in the code: {', '.join(gone)}" if gone else ""), flush=True)
+    return chosen
+
+
 def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> int:
     """Sample each core's mutants and judge them with the scenario suite, then the search."""
     from mutation_suite import (
@@ -195,8 +210,11 @@ def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> in
     for core in cores:
         t0 = time.monotonic()
         names = sorted((path, n) for path, codes in by_file.items() if core_of(path) == core for n in codes)
-        random.Random(args.seed).shuffle(names)
-        chosen = names[: args.max_mutants or 300]
+        if args.rejudge is not None:
+            chosen = _rejudged(args.rejudge, core, names)
+        else:
+            random.Random(args.seed).shuffle(names)
+            chosen = names[: args.max_mutants or 300]
         tally = SuiteTally(core)
         for i, (path, name) in enumerate(chosen, 1):
             suite = run_presets(copy, name, limit, presets)
@@ -248,6 +266,9 @@ def main() -> int:
     ap.add_argument("--max-mutants", type=int, metavar="N",
                     help="run a random sample of N mutants (seeded by --seed) instead of all of them")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rejudge", type=Path, metavar="RESULTS",
+                    help="--judge suite: judge again only the survivors a --results file of an earlier run "
+                         "recorded (its sample, after a change to the checkers or scenarios)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="parallel workers (default: cpus)")
     ap.add_argument("--timeout-multiplier", type=float, default=5.0,
                     help="per-mutant CPU limit factor over its tests' clean time (default 5)")
@@ -281,6 +302,8 @@ def main() -> int:
         copy_checkout(copy)
         configure(copy, cores, args.paths, args)
         run_argv = ["run", "--max-children", str(args.jobs)]
+        if args.rejudge is not None and args.judge != "suite":
+            ap.error("--rejudge needs --judge suite")
         if args.judge == "suite":
             run_mutmut(copy, [*run_argv, "pdchaos_no_such_mutant*"], log, args.wall_limit)
             return judge_by_suite(copy, cores, args)
