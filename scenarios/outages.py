@@ -124,12 +124,42 @@ SCENARIOS = [
         ),
     ),
     Scenario(
+        name="sole_decode_down",
+        # The decode side of sole_prefill_down (a contract workout: no Ready decode while prefills are up).
+        tags=("default",),
+        suite_worlds=("sim",),
+        suite_topologies=("2p1d",),
+        suite_connectors=("mooncake",),
+        description="The only decode crashes while the prefills stay up: requests get a prompt 503 (not a "
+        "prefill leg whose KV nobody pulls, not a hang) while it is down; it is respawned on the same "
+        "address 2 s later and must rejoin at once, its circuit breaker re-admitting it with its probes.",
+        bugs=("zoo-8", "zoo-6"),
+        catches=("failed_terminal", "no_worker_404", "breaker_no_readmit"),
+        topologies=("1p1d", "2p1d"),
+        connectors=("mooncake", "nixl"),
+        router=_BREAKER_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=_LONGER,
+        timeline=(
+            Step("crash", Crash("decode-0"), At(1.5)),
+            Step("respawn", Respawn("decode-0"), At(3.5)),
+        ),
+        expect=(
+            *CORE_EXPECT,
+            Expect("prompt_503", {"max_503_latency_s": 1.0, "kinds": ["crash"]}),
+            Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["crash"]}),
+            Expect("handoff", {"grace_s": 2.5}),
+        ),
+    ),
+    Scenario(
         name="property_update_keeps_handoff",
         tags=("default",),
         suite_topologies=("1p1d",),
         description="Labels and priority of the prefill and the decode are updated through the worker API "
         "mid-traffic. The update must keep the KV transfer config (connector, bootstrap port, engine id): "
-        "handoffs go on without a single recompute.",
+        "handoffs go on without a single recompute. Three mistaken updates (a priority that is not an "
+        "integer, labels that are not text, a connector no update may change) must each be refused with "
+        "a 4xx naming the field, and change nothing.",
         bugs=("zoo-7",),
         catches=("patch_drops_kv_config",),
         topologies=ALL_SHAPES,
@@ -140,9 +170,13 @@ SCENARIOS = [
         timeline=(
             Step("patch_prefill", PatchWorker("prefill-0", {"labels": _GOLD, "priority": 7}), At(1.5)),
             Step("patch_decode", PatchWorker("decode-0", {"labels": _GOLD, "priority": 3}), At(2.5)),
+            Step("bad_priority", PatchWorker("decode-0", {"priority": "high"}, refused="priority"), At(3.0)),
+            Step("bad_labels", PatchWorker("prefill-0", {"labels": {"tier": 1}}, refused="labels"), At(3.3)),
+            Step("bad_field", PatchWorker("prefill-0", {"connector": "nixl"}, refused="connector"), At(3.6)),
         ),
         expect=(
             *CORE_EXPECT,
+            Expect("worker_api"),
             STRICT_LOCAL,
             Expect("handoff_strict", {"excuse_kinds": []}),
             Expect("transfer_timeout"),
@@ -313,6 +347,29 @@ SCENARIOS = [
         topologies=("1p2d", "2p1d"),
         connectors=("mooncake", "nixl"),
         router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=replace(SCALED_WORKLOAD, mode="open", rate_rps=40.0, duration_s=3.0),
+        expect=(
+            *CORE_EXPECT,
+            STRICT_LOCAL,
+            Expect("balance", {"max_skew": 0.3}),
+            Expect("handoff_strict"),
+            Expect("availability", {"before": 1.0}),
+        ),
+    ),
+    Scenario(
+        name="steady_load_aware",
+        # A contract workout for the other policies (the rest of the suite runs round robin): simulated suite.
+        tags=("default",),
+        suite_worlds=("sim",),
+        suite_connectors=("mooncake",),
+        description="No fault, open-loop load (40 requests/s) over two workers of a role, picked by the "
+        "load-aware policies: power of two for prefills, least load for decodes (ties go round robin). "
+        "Both must spread requests evenly among Ready workers, with every request handed off correctly.",
+        bugs=("zoo-10",),
+        topologies=("1p2d", "2p1d"),
+        connectors=("mooncake", "nixl"),
+        router=replace(SCALED_ROUTER, prefill_policy="power_of_two", decode_policy="least_load"),
         engines=SCALED_ENGINES,
         workload=replace(SCALED_WORKLOAD, mode="open", rate_rps=40.0, duration_s=3.0),
         expect=(

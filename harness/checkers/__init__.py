@@ -38,6 +38,7 @@ from harness.checkers.request_contract import RequestContractExpect, check_reque
 from harness.checkers.router_events import RouterEventsExpect, check_router_events
 from harness.checkers.status_contract import StatusContractExpect, check_status_contract
 from harness.checkers.transfer_timeout import TransferTimeoutExpect, check_transfer_timeout
+from harness.checkers.worker_api import WorkerApiExpect, check_worker_api
 from harness.history import History
 from harness.verdict import Verdict
 
@@ -69,6 +70,7 @@ __all__ = [
     "RouterEventsExpect",
     "StatusContractExpect",
     "TransferTimeoutExpect",
+    "WorkerApiExpect",
     "check_availability",
     "check_balance",
     "check_breaker_contract",
@@ -91,6 +93,7 @@ __all__ = [
     "check_run_complete",
     "check_status_contract",
     "check_transfer_timeout",
+    "check_worker_api",
     "make_params",
     "run_check",
     "run_checks",
@@ -142,6 +145,7 @@ CHECKERS: dict[str, CheckerSpec] = {
         CheckerSpec("request_contract", RequestContractExpect, check_request_contract, needs=HANDOFFS),
         CheckerSpec("breaker_contract", BreakerContractExpect, check_breaker_contract, needs=HANDOFFS),
         CheckerSpec("router_events", RouterEventsExpect, check_router_events, needs=HANDOFFS),
+        CheckerSpec("worker_api", WorkerApiExpect, check_worker_api),
     )
 }
 

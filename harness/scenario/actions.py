@@ -103,10 +103,12 @@ class Heal:
 
 @dataclass(frozen=True)
 class PatchWorker:
-    """Router worker API PATCH of the engine's worker (property update: labels, priority)."""
+    """Router worker API PATCH of the engine's worker (property update: labels, priority). `refused`: the
+    body is a mistake in this field, which the router must refuse (a 4xx naming it), changing nothing."""
 
     target: str
     body: Mapping[str, Any]
+    refused: str | None = None
 
 
 @dataclass(frozen=True)

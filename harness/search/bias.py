@@ -150,7 +150,7 @@ def _params(a: Action, kind: str) -> tuple[tuple[str, Any], ...]:
             return (("kb_s", a.rate_kb_s),)
         case LinkFlap():
             return (("cycles", a.cycles),)
-        case PatchWorker():
+        case PatchWorker() if a.refused is None:  # a mistaken call is no update to learn a priority from
             return (("priority", int(a.body.get("priority", 1))),)
         case GracefulStop():
             return (("long_grace", a.grace_s >= LONG_GRACE_S),)

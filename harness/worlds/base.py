@@ -20,8 +20,9 @@ import contextlib
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
+from harness.scenario.actions import PatchWorker
 from harness.session import ScenarioSession
 from harness.session.commands import Command
 from harness.session.events import CommandFailed, Event, FaultVerified
@@ -35,6 +36,12 @@ MAX_WAIT_S = 1.0
 INTERRUPTED_TEARDOWN_S = 30.0
 # How long a respawn lets an engine process still there (dying, draining) end by itself before killing it.
 RESPAWN_WAIT_S = 10.0
+
+
+def refused_call(status: int, answer: Any, action: PatchWorker) -> dict[str, Any]:
+    """What a worker API call that is a mistake records as applied: the status and body the router answered
+    and the field at fault (the `worker_api` checker judges them)."""
+    return {"status": status, "answer": answer, "refused": action.refused}
 
 
 def graceful_stop_verified(fault: str, delivered: bool, health: str, pid: int | None) -> FaultVerified:

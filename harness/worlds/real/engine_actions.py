@@ -36,7 +36,7 @@ from harness.scenario.actions import (
 )
 from harness.session.events import ActionDone, EngineState, Event, FaultApplied, FaultVerified, WorldNote
 from harness.topology import Topology
-from harness.worlds.base import RESPAWN_WAIT_S, graceful_stop_verified
+from harness.worlds.base import RESPAWN_WAIT_S, graceful_stop_verified, refused_call
 from harness.worlds.real.engines import EngineFleet
 from harness.worlds.real.probes import http_probe, port_closed, port_open, process_state, sees_refused
 from harness.worlds.real.processes import ManagedProcess
@@ -332,6 +332,11 @@ class EngineActions:
         name = a.target
         before = await self._worker(name)
         status, body = await self.router.patch_worker(self.session, self.router_topo, name, a.body)
+        if a.refused is not None:
+            emit(FaultApplied(fid, "patch_worker", name, dict(a.body), refused_call(status, body, a)))
+            after = await self._worker(name)
+            emit(FaultVerified(fid, True, {"status": status, "before": before, "after": after}))
+            return
         emit(FaultApplied(fid, "patch_worker", name, dict(a.body), {"status": status}))
 
         def took(w: dict[str, Any] | None) -> bool:

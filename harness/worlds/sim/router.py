@@ -168,7 +168,7 @@ class SimRouter:
         try:
             worker = self._add(spec_from_json(body))
         except ValueError as exc:
-            return 400, {"error": {"message": str(exc), "code": "invalid_worker"}}
+            return 400, ErrorAnswer(400, "invalid_worker", str(exc)).body()
         return 201, self._api(worker)
 
     def _worker_of(self, name: str) -> Worker | None:
@@ -178,17 +178,17 @@ class SimRouter:
     def patch_worker(self, name: str, body: dict[str, Any]) -> tuple[int, Any]:
         worker = self._worker_of(name)
         if worker is None:
-            return 404, {"error": f"no worker for {name}"}
+            return 404, ErrorAnswer(404, "worker_not_found", f"no worker for {name}").body()
         try:
             self.registry.update(worker.id, body)
         except ValueError as exc:
-            return 400, {"error": {"message": str(exc), "code": "invalid_update"}}
+            return 400, ErrorAnswer(400, "invalid_update", str(exc)).body()
         return 200, self._api(worker)
 
     def remove_worker(self, name: str) -> tuple[int, Any]:
         worker = self._worker_of(name)
         if worker is None:
-            return 404, {"error": f"no worker for {name}"}
+            return 404, ErrorAnswer(404, "worker_not_found", f"no worker for {name}").body()
         before = set_draining(worker)
         if before is not Status.DRAINING:
             self._emit(

@@ -58,7 +58,7 @@ from harness.session import CellPlan, ScenarioSession
 from harness.session import commands as c
 from harness.session import events as e
 from harness.topology import Topology
-from harness.worlds.base import RESPAWN_WAIT_S, Emit, World, graceful_stop_verified
+from harness.worlds.base import RESPAWN_WAIT_S, Emit, World, graceful_stop_verified, refused_call
 from harness.worlds.sim.engine import SimEngine
 from harness.worlds.sim.network import HOP_S, CallResult, Deadline, SimNetwork
 from harness.worlds.sim.router import SimRouter
@@ -658,6 +658,12 @@ class SimActions:
         yield self.env.timeout(2 * HOP_S)
         before = next((w for w in router.workers() if self._engine_of(w) == a.target), None)
         status, body = router.patch_worker(a.target, dict(a.body))
+        if a.refused is not None:
+            now = next((w for w in router.workers() if self._engine_of(w) == a.target), None)
+            answer = refused_call(status, body, a)
+            self.emit(e.FaultApplied(fid, "patch_worker", a.target, dict(a.body), answer))
+            self.emit(e.FaultVerified(fid, True, {"status": status, "before": before, "after": now}))
+            return
         self.emit(e.FaultApplied(fid, "patch_worker", a.target, dict(a.body), {"status": status}))
         after = body if 200 <= status < 300 else None
         kept = {

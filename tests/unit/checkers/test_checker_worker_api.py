@@ -1,0 +1,48 @@
+"""The worker API's answers to a client's mistaken calls (harness.checkers.worker_api)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_checkers_builders import HB
+
+from harness.checkers import check_worker_api
+from reference_router.core import ErrorAnswer
+
+W = {"id": "w1", "url": "http://d0", "labels": {}, "priority": 0, "connector": "mooncake"}
+REFUSED = ErrorAnswer(400, "invalid_update", "priority must be an integer, got 'high'").body()
+
+
+def _history(status: int, answer: Any, after: dict[str, Any] | None = None) -> Any:
+    hb = HB()
+    hb.at(1.0).fault_applied("f1", "patch_worker", "decode-0", {"priority": "high"},
+                             {"status": status, "answer": answer, "refused": "priority"})
+    hb.at(1.0).fault_verified("f1", True, {"status": status, "before": W, "after": after or W})
+    hb.end(2.0)
+    return hb.history()
+
+
+def test_a_mistake_refused_with_a_4xx_naming_the_field_and_nothing_changed_passes() -> None:
+    v = check_worker_api(_history(400, REFUSED))
+    assert v.status == "pass" and v.numbers["mistakes"] == 1, v.evidence
+
+
+@pytest.mark.parametrize(("status", "answer", "after", "words"), [
+    (200, W, None, "was 200, not a 4xx"),
+    (500, REFUSED, None, "was 500, not a 4xx"),
+    (400, {"error": "bad"}, None, "not a JSON object with an `error` object"),
+    (400, ErrorAnswer(400, "invalid_update", "None").body(), None, "does not name priority"),
+    (400, REFUSED, {**W, "priority": 5}, "changed the worker's priority"),
+])
+def test_a_mistake_not_refused_as_the_contract_says_is_a_violation(
+    status: int, answer: Any, after: dict[str, Any] | None, words: str
+) -> None:
+    v = check_worker_api(_history(status, answer, after))
+    assert v.status == "fail" and words in v.evidence[0], v.evidence
+
+
+def test_without_a_mistaken_call_there_is_nothing_to_judge() -> None:
+    hb = HB()
+    hb.end(2.0)
+    assert check_worker_api(hb.history()).status == "unknown"
