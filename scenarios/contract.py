@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.scenario import At, Die, EngineFault, Expect, Heal, Respawn, Scenario, Step, Wedge
+from harness.scenario import At, Die, EngineFault, Expect, Heal, PauseRouter, Respawn, Scenario, Step, Wedge
 from harness.scenario.defaults import BASE_EXPECT, SCALED_ENGINES, SCALED_ROUTER, SCALED_WORKLOAD
 
 SCENARIOS = [
@@ -63,6 +63,34 @@ SCENARIOS = [
             Expect("handoff", {"grace_s": 2.5}),
             Expect("recovery", {"kinds": ["die"], "max_recovery_s": 3.0}),
             Expect("availability", {"before": 0.95, "after": 0.95, "settle_s": 1.0, "kinds": ["die"]}),
+        ),
+    ),
+    Scenario(
+        name="router_paused",
+        bugs=("probe slot bookkeeping", "a stop of the gateway process"),
+        tags=("default",),
+        suite_worlds=("sim",),
+        description="The router's process is stopped for 2.5 s (SIGSTOP, then SIGCONT: a long garbage "
+        "collection, CPU throttling, a VM migration) while one decode's health check hangs, so a probe of "
+        "it is in flight across the pause, longer than a probe may hold its slot (two probe timeouts). When "
+        "the router resumes it must free that slot and count the probe failed, probe again on schedule, and "
+        "serve the requests that waited for it through the healthy decode; the hung one rejoins once it "
+        "answers.",
+        topologies=("1p2d",),
+        connectors=("mooncake",),
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=replace(SCALED_WORKLOAD, duration_s=8.0),
+        timeline=(
+            Step("stall", Wedge("decode-1", "health"), At(1.0)),
+            Step("pause", PauseRouter(2.5), At(2.0)),
+            Step("resume", Heal("decode-1", "wedge"), At(5.5)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("probe_schedule", {"kinds": ["wedge"]}),
+            Expect("handoff"),
+            Expect("recovery", {"kinds": ["wedge"], "max_recovery_s": 3.0}),
         ),
     ),
 ]

@@ -11,11 +11,13 @@ router's probes, stamped as each arrived (any router).
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fake_engines.core.calls import PROBE_CALLS
 from harness.checkers._common import cap, find_setting, rounded, select_faults
+from harness.contract.reach import router_pauses
 from harness.history import History
 from harness.verdict import Verdict
 
@@ -36,17 +38,23 @@ class ProbeScheduleExpect:
     kinds: tuple[str, ...] | None = ("wedge",)
 
 
-def max_gap(times: list[float], start: float, end: float) -> float:
-    """Longest time without a probe inside [start, end], counting from the last probe at or before start."""
+def max_gap(times: list[float], start: float, end: float,
+            paused: Sequence[tuple[float, float]] = ()) -> float:
+    """Longest time without a probe inside [start, end], counting from the last probe at or before start;
+    the time the router's process was stopped (`paused`) does not count: it could not probe then."""
+
+    def length(a: float, b: float) -> float:
+        return (b - a) - sum(max(0.0, min(b, pe) - max(a, ps)) for ps, pe in paused)
+
     i = bisect_right(times, start)
     prev = times[i - 1] if i else start
     gap = 0.0
     for t in times[i:]:
         if t > end:
             break
-        gap = max(gap, t - prev)
+        gap = max(gap, length(prev, t))
         prev = t
-    return max(gap, end - prev)
+    return max(gap, length(prev, end))
 
 
 def _not_probed_by_design(history: History, worker: str, start: float, end: float) -> bool:
@@ -109,6 +117,7 @@ def check_probe_schedule(history: History, exp: ProbeScheduleExpect | None = Non
         return Verdict.unknown_(NAME, "no wedge fault in the history")
     for times in by_worker.values():
         times.sort()
+    paused = router_pauses(history)
     steady_limit = interval * exp.slack
     wedged_limit = (interval + timeout) * exp.slack
     per: dict[str, Any] = {}
@@ -127,7 +136,7 @@ def check_probe_schedule(history: History, exp: ProbeScheduleExpect | None = Non
             workers = history.workers_for(worker) if source == "engines" else [worker]
             if end - start < limit or any(_not_probed_by_design(history, w, start, end) for w in workers):
                 continue
-            gap = max_gap(times, start, end)
+            gap = max_gap(times, start, end, paused)
             judged += 1
             gaps[worker] = {
                 "max_gap_s": rounded(gap, 3),

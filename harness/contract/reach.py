@@ -113,9 +113,23 @@ def fault_windows(fault: FaultView, history: History, contract: RouterContract) 
     return [Window(start, end, MURKY, why), edge]
 
 
+def router_pauses(history: History) -> list[tuple[float, float]]:
+    """When the harness had the router's process stopped (`PauseRouter`): [stopped, resumed]."""
+    return [f.window(history.end_t) for f in history.fault_list()
+            if f.kind == "pause_router" and f.applied_t is not None]
+
+
+def pause_windows(history: History, contract: RouterContract, after_s: float) -> list[Window]:
+    """A paused router's view of every engine: whatever it had on the way when it stopped (a probe begun up
+    to a probe timeout before) and whatever it takes up as it resumes may be judged late or failed by it
+    however the engine answered, until `after_s` past the resume."""
+    return [Window(start - contract.probe_timeout_s, end + after_s, MURKY, "router paused")
+            for start, end in router_pauses(history)]
+
+
 def probe_windows(history: History, engine: str, contract: RouterContract) -> list[Window]:
     """Every window on `engine`'s probes, merged where they overlap (DOWN only where all merged are)."""
-    out: list[Window] = []
+    out: list[Window] = pause_windows(history, contract, contract.probe_timeout_s + EDGE_S)
     states = history.engines.get(engine, [])
     first = next((s.t for s in states if s.serving is not False), None)
     # Before it first served (loading, started late) a probe of it failed unseen.
@@ -133,7 +147,8 @@ def leg_windows(history: History, engine: str, contract: RouterContract) -> list
     """When what the engine recorded of a leg may not be what the router saw of it: the probe windows (the
     engine or its link down or bent), and a stalled or slowed generate surface (a leg the router gave up on
     may still end well on the engine's side)."""
-    out = probe_windows(history, engine, contract)
+    out = [*probe_windows(history, engine, contract),
+           *pause_windows(history, contract, contract.request_timeout_s)]
     for f in history.fault_list():
         kind = (f.kind or "").split(":")[-1]
         if f.target != engine or f.applied_t is None or kind not in ("wedge", "latency"):

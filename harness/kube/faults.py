@@ -23,6 +23,7 @@ from harness.scenario import (
     GracefulStop,
     Heal,
     PatchWorker,
+    PauseRouter,
     RemoveWorker,
     Respawn,
     Restart,
@@ -260,6 +261,8 @@ def actions_for(action: Action, ctx: m.CellContext, step: str = "fault") -> list
             return _heal_links(ctx, target, action.link)
         case GracefulStop():
             raise Unsupported(f"no cluster action for {type(action).__name__}")
+        case PauseRouter():
+            raise Unsupported("the router runs in its own pod: pausing it is not mapped to a cluster action")
         case _:
             assert_never(action)
 

@@ -150,7 +150,12 @@ class RouterAdapter:
     ) -> tuple[list[dict[str, Any]], int] | None:
         if not self.has_events:
             return None
-        body, _ = await self._fetch_json(session, f"{topo.router_url}/events", params={"since": str(since)})
+        url = f"{topo.router_url}/events"
+        body, problem = await self._fetch_json(session, url, params={"since": str(since)})
+        if body is None and not problem.startswith("answered"):
+            # Not read this time (a timeout, a refused connect: a router stopped or busy), which says
+            # nothing of its events: nothing new, and the same cursor at the next poll.
+            return [], since
         evs = body.get("events") if isinstance(body, dict) else None
         nxt = body.get("next") if isinstance(body, dict) else None
         if not isinstance(evs, list) or not isinstance(nxt, int):

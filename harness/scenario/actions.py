@@ -130,14 +130,29 @@ class StartEngine:
     target: str
 
 
+ROUTER = "router"
+
+
+@dataclass(frozen=True)
+class PauseRouter:
+    """Pause the router process for `pause_s` (SIGSTOP, then SIGCONT), as a long garbage collection, CPU
+    throttling or a VM migration does. The engines go on; what reached the router meanwhile waits for it, and
+    its timers are all overdue at once when it resumes. Target: the router (`ROUTER`)."""
+
+    pause_s: float
+    target: str = ROUTER
+
+
 EngineAction = (
     Restart | SlowStart | Crash | GracefulStop | Respawn | Die | Wedge | EngineFault | Heal | StartEngine
 )
 WorkerApiAction = PatchWorker | AddWorker | RemoveWorker
-Action = EngineAction | WorkerApiAction | NetworkAction
+Action = EngineAction | WorkerApiAction | NetworkAction | PauseRouter
 
-# Faults that end the moment they are applied: the engine is back (or the router was told) at once.
-ONE_SHOT: tuple[type, ...] = (Restart, SlowStart, StartEngine, PatchWorker, AddWorker, RemoveWorker)
+# Faults that end with their action: the engine is back (or the router was told, or resumed) when it is done.
+ONE_SHOT: tuple[type, ...] = (
+    Restart, SlowStart, StartEngine, PatchWorker, AddWorker, RemoveWorker, PauseRouter
+)
 
 
 def action_kind(action: Action) -> str:
@@ -163,4 +178,7 @@ def action_problems(action: Action) -> list[str]:
         return [f"unknown fault kind to heal {action.kind!r}"]
     if isinstance(action, GracefulStop) and not action.grace_s > 0:
         return [f"grace_s must be > 0, got {action.grace_s!r}"]
+    if isinstance(action, PauseRouter):
+        out = [] if action.target == ROUTER else [f"a router pause targets {ROUTER!r}, got {action.target!r}"]
+        return out + ([] if action.pause_s > 0 else [f"pause_s must be > 0, got {action.pause_s!r}"])
     return []

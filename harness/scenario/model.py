@@ -8,7 +8,15 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from fake_engines.core.bugs import ENGINE_BUGS
-from harness.scenario.actions import Action, Respawn, Restart, SlowStart, StartEngine, action_problems
+from harness.scenario.actions import (
+    Action,
+    PauseRouter,
+    Respawn,
+    Restart,
+    SlowStart,
+    StartEngine,
+    action_problems,
+)
 from harness.scenario.bugs import INJECTABLE_BUGS
 from harness.scenario.conditions import (
     WORKER_STATUSES,
@@ -266,7 +274,7 @@ def validate(scenario: Scenario) -> None:
         for step in scenario.timeline:
             if step.name in seen:
                 problems.append(f"duplicate step name {step.name!r}")
-            if step.action.target not in engines:
+            if step.action.target not in engines and not isinstance(step.action, PauseRouter):
                 problems.append(f"step {step.name!r}: target {step.action.target!r} not in {sh.name}")
             problems += [f"step {step.name!r}: {p}" for p in _condition_problems(step.when, seen, engines)]
             problems += [f"step {step.name!r}: {p}" for p in action_problems(step.action)]

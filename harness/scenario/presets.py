@@ -45,7 +45,7 @@ SCALED_ENGINES = EngineSettings(transfer_timeout_s=2.0, kv_abort_timeout_s=30.0,
 # record lags, races) stay.
 TIMELINE_PARAMS = frozenset({"max_recovery_s", "grace_s", "settle_s", "max_lag_s", "start_s", "end_s"})
 # Action fields that are durations on the timeline.
-ACTION_TIMES = frozenset({"down_s", "refuse_s", "exit_after_s", "up_s", "grace_s"})
+ACTION_TIMES = frozenset({"down_s", "refuse_s", "exit_after_s", "up_s", "grace_s", "pause_s"})
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import time
 import uuid
 from collections.abc import Coroutine
 from dataclasses import replace
@@ -21,6 +23,7 @@ import aiohttp
 
 from harness.contract.settings import CONTRACT_NOTE
 from harness.routers import RouterAdapter
+from harness.scenario.actions import PauseRouter
 from harness.scenario.links import LinkRef, NetworkAction
 from harness.session import CellPlan
 from harness.session import commands as c
@@ -32,6 +35,7 @@ from harness.worlds.real.client import RouterClient
 from harness.worlds.real.engine_actions import EngineActions
 from harness.worlds.real.engines import EngineFleet
 from harness.worlds.real.links import NetworkLinks
+from harness.worlds.real.probes import process_state
 from harness.worlds.real.processes import (
     ManagedProcess,
     ProcessStartError,
@@ -41,6 +45,7 @@ from harness.worlds.real.processes import (
     lost_its_port,
 )
 from pdchaos.ports import free_ports
+from pdchaos.waiting import poll_until
 
 ROUTER_READY_TIMEOUT_S = 20.0
 ROUTER_STOP_GRACE_S = 1.0
@@ -276,10 +281,34 @@ class RealWorld(CommandWorld):
         try:
             if isinstance(action, NetworkAction):
                 await self.net.apply(cmd.fault, action, emit)
+            elif isinstance(action, PauseRouter):
+                await self._pause_router(cmd.fault, action, emit)
             else:
                 await self.actions.apply(cmd.fault, action, emit)
         except Exception as exc:  # one broken action must not end the run: it is evidence
             emit(e.ActionDone(cmd.fault, error=f"{type(exc).__name__}: {exc}"))
+
+    async def _pause_router(self, fid: str, a: PauseRouter, emit: Emit) -> None:
+        """SIGSTOP the router's process group for `pause_s`, then SIGCONT; verified from the process state
+        the kernel shows (stopped, then running again), never from the router's own answers."""
+        proc = self._router_proc
+        if proc is None or not proc.alive:
+            emit(e.ActionDone(fid, error="the harness did not start the router, or it is gone: it cannot "
+                                         "pause it"))
+            return
+        emit(e.FaultApplied(fid, "pause_router", a.target, {"pause_s": a.pause_s}, {"pid": proc.pid}))
+        t0 = time.monotonic()
+        sent = proc.signal(signal.SIGSTOP)
+        try:
+            stopped = bool(await poll_until(lambda: process_state(proc.pid) == "T", 1.0))
+            state = process_state(proc.pid)
+            emit(e.FaultVerified(fid, sent and stopped, {"state": state, "signal": "SIGSTOP"}))
+            await asyncio.sleep(max(0.0, a.pause_s - (time.monotonic() - t0)))
+        finally:
+            proc.signal(signal.SIGCONT)
+        resumed = bool(await poll_until(lambda: process_state(proc.pid) not in ("T", None), 1.0))
+        emit(e.ActionDone(fid, verified=resumed, evidence={"state": process_state(proc.pid),
+                                                           "signal": "SIGCONT"}))
 
     async def _set_link_enabled(self, cmd: c.SetLinkEnabled, emit: Emit) -> None:
         await self.net.set_enabled(LinkRef(cmd.engine, cmd.link), cmd.enabled)

@@ -115,6 +115,7 @@ class SimRouter:
         serialized = dispatch_serialized(router_cfg.bugs)
         self._one_at_a_time = simpy.Resource(self.env, capacity=1) if serialized else None
         self._probes: dict[str, simpy.Process] = {}
+        self.paused_until: float | None = None
         self._loop: simpy.Process | None = None
         for name in registered:
             self._add(self._spec(name))
@@ -228,6 +229,21 @@ class SimRouter:
                 proc.interrupt("router stopped")
         self._probes.clear()
 
+    def pause(self, seconds: float) -> None:
+        """Stop the router's process for `seconds` (SIGSTOP, then SIGCONT): see `_awake`."""
+        self.paused_until = max(self.paused_until or 0.0, self.env.now + seconds)
+
+    def _awake(self, deadline: float | None = None, io: bool = False) -> Generator[Any, Any, None]:
+        """Wait out a pause of the router's process, as its event loop does when it resumes: first what came
+        on its sockets meanwhile (`io`: an answer, a refused connect, a client's request), then its overdue
+        timers (a sleep, a timeout), those in the order they fell due (each waits here from its own time on,
+        and a timer steps back behind the sockets). A client's deadline still ends its request."""
+        if self.paused_until is None or self.env.now >= self.paused_until:
+            return
+        yield from wait(self.env, self.paused_until - self.env.now, deadline)
+        if not io:
+            yield self.env.timeout(0)
+
     def _health_loop(self) -> Generator[Any, Any, None]:
         period = tick_period_s(self.cfg)
         try:
@@ -243,6 +259,7 @@ class SimRouter:
                 for i in plan.identity:
                     self.env.process(self._identity(i))
                 yield self.env.timeout(period)
+                yield from self._awake()
         except simpy.Interrupt:
             return
 
@@ -336,21 +353,23 @@ class SimRouter:
     ) -> Generator[Any, Any, CallResult]:
         if engine is None:
             yield from wait(self.env, HOP_S, outer)
+            yield from self._awake(outer, io=True)
             return CallResult(error="refused")
-        return (
-            yield from self.net.call(
-                LinkRef(engine.name, link), engine, lambda d: handler(engine, d), nbytes, timeout_s, outer
-            )
+        result = yield from self.net.call(
+            LinkRef(engine.name, link), engine, lambda d: handler(engine, d), nbytes, timeout_s, outer
         )
+        yield from self._awake(outer, io=result.error != "timeout")
+        return result
 
     # ------------------------------------------------------------------ requests
 
     def handle(self, plan: RequestPlan, client_deadline: float) -> Generator[Any, Any, ClientAnswer]:
         """One client request through the router, from the client's side (times are since it was sent). The
         client's deadline passing raises Deadline out of it (the client hung up: nothing more is done)."""
-        if self._one_at_a_time is None:
-            return (yield from self._handle(plan, client_deadline, self.env.now))
         t0 = self.env.now
+        yield from self._awake(client_deadline, io=True)  # a paused router accepts it once it resumes
+        if self._one_at_a_time is None:
+            return (yield from self._handle(plan, client_deadline, t0))
         with self._one_at_a_time.request() as turn:
             yield from wait_event(self.env, turn, client_deadline)
             return (yield from self._handle(plan, client_deadline, t0))
@@ -383,6 +402,7 @@ class SimRouter:
                     waited = 0.0
                     while not flow.id_read_settled() and waited < step.timeout_s:
                         yield from wait(self.env, ID_READ_POLL_S, client_deadline)
+                        yield from self._awake(client_deadline)
                         waited += ID_READ_POLL_S
                     step = flow.on_id_read_waited(self.env.now)
                 case RunLeg(final=False):
@@ -396,6 +416,7 @@ class SimRouter:
                     step = flow.on_leg_done(result, self.env.now, after_headers=after_headers)
                 case Backoff():
                     yield from wait(self.env, step.seconds, client_deadline)
+                    yield from self._awake(client_deadline)
                     step = flow.on_backoff_done(self.env.now)
                 case Answer():
                     if step.error is None:

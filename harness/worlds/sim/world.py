@@ -32,6 +32,7 @@ from harness.scenario.actions import (
     GracefulStop,
     Heal,
     PatchWorker,
+    PauseRouter,
     RemoveWorker,
     Respawn,
     Restart,
@@ -434,6 +435,8 @@ class SimWorld(World):
         try:
             if isinstance(action, NetworkAction):
                 yield from actions.network(cmd.fault, action)
+            elif isinstance(action, PauseRouter):
+                yield from actions.pause_router(cmd.fault, action)
             else:
                 yield from actions.apply(cmd.fault, action)
         except (KeyError, ValueError) as exc:
@@ -650,6 +653,17 @@ class SimActions:
         evidence["remaining"] = remaining
         yield self.env.timeout(0)
         return (a.kind not in remaining if a.kind else not remaining), evidence
+
+    # -- the router's process
+
+    def pause_router(self, fid: str, a: PauseRouter) -> Generator[Any, Any, None]:
+        """SIGSTOP the router for `pause_s`, then SIGCONT: the model stops it (`SimRouter.pause`)."""
+        router = self.world._router()
+        self.emit(e.FaultApplied(fid, "pause_router", a.target, {"pause_s": a.pause_s}, {}))
+        router.pause(a.pause_s)
+        self.emit(e.FaultVerified(fid, True, {"state": "T", "signal": "SIGSTOP"}))
+        yield self.env.timeout(a.pause_s)
+        self.emit(e.ActionDone(fid, verified=True, evidence={"resumed": True, "signal": "SIGCONT"}))
 
     # -- router worker API actions
 

@@ -372,6 +372,8 @@ def test_max_gap() -> None:
     assert max_gap([0.0, 1.0], 0.5, 4.0) == 3.0
     assert max_gap([], 1.0, 2.0) == 1.0
     assert max_gap([1.5], 1.0, 2.0) == 0.5
+    # The time the router was stopped is no gap it could have filled.
+    assert max_gap([0.0, 4.0, 4.5], 0.5, 5.0, paused=[(1.0, 3.5)]) == 1.5
 
 
 # ----------------------------------------------------------------------------------------- availability

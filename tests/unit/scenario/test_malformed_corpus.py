@@ -87,6 +87,8 @@ SCENARIO_CASES: list[tuple[str, str, str]] = [
     ("fault-count", _step("EngineFault('decode-0', 'fail_requests', {'count': 0})"), "count must be"),
     ("fault-latency", _step("EngineFault('decode-0', 'latency', {'ms': -5})"), "ms must be >= 0"),
     ("target-missing", _step("Restart('prefill-5')"), "target 'prefill-5' not in 1p1d"),
+    ("pause-length", _step("PauseRouter(0)"), "pause_s must be > 0"),
+    ("pause-target", _step("PauseRouter(1.0, target='prefill-0')"), "a router pause targets 'router'"),
     ("at-negative", _step("Restart('prefill-0')", when="At(-1)"), "At(-1) is negative"),
     ("after-dangling", _step("Restart('prefill-0')", when="After('nope')"), "After('nope') names no earlier"),
     ("status-unknown", _step("Restart('prefill-0')", when="WorkerStatus('decode-0', 'up')"),

@@ -177,3 +177,21 @@ def test_the_replay_of_a_scenario_file_names_it_by_absolute_path(
     # Built in code (a search's case, a bench): no name or file the command line could take.
     in_code = dataclasses.replace(SCENARIOS["prefill_restart_mooncake"], name="search_case", source="")
     assert replay_command(in_code, "1p1d", "mooncake", "http", "reference", 3, "sim", "production") == ""
+
+
+async def test_a_paused_router_expires_the_probe_it_held_and_serves_what_waited(tmp_path: Path) -> None:
+    """router_paused: the probe in flight across the pause overran its slot; the router freed it as it
+    resumed (an event of the slot's length), and the requests that waited were served."""
+    s = SCENARIOS["router_paused"]
+    res = await run_scenario(s, "1p2d", "mooncake", "http", "reference", tmp_path, world="sim",
+                             settings="scaled")
+    assert res.status == "pass", res.reason
+    h = load_history(tmp_path / "history.jsonl")
+    pause = next(f for f in h.fault_list() if f.kind == "pause_router")
+    assert pause.applied_t is not None and pause.healed_t is not None
+    slot = 2 * h.settings["health_timeout_s"]
+    expired = [e for e in h.router_events_of("probe") if abs(float(e.get("duration_s")) - slot) < 1e-6]
+    assert len(expired) == 1 and expired[0].at == pytest.approx(pause.healed_t, abs=0.05), expired
+    waited = [r for r in h.request_list() if r.invoked_t is not None
+              and pause.applied_t < r.invoked_t < pause.healed_t]
+    assert waited and all(r.ok and (r.completed_t or 0.0) >= pause.healed_t for r in waited)
