@@ -18,6 +18,7 @@ from typing import Any
 from fake_engines.core.calls import PROBE_CALLS
 from harness.checkers._common import cap, find_setting, rounded, select_faults
 from harness.contract.reach import router_pauses
+from harness.contract.settings import told
 from harness.history import History
 from harness.verdict import Verdict
 
@@ -100,14 +101,11 @@ def check_probe_schedule(history: History, exp: ProbeScheduleExpect | None = Non
         return Verdict.unknown_(
             NAME, "no probe seen: the engines recorded none and the router exposes no probe events")
     source, by_worker = found
-    interval = (
-        exp.interval_s if exp.interval_s is not None else find_setting(history.settings, INTERVAL_NAMES)
-    )
-    timeout = (
-        exp.probe_timeout_s
-        if exp.probe_timeout_s is not None
-        else find_setting(history.settings, TIMEOUT_NAMES)
-    )
+    # The settings as the router's adapter says it took them (a gateway counts whole seconds).
+    settings = told(history)
+    interval = exp.interval_s if exp.interval_s is not None else find_setting(settings, INTERVAL_NAMES)
+    timeout = (exp.probe_timeout_s if exp.probe_timeout_s is not None
+               else find_setting(settings, TIMEOUT_NAMES))
     if interval is None or timeout is None:
         return Verdict.unknown_(
             NAME, "probe interval or timeout unknown (not in expectations or run settings)"

@@ -3,7 +3,9 @@
 A call the scenario makes as a mistake (`PatchWorker(..., refused=FIELD)`: a priority that is not an integer,
 labels that are not text, a field no update may change) must be refused:
 - with a 4xx, never a success or a server error;
-- with the OpenAI error body, whose message names the field at fault (an operator fixing the call reads it);
+- with an error body whose message names the field at fault (an operator fixing the call reads it): the
+  OpenAI body `{"error": {"message", ...}}`, or a management API's own `{"error": "..."}` or
+  `{"message": "..."}` (the worker API is no OpenAI endpoint: smg answers `{"error": TEXT, "code": ...}`);
 - changing nothing: the worker's labels and priority after the call are what they were before it.
 """
 
@@ -26,16 +28,26 @@ class WorkerApiExpect:
     """No parameter: the contract is fixed."""
 
 
+def _message(answer: Any) -> str | None:
+    """The error message of an error body of one of the shapes the module doc names (None: none)."""
+    if error_body_problem(answer) is None:
+        return str(answer["error"]["message"])
+    if isinstance(answer, dict):
+        for key in ("error", "message"):
+            if isinstance(answer.get(key), str) and answer[key]:
+                return str(answer[key])
+    return None
+
+
 def _problems(f: FaultView, field: str) -> list[str]:
     status, answer = f.changed.get("status"), f.changed.get("answer")
     where = f"router side: its answer to {f.fault} ({f.kind} {f.target}, a mistake in {field})"
     if not (isinstance(status, int) and 400 <= status < 500):
         return [f"{where} was {status}, not a 4xx"]
-    problem = error_body_problem(answer)
-    if problem is not None:
-        return [f"{where}: {problem}"]
+    message = _message(answer)
+    if message is None:
+        return [f"{where}: its body says nothing of what is wrong ({error_body_problem(answer)})"]
     out = []
-    message = str(answer["error"]["message"])
     if field not in message:
         out.append(f"{where}: its message {message!r} does not name {field}")
     ev: Any = f.evidence if isinstance(f.evidence, dict) else {}

@@ -31,7 +31,8 @@ def test_a_mistake_refused_with_a_4xx_naming_the_field_and_nothing_changed_passe
 @pytest.mark.parametrize(("status", "answer", "after", "words"), [
     (200, W, None, "was 200, not a 4xx"),
     (500, REFUSED, None, "was 500, not a 4xx"),
-    (400, {"error": "bad"}, None, "not a JSON object with an `error` object"),
+    (400, {"detail": "bad"}, None, "says nothing of what is wrong"),
+    (400, {"error": "bad value"}, None, "does not name priority"),
     (400, ErrorAnswer(400, "invalid_update", "None").body(), None, "does not name priority"),
     (400, REFUSED, {**W, "priority": 5}, "changed the worker's priority"),
 ])
@@ -40,6 +41,11 @@ def test_a_mistake_not_refused_as_the_contract_says_is_a_violation(
 ) -> None:
     v = check_worker_api(_history(status, answer, after))
     assert v.status == "fail" and words in v.evidence[0], v.evidence
+
+
+def test_a_management_api_s_own_error_shape_naming_the_field_passes() -> None:
+    answer = {"code": "BAD_REQUEST", "error": "priority: invalid type: string \"high\", expected u32"}
+    assert check_worker_api(_history(400, answer)).status == "pass"
 
 
 def test_without_a_mistaken_call_there_is_nothing_to_judge() -> None:

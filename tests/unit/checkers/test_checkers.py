@@ -333,6 +333,18 @@ def test_probe_schedule_pass() -> None:
     assert workers["w-d0"]["wedged"] and workers["w-d0"]["max_gap_s"] == pytest.approx(0.7)
 
 
+def test_probe_schedule_holds_a_gateway_to_the_interval_it_took() -> None:
+    """A gateway counting whole seconds probes every 1 s when told 0.2 s: its adapter's `router contract`
+    note says so, and the schedule is judged against that."""
+    hb = probe_run([1.5, 2.2, 2.9, 3.6], other_gap=1.0)
+    assert check_probe_schedule(hb.history()).status == "fail"
+    hb = probe_run([1.5, 2.2, 2.9, 3.6], other_gap=1.0)
+    hb.at(0.0).note("router contract", router_contract={"health_interval_s": 1.0, "health_timeout_s": 1.0})
+    v = check_probe_schedule(hb.history())
+    assert v.status == "pass", v.evidence
+    assert v.numbers["interval_s"] == 1.0
+
+
 def test_probe_schedule_wedged_worker_never_probed_again_fails() -> None:
     v = check_probe_schedule(probe_run([]).history())
     assert v.status == "fail" and "wedged worker w-d0" in v.evidence[0]
