@@ -41,6 +41,26 @@ SCENARIOS = [
         expect=_MOONCAKE_RESTART_EXPECT,
     ),
     Scenario(
+        name="connector_learned",
+        # A contract workout (the router learns each worker's connector): simulated suite.
+        tags=("default",),
+        suite_worlds=("sim",),
+        suite_topologies=("2p1d",),
+        description="Over gRPC the router is not told the KV connector: it learns each worker's from its "
+        "GetServerInfo, and must hand off exactly as when told (no request minted or relayed before it "
+        "knows, none recomputed for it). Then a prefill restarts with a new engine id, so the learned worker "
+        "goes through a re-read as well.",
+        bugs=("#2491", "zoo-1"),
+        topologies=("1p1d", "2p1d"),
+        connectors=("mooncake", "nixl"),
+        transports=("grpc",),
+        router=replace(SCALED_ROUTER, tell_connector=False),
+        engines=SCALED_ENGINES,
+        workload=replace(SCALED_WORKLOAD, duration_s=7.5),
+        timeline=(Step("restart", Restart("prefill-0", down_s=0.6), At(1.5)),),
+        expect=_RESTART_EXPECT,
+    ),
+    Scenario(
         name="prefill_restart_nixl",
         description="A NIXL prefill restarts on the same address (same NIXL port, new engine id). The router "
         "relays kv_transfer_params verbatim, so the decode handshakes with the new engine: no stale id, no "

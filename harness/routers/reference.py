@@ -61,7 +61,7 @@ class ReferenceRouter(RouterAdapter):
             port=topo.router_port,
             api_key=self.api_key,
             events_file=events_file,
-            connector=topo.connector,
+            connector=settings.told_connector(topo.connector, topo.transport),
             prefill=tuple(
                 WorkerArg(p.url(topo.transport), p.bootstrap_port if topo.connector == "mooncake" else None)
                 for p in topo.prefills

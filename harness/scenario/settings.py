@@ -26,6 +26,13 @@ class RouterSettings:
     # None: no circuit breaker (gateways' production setting: 10 failures, 60 s open).
     circuit_breaker_failures: int | None = None
     circuit_breaker_open_s: float = 60.0
+    # False: over gRPC the router is not told the KV connector and learns it from each engine's
+    # GetServerInfo (HTTP workers are always told: nothing there says it). The reference router honours it.
+    tell_connector: bool = True
+
+    def told_connector(self, connector: str, transport: str) -> str | None:
+        """The connector the router is told for its workers (None: it learns it from the engines)."""
+        return connector if self.tell_connector or transport != "grpc" else None
 
 
 @dataclass(frozen=True)

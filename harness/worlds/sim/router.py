@@ -125,9 +125,8 @@ class SimRouter:
     def _spec(self, name: str) -> Any:
         spec = self.cell.topology.engine(name)
         boot = spec.bootstrap_port if spec.role == "prefill" and self.connector == "mooncake" else None
-        return make_worker_spec(
-            spec.url(self.transport), spec.role, connector=self.connector, bootstrap_port=boot
-        )
+        told = self.settings.told_connector(self.connector, self.transport)
+        return make_worker_spec(spec.url(self.transport), spec.role, connector=told, bootstrap_port=boot)
 
     def _add(self, spec: Any) -> Worker:
         worker = self.registry.add(spec)

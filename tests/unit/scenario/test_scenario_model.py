@@ -437,3 +437,14 @@ def test_a_contract_workout_is_in_the_simulated_default_suite_only() -> None:
     assert real < sim and real <= {s.name for s in default_suite(found)}
     with pytest.raises(ScenarioError, match="suite_worlds names unknown world 'cloud'"):
         validate(Scenario(name="x", description="x", suite_worlds=("cloud",)))
+
+
+def test_a_router_not_told_the_connector_learns_it_over_grpc_only() -> None:
+    from harness.routers.reference import reference_config
+    from harness.scenario import RouterSettings
+
+    learn = RouterSettings(tell_connector=False)
+    assert learn.told_connector("mooncake", "grpc") is None
+    assert learn.told_connector("nixl", "http") == "nixl"  # nothing over HTTP says it
+    assert RouterSettings().told_connector("nixl", "grpc") == "nixl"
+    assert reference_config(learn).connector is None
