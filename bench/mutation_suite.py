@@ -143,21 +143,9 @@ def unit_tests_pass(copy: Path, mutant: str, tests: str) -> bool:
     return done.returncode == 0
 
 
-def _changed_lines(diff: str) -> list[int]:
-    """1-based lines of the original function text that a mutant's diff changes (mutmut diffs a function)."""
-    out: list[int] = []
-    old = 0
-    for line in diff.splitlines():
-        if line.startswith("@@"):
-            old = int(line.split()[1].lstrip("-").split(",")[0])
-        elif line.startswith("---") or line.startswith("+++"):
-            continue
-        elif line.startswith("-"):
-            out.append(old)
-            old += 1
-        elif line.startswith(" "):
-            old += 1
-    return out
+def _removed_lines(diff: str) -> list[str]:
+    """The original lines a mutant's diff changes (its `-` lines)."""
+    return [line[1:] for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
 
 
 def _function(tree: ast.Module, mutant: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
@@ -194,10 +182,17 @@ def switch_only(source: Path, bugs_file: Path, mutant: str, diff: str) -> bool:
     """Whether every line the mutant changes lies where only a bug switch leads (see the module doc)."""
     if source.resolve() == bugs_file.resolve():
         return True
-    tree = ast.parse(source.read_text())
+    text = source.read_text()
+    tree = ast.parse(text)
     func = _function(tree, mutant)
-    lines = _changed_lines(diff)
-    if func is None or not lines:
+    if func is None:
+        return False
+    # mutmut numbers a method's lines in its own rendering of the function (not always the file's): find
+    # each changed line by its text within the function instead.
+    body = text.splitlines()[func.lineno - 1:func.end_lineno]
+    lines = sorted({i + 1 for old in _removed_lines(diff) for i, line in enumerate(body)
+                    if line.strip() == old.strip()})
+    if not lines:
         return False
     switches = _switch_names(bugs_file)
     guarded: set[int] = set()

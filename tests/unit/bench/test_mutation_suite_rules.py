@@ -45,6 +45,9 @@ def test_a_mutation_inside_a_switch_branch_is_switch_only(tmp_path: Path) -> Non
     assert not suite.switch_only(src, bugs, "m.core.x_decide__mutmut_5", after)
     method = _diff(3, "            y = 1", "            y = 2", ("        if OTHER in bugs and self:",))
     assert suite.switch_only(src, bugs, "m.core.xǁFlowǁstep__mutmut_2", method)
+    # mutmut numbers a method's lines in its own rendering: the changed line is found by its text.
+    renumbered = _diff(9, "            y = 1", "            y = 2")
+    assert suite.switch_only(src, bugs, "m.core.xǁFlowǁstep__mutmut_2", renumbered)
     assert suite.switch_only(bugs, bugs, "m.bugs.anything", inside), "the catalog itself"
     assert not suite.switch_only(src, bugs, "m.core.x_missing__mutmut_1", inside)
 
