@@ -40,7 +40,9 @@ _LOADING = EngineSettings(
 
 # A circuit breaker that the refused legs of a crash open (2 failures) and that stays open past the run unless
 # the worker's recovery re-admits it.
-_BREAKER_ROUTER = replace(SCALED_ROUTER, circuit_breaker_failures=2, circuit_breaker_open_s=30.0)
+# One refused leg opens the breaker: with two, a leg refused before the suspect probe takes the worker out is
+# sometimes the only one in real time, and a breaker that never opened shows no re-admission (a race).
+_BREAKER_ROUTER = replace(SCALED_ROUTER, circuit_breaker_failures=1, circuit_breaker_open_s=30.0)
 _GOLD = {"tier": "gold"}
 # A respawned engine takes ~2 s to start: leave time after it to judge recovery and availability.
 _LONGER = replace(SCALED_WORKLOAD, duration_s=8.0)

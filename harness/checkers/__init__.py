@@ -16,6 +16,7 @@ from typing import Any
 from harness.checkers.availability import AvailabilityExpect, check_availability
 from harness.checkers.balance import BalanceExpect, check_balance
 from harness.checkers.breaker_contract import BreakerContractExpect, check_breaker_contract
+from harness.checkers.error_answers import ErrorAnswersExpect, check_error_answers
 from harness.checkers.handoff import (
     HandoffExpect,
     HandoffStrictExpect,
@@ -51,6 +52,7 @@ __all__ = [
     "BreakerContractExpect",
     "CheckerError",
     "CheckerSpec",
+    "ErrorAnswersExpect",
     "HandoffExpect",
     "HandoffParamsExpect",
     "HandoffStrictExpect",
@@ -74,6 +76,7 @@ __all__ = [
     "check_availability",
     "check_balance",
     "check_breaker_contract",
+    "check_error_answers",
     "check_handoff",
     "check_handoff_params",
     "check_latency",
@@ -146,12 +149,14 @@ CHECKERS: dict[str, CheckerSpec] = {
         CheckerSpec("breaker_contract", BreakerContractExpect, check_breaker_contract, needs=HANDOFFS),
         CheckerSpec("router_events", RouterEventsExpect, check_router_events, needs=HANDOFFS),
         CheckerSpec("worker_api", WorkerApiExpect, check_worker_api),
+        CheckerSpec("error_answers", ErrorAnswersExpect, check_error_answers),
     )
 }
 
 # The router's contract on every leg, probe and worker status the engines saw: any router, any scenario.
 CONTRACT_CHECKS: tuple[str, ...] = (
     "status_contract", "breaker_contract", "leg_shape", "handoff_params", "request_contract", "router_events",
+    "error_answers",
 )
 
 # What every scenario gets when it names no checker.

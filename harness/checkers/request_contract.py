@@ -4,8 +4,6 @@ the client's answer, for any router:
   never after a wait;
 - within the router's own deadline: a request answered by the router within its request timeout for the
   prefill legs plus one for the decode leg (a client that waits longer must not be the one that ends it);
-- an error answer is OpenAI-shaped: `{"error": {"message", "type", "code"}}` with a message and a type
-  (CONTRACTS §2), whoever's the error;
 - a client error is the client's: a leg an engine refused as the client's mistake (4xx), with no leg after
   it, is answered to the client as a 4xx, never as a server error or a success; a request carrying a
   client's mistake (the workload's `mistake_fraction`) never gets a server error.
@@ -90,13 +88,6 @@ def _client_errors(history: History, legs: dict[str, list[Leg]]) -> tuple[int, l
     return judged, out
 
 
-def _error_bodies(history: History) -> tuple[int, list[str]]:
-    """Each error answer the router gave carries the documented body (the client's own mistakes too)."""
-    answered = [r for r in history.request_list() if r.completed and (r.status or 0) >= 400]
-    return len(answered), [f"router side: {r.tag} got {r.status}, but {r.body_problem}"
-                           for r in answered if r.body_problem]
-
-
 def check_request_contract(history: History, exp: RequestContractExpect | None = None) -> Verdict:
     exp = exp or RequestContractExpect()
     view = EngineView.of(history)
@@ -114,10 +105,8 @@ def check_request_contract(history: History, exp: RequestContractExpect | None =
     evidence += found
     client, found = _client_errors(history, legs)
     evidence += found
-    errors, found = _error_bodies(history)
-    evidence += found
     numbers = {"requests": len(history.requests), "refusals": refusals, "deadline_judged": deadlines,
-               "client_errors": client, "error_answers": errors, "refusal_s": exp.refusal_s,
+               "client_errors": client, "refusal_s": exp.refusal_s,
                "router_deadline_s": 2 * view.contract.request_timeout_s}
     if evidence:
         what = f"{len(evidence)} request(s) not handled as the request contract says"

@@ -29,6 +29,8 @@ STATEMENTS: dict[str, str] = {
     "request_contract": "requests were answered against the request contract (refused early, held past the "
                         "deadline, or a client's mistake not relayed)",
     "leg_shape": "a leg reached an engine in a shape the contract does not allow",
+    "error_answers": "error answers did not carry the OpenAI error body (a JSON error object with a message "
+                     "and a type)",
     "worker_api": "the worker API did not refuse a mistaken call with a 4xx naming the field, or let it "
                   "change the worker",
     "reported_engine_id": "the router's worker list kept showing an old engine id after the engine's id "
