@@ -171,10 +171,10 @@ SCENARIOS = [
         workload=SCALED_WORKLOAD,
         timeline=(
             Step("patch_prefill", PatchWorker("prefill-0", {"labels": _GOLD, "priority": 7}), At(1.5)),
+            Step("bad_priority", PatchWorker("decode-0", {"priority": "high"}, refused="priority"), At(1.8)),
+            Step("bad_labels", PatchWorker("prefill-0", {"labels": {"tier": 1}}, refused="labels"), At(2.0)),
+            Step("bad_field", PatchWorker("prefill-0", {"connector": "nixl"}, refused="connector"), At(2.2)),
             Step("patch_decode", PatchWorker("decode-0", {"labels": _GOLD, "priority": 3}), At(2.5)),
-            Step("bad_priority", PatchWorker("decode-0", {"priority": "high"}, refused="priority"), At(3.0)),
-            Step("bad_labels", PatchWorker("prefill-0", {"labels": {"tier": 1}}, refused="labels"), At(3.3)),
-            Step("bad_field", PatchWorker("prefill-0", {"connector": "nixl"}, refused="connector"), At(3.6)),
         ),
         expect=(
             *CORE_EXPECT,

@@ -98,6 +98,8 @@ def test_ctrl_c_keeps_what_the_seeds_found_and_says_unknown(tmp_path: Path) -> N
         [sys.executable, "-m", "harness.cli", "search", "--inject-bug", "stale_engine_id", "--budget", "120",
          "--jobs", "2", "--out", str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        # A shell's background job inherits SIGINT ignored: give the child a terminal's Ctrl-C back.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
