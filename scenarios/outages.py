@@ -47,6 +47,13 @@ _GOLD = {"tier": "gold"}
 # A respawned engine takes ~2 s to start: leave time after it to judge recovery and availability.
 _LONGER = replace(SCALED_WORKLOAD, duration_s=8.0)
 
+
+
+def _crash_and_respawn(engine: str) -> tuple[Step, ...]:
+    """SIGKILL at 1.5 s, started again on the same address at 3.5 s (marked Failed by then)."""
+    return (Step("crash", Crash(engine), At(1.5)), Step("respawn", Respawn(engine), At(3.5)))
+
+
 SCENARIOS = [
     Scenario(
         name="worker_registered_while_loading",
@@ -80,10 +87,7 @@ SCENARIOS = [
         router=SCALED_ROUTER,
         engines=SCALED_ENGINES,
         workload=_LONGER,
-        timeline=(
-            Step("crash", Crash("prefill-1"), At(1.5)),
-            Step("respawn", Respawn("prefill-1"), At(3.5)),
-        ),
+        timeline=_crash_and_respawn("prefill-1"),
         expect=(
             *BASE_EXPECT,
             # Only the legs on the engine when it died may fail (at most the workload's concurrency, 3): those
@@ -111,10 +115,7 @@ SCENARIOS = [
         router=_BREAKER_ROUTER,
         engines=SCALED_ENGINES,
         workload=_LONGER,
-        timeline=(
-            Step("crash", Crash("prefill-0"), At(1.5)),
-            Step("respawn", Respawn("prefill-0"), At(3.5)),
-        ),
+        timeline=_crash_and_respawn("prefill-0"),
         expect=(
             *CORE_EXPECT,
             # The outage is no reason for a local prefill: a request either gets a 503 or is handed off.
@@ -142,10 +143,7 @@ SCENARIOS = [
         router=_BREAKER_ROUTER,
         engines=SCALED_ENGINES,
         workload=_LONGER,
-        timeline=(
-            Step("crash", Crash("decode-0"), At(1.5)),
-            Step("respawn", Respawn("decode-0"), At(3.5)),
-        ),
+        timeline=_crash_and_respawn("decode-0"),
         expect=(
             *CORE_EXPECT,
             Expect("prompt_503", {"max_503_latency_s": 1.0, "kinds": ["crash"]}),
@@ -302,10 +300,7 @@ SCENARIOS = [
         router=SCALED_ROUTER,
         engines=SCALED_ENGINES,
         workload=_LONGER,
-        timeline=(
-            Step("crash", Crash("decode-0"), At(1.5)),
-            Step("respawn", Respawn("decode-0"), At(3.5)),
-        ),
+        timeline=_crash_and_respawn("decode-0"),
         expect=(
             *CORE_EXPECT,
             Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["crash"]}),
