@@ -385,7 +385,9 @@ SCENARIOS = [
         suite_connectors=("mooncake",),
         description="A second prefill is registered through the worker API mid-traffic (with its connector "
         "and bootstrap port), then the first one is removed once the new one is Ready. The added worker must "
-        "hand off like a configured one, and the removal must drain without a client error.",
+        "hand off like a configured one, and the removal must drain without a client error. Before that, two "
+        "mistaken registrations (a url with a port out of range, a bootstrap port out of range) must be "
+        "refused with a 4xx naming the field, adding nothing.",
         bugs=("zoo-7",),
         topologies=("2p1d",),
         connectors=("mooncake", "nixl"),
@@ -394,6 +396,9 @@ SCENARIOS = [
         workload=SCALED_WORKLOAD,
         unregistered_engines=("prefill-1",),
         timeline=(
+            Step("bad_url", AddWorker("prefill-1", {"url": "http://127.0.0.1:99999"}, refused="url"), At(0.6)),
+            Step("bad_port", AddWorker("prefill-1", {"bootstrap_port": 70000}, refused="bootstrap_port"),
+                 At(0.8)),
             Step("add", AddWorker("prefill-1"), At(1.0)),
             Step("remove", RemoveWorker("prefill-0"), WorkerStatus("prefill-1", "ready"), deadline_s=4.0),
         ),
@@ -402,6 +407,7 @@ SCENARIOS = [
             STRICT_LOCAL,
             Expect("handoff_strict"),
             Expect("transfer_timeout"),
+            Expect("worker_api"),
             Expect(
                 "availability", {"before": 0.95, "after": 0.95, "settle_s": 0.5, "kinds": ["remove_worker"]}
             ),

@@ -1,12 +1,14 @@
 """The router's worker API held to its contract on a client's mistakes (CONTRACTS §2).
 
-A call the scenario makes as a mistake (`PatchWorker(..., refused=FIELD)`: a priority that is not an integer,
-labels that are not text, a field no update may change) must be refused:
+A call the scenario makes as a mistake must be refused: `PatchWorker(..., refused=FIELD)` (a priority that is
+not an integer, labels that are not text, a field no update may change) or `AddWorker(..., mistake=...,
+refused=FIELD)` (a url that is none, a port out of range). It must be refused:
 - with a 4xx, never a success or a server error;
-- with an error body whose message names the field at fault (an operator fixing the call reads it): the
-  OpenAI body `{"error": {"message", ...}}`, or a management API's own `{"error": "..."}` or
+- with an error body whose message names the field at fault, in any case (an operator fixing the call reads
+  it): the OpenAI body `{"error": {"message", ...}}`, or a management API's own `{"error": "..."}` or
   `{"message": "..."}` (the worker API is no OpenAI endpoint: smg answers `{"error": TEXT, "code": ...}`);
-- changing nothing: the worker's labels and priority after the call are what they were before it.
+- changing nothing: after a refused update the worker's labels, priority and the rest are what they were;
+  after a refused registration the router lists no more workers than before.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def _problems(f: FaultView, field: str) -> list[str]:
     if message is None:
         return [f"{where}: its body says nothing of what is wrong ({error_body_problem(answer)})"]
     out = []
-    if field not in message:
+    if field.lower() not in message.lower():
         out.append(f"{where}: its message {message!r} does not name {field}")
     ev: Any = f.evidence if isinstance(f.evidence, dict) else {}
     before, after = ev.get("before"), ev.get("after")
@@ -56,6 +58,11 @@ def _problems(f: FaultView, field: str) -> list[str]:
         changed = [k for k in _KEPT if before.get(k) != after.get(k)]
         if changed:
             out.append(f"{where}: the refused call changed the worker's {', '.join(changed)}")
+    if before is None and after is not None:
+        out.append(f"{where}: the refused call registered the worker ({after.get('url')})")
+    count, later = ev.get("workers_before"), ev.get("workers_after")
+    if isinstance(count, int) and isinstance(later, int) and later > count:
+        out.append(f"{where}: the router listed {count} worker(s) before the refused call, {later} after it")
     return out
 
 

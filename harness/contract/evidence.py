@@ -72,6 +72,8 @@ class EngineView:
         added = removed = None
         for f in self.history.fault_list():
             kind = (f.kind or "").split(":")[-1]
+            if f.changed.get("refused"):
+                continue  # a call the router must refuse adds or removes nothing
             if f.target == engine and kind == "add_worker" and added is None:
                 added = f.applied_t
             if f.target == engine and kind == "remove_worker" and removed is None:

@@ -188,13 +188,16 @@ class RouterAdapter:
         return None
 
     async def add_worker(
-        self, session: aiohttp.ClientSession, topo: Topology, engine: str
+        self, session: aiohttp.ClientSession, topo: Topology, engine: str,
+        mistake: Mapping[str, Any] | None = None,
     ) -> tuple[int, Any]:
+        """POST /workers for `engine`; `mistake`: fields laid over the body (a call the router must refuse)."""
         spec = topo.engine(engine)
         body: dict[str, Any] = {"url": spec.url(topo.transport), "role": spec.role}
         body["connector"] = topo.connector
         if spec.role == "prefill" and topo.connector == "mooncake":
             body["bootstrap_port"] = spec.bootstrap_port
+        body.update(mistake or {})
         return await self._call(session, "POST", f"{topo.router_url}/workers", body)
 
     async def remove_worker(

@@ -113,9 +113,13 @@ class PatchWorker:
 
 @dataclass(frozen=True)
 class AddWorker:
-    """Register the engine with the router through its worker API (the engine need not be up)."""
+    """Register the engine with the router through its worker API (the engine need not be up). `mistake`:
+    fields laid over the body the router's adapter sends, making the call a mistake in field `refused`, which
+    the router must refuse (a 4xx naming it), adding nothing."""
 
     target: str
+    mistake: Mapping[str, Any] | None = None
+    refused: str | None = None
 
 
 @dataclass(frozen=True)
@@ -178,6 +182,10 @@ def action_problems(action: Action) -> list[str]:
         return [f"unknown fault kind to heal {action.kind!r}"]
     if isinstance(action, GracefulStop) and not action.grace_s > 0:
         return [f"grace_s must be > 0, got {action.grace_s!r}"]
+    if isinstance(action, AddWorker) and (action.mistake is None) != (action.refused is None):
+        return ["an AddWorker mistake needs both `mistake` (the wrong fields) and `refused` (the field at fault)"]
+    if isinstance(action, AddWorker) and action.mistake is not None and action.refused not in action.mistake:
+        return [f"refused={action.refused!r} names no field of the mistake {dict(action.mistake)!r}"]
     if isinstance(action, PauseRouter):
         out = [] if action.target == ROUTER else [f"a router pause targets {ROUTER!r}, got {action.target!r}"]
         return out + ([] if action.pause_s > 0 else [f"pause_s must be > 0, got {action.pause_s!r}"])

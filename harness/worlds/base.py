@@ -22,7 +22,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 
-from harness.scenario.actions import PatchWorker
+from harness.scenario.actions import AddWorker, PatchWorker
 from harness.session import ScenarioSession
 from harness.session.commands import Command
 from harness.session.events import CommandFailed, Event, FaultVerified
@@ -38,7 +38,7 @@ INTERRUPTED_TEARDOWN_S = 30.0
 RESPAWN_WAIT_S = 10.0
 
 
-def refused_call(status: int, answer: Any, action: PatchWorker) -> dict[str, Any]:
+def refused_call(status: int, answer: Any, action: PatchWorker | AddWorker) -> dict[str, Any]:
     """What a worker API call that is a mistake records as applied: the status and body the router answered
     and the field at fault (the `worker_api` checker judges them)."""
     return {"status": status, "answer": answer, "refused": action.refused}

@@ -15,7 +15,7 @@ import math
 import re
 import subprocess
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -383,22 +383,24 @@ class SmgRouter(GatewayAdapter):
         return registration_body(spec.url(topo.transport), spec.role, facts, facts_style(self.version))
 
     async def _register(
-        self, session: aiohttp.ClientSession, topo: Topology, engine: str, timeout_s: float
+        self, session: aiohttp.ClientSession, topo: Topology, engine: str, timeout_s: float,
+        mistake: Mapping[str, Any] | None = None,
     ) -> tuple[int, Any]:
         facts = None
         if self.registers_through_api(topo.transport):
             facts = await self.kv_facts(session, topo, engine, timeout_s)
-        body = self.worker_body(topo, engine, facts)
+        body = {**self.worker_body(topo, engine, facts), **(mistake or {})}
         self.registrations.append(body)
         status, answer = await self._call(session, "POST", f"{topo.router_url}/workers", body)
-        if status in ACCEPTED:
+        if status in ACCEPTED and mistake is None:
             self.registered_ids[engine] = facts.kv_engine_id if facts is not None else None
         return status, answer
 
     async def add_worker(
-        self, session: aiohttp.ClientSession, topo: Topology, engine: str
+        self, session: aiohttp.ClientSession, topo: Topology, engine: str,
+        mistake: Mapping[str, Any] | None = None,
     ) -> tuple[int, Any]:
-        return await self._register(session, topo, engine, QUERY_TIMEOUT_S)
+        return await self._register(session, topo, engine, QUERY_TIMEOUT_S, mistake)
 
 
 class SmgFlagsRouter(SmgRouter):
@@ -453,10 +455,12 @@ class SmgOperatorRouter(SmgRouter):
         return self.operator.run(done, seen)
 
     async def _register(
-        self, session: aiohttp.ClientSession, topo: Topology, engine: str, timeout_s: float
+        self, session: aiohttp.ClientSession, topo: Topology, engine: str, timeout_s: float,
+        mistake: Mapping[str, Any] | None = None,
     ) -> tuple[int, Any]:
-        status, answer = await super()._register(session, topo, engine, timeout_s)
-        if self.operator is not None and status in ACCEPTED and topo.engine(engine).role == "prefill":
+        status, answer = await super()._register(session, topo, engine, timeout_s, mistake)
+        if (self.operator is not None and mistake is None and status in ACCEPTED
+                and topo.engine(engine).role == "prefill"):
             self.operator.watch(engine, self.registered_ids.get(engine))
         return status, answer
 

@@ -353,6 +353,16 @@ class EngineActions:
         emit(FaultVerified(fid, 200 <= status < 300 and applied, evidence))
 
     async def _add_worker(self, fid: str, a: AddWorker, emit: Emit) -> None:
+        if a.refused is not None:
+            before, count = await self._worker(a.target), await self._worker_count()
+            status, body = await self.router.add_worker(self.session, self.router_topo, a.target, a.mistake)
+            emit(FaultApplied(fid, "add_worker", a.target, dict(a.mistake or {}), refused_call(status, body, a)))
+            # A router that took the call as a job (202) would show the worker only later.
+            after, waited = await self._job_done(status, a.target, lambda w: w is not None)
+            evidence = {"status": status, "before": before, "after": after, "workers_before": count,
+                        "workers_after": await self._worker_count(), **waited}
+            emit(FaultVerified(fid, True, evidence))
+            return
         status, body = await self.router.add_worker(self.session, self.router_topo, a.target)
         emit(FaultApplied(fid, "add_worker", a.target, {}, {"status": status}))
         w, waited = await self._job_done(status, a.target, lambda w: w is not None)
@@ -384,6 +394,11 @@ class EngineActions:
         done = await poll_until(check, WORKER_JOB_S, interval_s=0.05)
         waited = round(asyncio.get_running_loop().time() - start, 3)
         return seen[0], {"job": "done" if done else f"not done within {WORKER_JOB_S:g} s", "job_s": waited}
+
+    async def _worker_count(self) -> int | None:
+        """How many workers the router lists (None: the list could not be read)."""
+        listed = await self.router.workers(self.session, self.router_topo)
+        return None if listed is None else len(listed)
 
     async def _worker(self, name: str) -> dict[str, Any] | None:
         for w in await self.router.workers(self.session, self.router_topo) or []:

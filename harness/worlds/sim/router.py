@@ -11,7 +11,7 @@ drops them: the engines' records say more).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, assert_never
 
@@ -156,7 +156,8 @@ class SimRouter:
     def engine_of(self, worker: Worker) -> SimEngine | None:
         return self.cell.engine_at_url(worker.spec.url)
 
-    def add_worker(self, name: str) -> tuple[int, Any]:
+    def add_worker(self, name: str, mistake: Mapping[str, Any] | None = None) -> tuple[int, Any]:
+        """POST /workers for engine `name`, with `mistake`'s fields laid over the body."""
         spec = self.cell.topology.engine(name)
         body: dict[str, Any] = {
             "url": spec.url(self.transport),
@@ -165,6 +166,7 @@ class SimRouter:
         }
         if spec.role == "prefill" and self.connector == "mooncake":
             body["bootstrap_port"] = spec.bootstrap_port
+        body.update(mistake or {})
         try:
             worker = self._add(spec_from_json(body))
         except ValueError as exc:

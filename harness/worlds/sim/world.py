@@ -670,10 +670,10 @@ class SimActions:
     def _patch_worker(self, fid: str, a: PatchWorker) -> Generator[Any, Any, None]:
         router = self.world._router()
         yield self.env.timeout(2 * HOP_S)
-        before = next((w for w in router.workers() if self._engine_of(w) == a.target), None)
+        before = self._worker_for(router, a.target)
         status, body = router.patch_worker(a.target, dict(a.body))
         if a.refused is not None:
-            now = next((w for w in router.workers() if self._engine_of(w) == a.target), None)
+            now = self._worker_for(router, a.target)
             answer = refused_call(status, body, a)
             self.emit(e.FaultApplied(fid, "patch_worker", a.target, dict(a.body), answer))
             self.emit(e.FaultVerified(fid, True, {"status": status, "before": before, "after": now}))
@@ -696,6 +696,15 @@ class SimActions:
     def _add_worker(self, fid: str, a: AddWorker) -> Generator[Any, Any, None]:
         router = self.world._router()
         yield self.env.timeout(2 * HOP_S)
+        if a.refused is not None:
+            before, count = self._worker_for(router, a.target), len(router.workers())
+            status, body = router.add_worker(a.target, a.mistake)
+            self.emit(e.FaultApplied(fid, "add_worker", a.target, dict(a.mistake or {}),
+                                     refused_call(status, body, a)))
+            evidence = {"status": status, "before": before, "after": self._worker_for(router, a.target),
+                        "workers_before": count, "workers_after": len(router.workers())}
+            self.emit(e.FaultVerified(fid, True, evidence))
+            return
         status, body = router.add_worker(a.target)
         self.emit(e.FaultApplied(fid, "add_worker", a.target, {}, {"status": status}))
         self.emit(e.FaultVerified(fid, 200 <= status < 300, {"status": status, "worker": body}))
@@ -706,6 +715,10 @@ class SimActions:
         status, body = router.remove_worker(a.target)
         self.emit(e.FaultApplied(fid, "remove_worker", a.target, {}, {"status": status}))
         self.emit(e.FaultVerified(fid, 200 <= status < 300, {"status": status, "answer": body}))
+
+    def _worker_for(self, router: SimRouter, engine: str) -> dict[str, Any] | None:
+        """The router's worker for `engine` as its worker list shows it (None: it has none)."""
+        return next((w for w in router.workers() if self._engine_of(w) == engine), None)
 
     def _engine_of(self, worker: dict[str, Any]) -> str | None:
         engine = self.cell.engine_at_url(str(worker["url"]))

@@ -87,7 +87,8 @@ async def _passes_with_verified_faults(kube, out: Path, scenario: str, topology:
     """Run a NIXL cell on pods; it passes and every fault was verified. Its history."""
     res = await run_scenario(_scenario(scenario), topology, "nixl", "http", "reference", out,
                              engines=f"k8s:{kube[1]}")
-    assert res.status == "pass", [(v.name, v.status, v.reason) for v in res.verdicts]
+    assert res.status == "pass", [(v.name, v.status, v.reason, v.evidence[:3]) for v in res.verdicts
+                                  if v.status != "pass"]
     events = _history(out)
     verified = [e for e in events if e.get("type") == "fault_verified"]
     assert verified and all(e["ok"] for e in verified), verified

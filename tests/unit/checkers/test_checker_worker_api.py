@@ -52,3 +52,32 @@ def test_without_a_mistaken_call_there_is_nothing_to_judge() -> None:
     hb = HB()
     hb.end(2.0)
     assert check_worker_api(hb.history()).status == "unknown"
+
+
+def _add_history(status: int, answer: Any, after: dict[str, Any] | None, later: int) -> Any:
+    hb = HB()
+    hb.at(1.0).fault_applied("f2", "add_worker", "prefill-1", {"url": "http://127.0.0.1:99999"},
+                             {"status": status, "answer": answer, "refused": "url"})
+    hb.at(1.0).fault_verified("f2", True, {"status": status, "before": None, "after": after,
+                                           "workers_before": 2, "workers_after": later})
+    hb.end(2.0)
+    return hb.history()
+
+
+def test_a_refused_registration_naming_the_field_in_any_case_passes() -> None:
+    answer = {"error": "Invalid URL: port out of range", "code": "BAD_REQUEST"}
+    v = check_worker_api(_add_history(400, answer, None, 2))
+    assert v.status == "pass", v.evidence
+
+
+@pytest.mark.parametrize(("status", "after", "later", "words"), [
+    (201, {"url": "http://127.0.0.1:99999"}, 3, "was 201, not a 4xx"),
+    (400, {"url": "http://127.0.0.1:8100"}, 3, "registered the worker"),
+    (400, None, 3, "listed 2 worker(s) before the refused call, 3 after it"),
+])
+def test_a_registration_mistake_that_adds_a_worker_is_a_violation(
+    status: int, after: dict[str, Any] | None, later: int, words: str
+) -> None:
+    answer = ErrorAnswer(400, "invalid_worker", "url has a bad port").body()
+    v = check_worker_api(_add_history(status, answer, after, later))
+    assert v.status == "fail" and any(words in e for e in v.evidence), v.evidence
