@@ -396,7 +396,8 @@ SCENARIOS = [
         workload=SCALED_WORKLOAD,
         unregistered_engines=("prefill-1",),
         timeline=(
-            Step("bad_url", AddWorker("prefill-1", {"url": "http://127.0.0.1:99999"}, refused="url"), At(0.6)),
+            Step("bad_url", AddWorker("prefill-1", {"url": "http://127.0.0.1:99999"}, refused="url"),
+                 At(0.6)),
             Step("bad_port", AddWorker("prefill-1", {"bootstrap_port": 70000}, refused="bootstrap_port"),
                  At(0.8)),
             Step("add", AddWorker("prefill-1"), At(1.0)),

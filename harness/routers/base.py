@@ -191,7 +191,7 @@ class RouterAdapter:
         self, session: aiohttp.ClientSession, topo: Topology, engine: str,
         mistake: Mapping[str, Any] | None = None,
     ) -> tuple[int, Any]:
-        """POST /workers for `engine`; `mistake`: fields laid over the body (a call the router must refuse)."""
+        """POST /workers for `engine`; `mistake`: fields laid over the body (a call to be refused)."""
         spec = topo.engine(engine)
         body: dict[str, Any] = {"url": spec.url(topo.transport), "role": spec.role}
         body["connector"] = topo.connector

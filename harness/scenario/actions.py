@@ -183,7 +183,7 @@ def action_problems(action: Action) -> list[str]:
     if isinstance(action, GracefulStop) and not action.grace_s > 0:
         return [f"grace_s must be > 0, got {action.grace_s!r}"]
     if isinstance(action, AddWorker) and (action.mistake is None) != (action.refused is None):
-        return ["an AddWorker mistake needs both `mistake` (the wrong fields) and `refused` (the field at fault)"]
+        return ["an AddWorker mistake needs both `mistake` (the wrong fields) and `refused` (the field)"]
     if isinstance(action, AddWorker) and action.mistake is not None and action.refused not in action.mistake:
         return [f"refused={action.refused!r} names no field of the mistake {dict(action.mistake)!r}"]
     if isinstance(action, PauseRouter):

@@ -356,7 +356,8 @@ class EngineActions:
         if a.refused is not None:
             before, count = await self._worker(a.target), await self._worker_count()
             status, body = await self.router.add_worker(self.session, self.router_topo, a.target, a.mistake)
-            emit(FaultApplied(fid, "add_worker", a.target, dict(a.mistake or {}), refused_call(status, body, a)))
+            answer = refused_call(status, body, a)
+            emit(FaultApplied(fid, "add_worker", a.target, dict(a.mistake or {}), answer))
             # A router that took the call as a job (202) would show the worker only later.
             after, waited = await self._job_done(status, a.target, lambda w: w is not None)
             evidence = {"status": status, "before": before, "after": after, "workers_before": count,
