@@ -7,7 +7,8 @@ prefill's id in force once the router had time to learn it: a restart must be no
 identity-check bound (`identity_check_interval_s` plus two probe timeouts and a probe interval's tick), else
 the dead id goes on being minted. A router that knows an id (some read of it returned one) must mint: a
 read never clears a known id. NIXL (the router relays): the decode gets the prefill's answer verbatim, so its
-`remote_engine_id` and `remote_request_id` name that prefill's computation.
+`remote_engine_id` and `remote_request_id` name that prefill's computation (an engine id of "" where the
+harness had the prefill report none, fault `no_engine_id`: that is what its answer said).
 """
 
 from __future__ import annotations
@@ -95,14 +96,28 @@ def _mooncake(view: EngineView, tag: str, p: Leg, d: Leg, slack: float) -> list[
     return out
 
 
-def _nixl(tag: str, p: Leg, d: Leg, request_id: str | None) -> list[str]:
+def ids_answered(history: History, p: Leg, slack: float) -> set[str | None]:
+    """The engine ids a NIXL prefill's answer may have carried for leg `p`: its id, and "" where the
+    harness had it report none (fault `no_engine_id`) at some moment within `slack` of the leg; only ""
+    when that fault held throughout."""
+    end = history.end_t
+    silent = [f.window(end) for f in history.fault_list()
+              if f.target == p.engine and (f.kind or "").split(":")[-1] == "no_engine_id"]
+    near = any(a <= p.at + slack and p.at - slack <= b for a, b in silent)
+    throughout = any(a <= p.at - slack and p.at + slack <= b for a, b in silent)
+    return ({""} if near else set()) | (set() if throughout else {p.engine_id})
+
+
+def _nixl(history: History, tag: str, p: Leg, d: Leg, request_id: str | None, slack: float) -> list[str]:
     kv = d.leg.get("kv_transfer_params") if d.leg else None
     if not isinstance(kv, dict) or not kv:
         return [f"{tag}: {p.engine} computed the prefill but its params were not relayed to {d.engine}"]
     out = []
-    if kv.get("remote_engine_id") != p.engine_id:
-        out.append(f"{tag}: the decode was told engine {kv.get('remote_engine_id')}, the prefill ran as "
-                   f"{p.engine_id}")
+    answered = ids_answered(history, p, slack)
+    if kv.get("remote_engine_id") not in answered:
+        said = " or ".join(repr(i) for i in sorted(answered, key=str))
+        out.append(f"{tag}: the decode was told engine {kv.get('remote_engine_id')!r}, the prefill ran as "
+                   f"{p.engine_id} and its answer said {said}")
     if request_id is not None and kv.get("remote_request_id") not in (None, request_id):
         out.append(f"{tag}: the decode was told request {kv.get('remote_request_id')}, the prefill's was "
                    f"{request_id}")
@@ -132,7 +147,7 @@ def check_handoff_params(history: History, exp: HandoffParamsExpect | None = Non
         judged += 1
         p, d = prefills[0], decodes[0]
         found = (_mooncake(view, tag, p, d, exp.slack_s) if connector == "mooncake"
-                 else _nixl(tag, p, d, request_ids.get(tag)))
+                 else _nixl(history, tag, p, d, request_ids.get(tag), exp.slack_s))
         evidence.extend(line if line.startswith(ENGINE_SIDE) else f"router side: {line}" for line in found)
     numbers = {"requests": judged, "bad": len(evidence), "refresh_bound_s": refresh_bound_s(view)}
     if evidence:

@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.scenario import (
     Action,
+    AddWorker,
     After,
     At,
     Crash,
@@ -36,7 +37,7 @@ from harness.scenario import (
 from harness.scenario.bugs import SWITCHES
 from harness.scenario.presets import SCALED_ENGINES, SCALED_ROUTER
 from harness.search.case import Breaker, Load
-from harness.search.faults import KINDS, LONG_GRACE_S, FaultSpec
+from harness.search.faults import API_MISTAKES, KINDS, LONG_GRACE_S, FaultSpec
 from harness.search.strategies import Space
 from harness.topology import CONNECTORS, TRANSPORTS, parse_topology
 
@@ -54,7 +55,9 @@ def search_kind(action: Action) -> str | None:
         return _FAULT_KIND.get(action.kind)
     if isinstance(action, Partition):
         return f"partition_{action.mode}"
-    if isinstance(action, PatchWorker):
+    if isinstance(action, PatchWorker | AddWorker) and _mistake_of(action) is not None:
+        return "api_mistake"
+    if isinstance(action, PatchWorker) and action.refused is None:
         return "patch_worker"
     simple = {SlowStart: "slow_start", Crash: "crash", Die: "die", GracefulStop: "graceful_stop",
               LinkLatency: "link_latency", LinkReset: "link_reset", LinkBandwidth: "link_bandwidth",
@@ -63,6 +66,13 @@ def search_kind(action: Action) -> str | None:
         if isinstance(action, cls):
             return kind
     return None
+
+
+def _mistake_of(action: PatchWorker | AddWorker) -> str | None:
+    """The search's name of a worker API mistake the action makes (None: none it draws)."""
+    call = "patch" if isinstance(action, PatchWorker) else "add"
+    return next((name for name, (c, field, _) in API_MISTAKES.items()
+                 if c == call and field == action.refused), None)
 
 
 def _catching(bugs: tuple[str, ...]) -> list[Scenario]:
@@ -150,7 +160,9 @@ def _params(a: Action, kind: str) -> tuple[tuple[str, Any], ...]:
             return (("kb_s", a.rate_kb_s),)
         case LinkFlap():
             return (("cycles", a.cycles),)
-        case PatchWorker() if a.refused is None:  # a mistaken call is no update to learn a priority from
+        case PatchWorker() | AddWorker() if kind == "api_mistake":
+            return (("mistake", _mistake_of(a)),)
+        case PatchWorker():
             return (("priority", int(a.body.get("priority", 1))),)
         case GracefulStop():
             return (("long_grace", a.grace_s >= LONG_GRACE_S),)
@@ -165,7 +177,7 @@ def _length(a: Action, kind: str, start: float, step: Step, timeline: tuple[Step
         return a.refuse_s
     if isinstance(a, LinkFlap):
         return (a.down_s + a.up_s) * a.cycles
-    if isinstance(a, PatchWorker):
+    if isinstance(a, PatchWorker | AddWorker):
         return 0.0
     later = timeline[timeline.index(step) + 1:]
     for st in later:

@@ -184,6 +184,8 @@ def expectations(case: SearchCase) -> tuple[Expect, ...]:
     out += _balance(case)
     out += _drain_handoff(case, ws)
     out += _metadata_reads(case, ws, bound)
+    if any(f.kind == "api_mistake" for f in faults):
+        out.append(Expect("worker_api"))
     return tuple(out)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.scenario import (
+    AddWorker,
     At,
     Crash,
     Die,
@@ -48,9 +49,18 @@ ENGINE_KINDS: tuple[str, ...] = PROCESS_KINDS + CONTROL_KINDS
 LINK_KINDS: tuple[str, ...] = (
     "partition_down", "partition_timeout", "link_latency", "link_reset", "link_bandwidth", "link_flap",
 )
-# Calls to the router's worker API (a property update of the engine's worker): instant, nothing to heal, on a
-# lane of their own (the router's record of the worker, not the engine).
-API_KINDS: tuple[str, ...] = ("patch_worker",)
+# Calls to the router's worker API (a property update of the engine's worker, or a call a client got wrong):
+# instant, nothing to heal, on a lane of their own (the router's record of the worker, not the engine).
+API_KINDS: tuple[str, ...] = ("patch_worker", "api_mistake")
+# The mistakes an `api_mistake` makes: (the call, the field at fault, the wrong fields). Each is wrong for any
+# worker of any role, connector and transport, so every correct router refuses it (CONTRACTS §2).
+API_MISTAKES: dict[str, tuple[str, str, Mapping[str, Any]]] = {
+    "patch_priority": ("patch", "priority", {"priority": "high"}),
+    "patch_labels": ("patch", "labels", {"labels": {"tier": 1}}),
+    "patch_connector": ("patch", "connector", {"connector": "nixl"}),
+    "add_url": ("add", "url", {"url": "http://127.0.0.1:99999"}),
+    "add_bootstrap_port": ("add", "bootstrap_port", {"bootstrap_port": 70000}),
+}
 KINDS: tuple[str, ...] = ENGINE_KINDS + LINK_KINDS + API_KINDS
 # Kinds that give the engine a new engine id (a re-read is due; stale ids are excused for a while).
 NEW_ID_KINDS: tuple[str, ...] = ("restart", "process_restart", "slow_start", "crash", "die", "graceful_stop")
@@ -169,6 +179,10 @@ def _apply_action(f: FaultSpec) -> Any:
         # labels and priority, never the KV transfer config, which must survive the update.
         return PatchWorker(t, {"labels": {"tier": str(p.get("tier", "gold"))},
                                "priority": int(p.get("priority", 1))})
+    if f.kind == "api_mistake":
+        call, field, wrong = API_MISTAKES[str(p.get("mistake", "patch_priority"))]
+        return (PatchWorker(t, wrong, refused=field) if call == "patch"
+                else AddWorker(t, mistake=wrong, refused=field))
     if f.kind == "fail_requests":
         return EngineFault(t, "fail_requests", {"count": int(p.get("count", 1)),
                                                 "status": int(p.get("status", 500))})

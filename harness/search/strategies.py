@@ -27,7 +27,7 @@ from harness.search.case import (
     identity_checks_optional,
     readmit_only,
 )
-from harness.search.faults import KINDS, LINK_KINDS, SELF_HEALING, FaultSpec, without_conflicts
+from harness.search.faults import API_MISTAKES, KINDS, LINK_KINDS, SELF_HEALING, FaultSpec, without_conflicts
 from harness.topology import CONNECTORS, TRANSPORTS
 
 # Smallest first: the shrinker walks toward the front. 1p1d..8p8d, biased to few engines by the draw below.
@@ -162,6 +162,8 @@ def params(draw: Any, kind: str) -> tuple[tuple[str, Any], ...]:
         return (("cycles", draw(st.integers(1, 3))),)
     if kind == "patch_worker":
         return (("priority", draw(st.integers(1, 9))),)
+    if kind == "api_mistake":
+        return (("mistake", draw(st.sampled_from(sorted(API_MISTAKES)))),)
     if kind == "graceful_stop":
         return (("long_grace", draw(st.booleans())),)
     return ()
@@ -175,7 +177,7 @@ def params(draw: Any, kind: str) -> tuple[tuple[str, Any], ...]:
 # A restart may reach 1.5 s: one of at least a second (`case.UNSEEN_RESTART_S`) is seen by the probes, what a
 # promotion's re-read needs without a second fault to force it.
 MAX_LENGTH_TENTHS_BY_KIND = {"restart": 15, "process_restart": 15, "slow_start": 15, "patch_worker": 0,
-                             "wedge": 70, "freeze": 50, "no_engine_id": 60}
+                             "api_mistake": 0, "wedge": 70, "freeze": 50, "no_engine_id": 60}
 
 
 def _length(kind: str, tenths: int) -> float:

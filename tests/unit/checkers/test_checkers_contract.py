@@ -408,6 +408,27 @@ def test_nixl_params_must_be_relayed_from_the_prefill_that_computed() -> None:
     assert v.status == "fail" and "were not relayed" in v.evidence[0]
 
 
+@pytest.mark.parametrize(("told", "silent", "ok"), [
+    ("", True, True),  # the prefill answered with no id (fault no_engine_id): relayed as it said
+    ("A", True, False),  # throughout the fault its answer said "", so "A" is not what it said
+    ("", False, False),  # without the fault its answer named A
+])
+def test_nixl_engine_id_relayed_is_what_the_prefill_s_answer_said(told: str, silent: bool, ok: bool) -> None:
+    run = healthy_run(connector="nixl")
+    if silent:
+        run.hb.at(0.5).fault_applied("mute", "no_engine_id", "prefill-0", {}, {})
+        run.hb.at(2.0).fault_healed("mute", "no_engine_id", "prefill-0")
+    run.pd(1.0, prefill_leg={"stream": False, "max_tokens": 1,
+                             "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False}},
+           decode_leg={"stream": False, "max_tokens": 6,
+                       "kv_transfer_params": {"do_remote_decode": False, "do_remote_prefill": True,
+                                              "remote_engine_id": told}})
+    v = check_handoff_params(run.history())
+    assert (v.status == "pass") == ok, v.evidence
+    if not ok:
+        assert "its answer said" in v.evidence[0], v.evidence
+
+
 # ------------------------------------------------------------------------------------ from the engines' side
 
 

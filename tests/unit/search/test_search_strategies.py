@@ -8,9 +8,9 @@ import itertools
 import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from harness.scenario import PatchWorker, Respawn, validate
+from harness.scenario import AddWorker, PatchWorker, Respawn, validate
 from harness.scenario.bugs import INJECTABLE_BUGS
-from harness.search.bias import fault_templates, space_for
+from harness.search.bias import fault_templates, search_kind, space_for
 from harness.search.case import (
     IDENTITY_OFF_S,
     LONG_OPEN_S,
@@ -21,6 +21,7 @@ from harness.search.case import (
     recovery_bound_s,
 )
 from harness.search.execute import scenario_of
+from harness.search.expect import expectations
 from harness.search.faults import SELF_HEALING, FaultSpec, effective_windows, to_steps, without_conflicts
 from harness.search.strategies import Space, search_cases
 
@@ -86,6 +87,23 @@ def test_a_worker_property_update_is_an_instant_api_call_with_nothing_to_heal() 
     assert effective_windows((patch,)) == [(1.0, 1.0)]
     # Its own lane: it may come while the engine is down (the router keeps the worker's record).
     assert without_conflicts([FaultSpec("crash", "decode-0", 0.5, 2.0), patch])[1] == patch
+
+
+@pytest.mark.parametrize(("mistake", "cls", "field"), [
+    ("patch_labels", PatchWorker, "labels"), ("add_url", AddWorker, "url"),
+    ("add_bootstrap_port", AddWorker, "bootstrap_port"),
+])
+def test_a_worker_api_mistake_is_an_instant_call_judged_by_worker_api(
+    mistake: str, cls: type, field: str
+) -> None:
+    wrong = FaultSpec("api_mistake", "prefill-0", 1.0, 0.0, params=(("mistake", mistake),))
+    (step,) = to_steps((wrong,))
+    assert isinstance(step.action, cls) and step.action.refused == field
+    assert effective_windows((wrong,)) == [(1.0, 1.0)]
+    case = SearchCase(faults=(wrong,))
+    assert "worker_api" in {e.checker for e in expectations(case)}
+    # A shipped scenario's mistake is the same search fault (a template the search draws whole).
+    assert search_kind(step.action) == "api_mistake"
 
 
 def _draw(n: int, s: int, space: Space | None = None) -> list[SearchCase]:
