@@ -77,7 +77,9 @@ def _judge_fault(history: History, fault: FaultView, exp: RecoveryExpect) -> tup
     # A router whose worker list is not observable at all: measure heal -> handoff only.
     observed = bool(history.status)
     nums["ready_observed"] = observed
-    if exp.require_ready and observed:
+    # A router pause has no worker of its own: the router is back once it hands off again, through any.
+    paused = fault.kind == "pause_router"
+    if exp.require_ready and observed and not paused:
         if not workers:
             return "unknown", f"no router worker observed for target {fault.target!r}", nums
         # A worker the router still held Ready at the heal (a fault shorter than its probe could see,
@@ -101,7 +103,7 @@ def _judge_fault(history: History, fault: FaultView, exp: RecoveryExpect) -> tup
     first = next(
         (
             ho
-            for ho in history.handoffs_of(fault.target or "")
+            for ho in (history.handoffs if paused else history.handoffs_of(fault.target or ""))
             if after <= ho.at <= horizon and is_correct_handoff(history, ho)
         ),
         None,

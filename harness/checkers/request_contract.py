@@ -7,6 +7,7 @@ the client's answer, for any router:
 - a client error is the client's: a leg an engine refused as the client's mistake (4xx), with no leg after
   it, is answered to the client as a 4xx, never as a server error or a success; a request carrying a
   client's mistake (the workload's `mistake_fraction`) never gets a server error.
+Time the harness had the router's process stopped (`PauseRouter`) is not counted as the router's.
 (Legs run once and in order: `legs_once`, `legs_sequenced`.)
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 from harness.checkers._common import cap
 from harness.contract.evidence import REFUSED, EngineView, Leg
+from harness.contract.reach import paused_within
 from harness.history import History, RequestView
 from harness.verdict import Verdict
 
@@ -37,10 +39,18 @@ def _late_refusals(history: History, legs: dict[str, list[Leg]], exp: RequestCon
     for req in history.request_list():
         if req.status != 503 or req.tag in legs or req.latency_s is None:
             continue
-        if req.latency_s > exp.refusal_s:
+        # A stopped router decides nothing: the time it was paused is not its own.
+        own = req.latency_s - _paused(history, req)
+        if own > exp.refusal_s:
             out.append(f"router side: {req.tag} was refused 503 before any leg after {req.latency_s:.3f}s "
-                       f"(a refusal is decided at once; at most {exp.refusal_s:g}s)")
+                       f"({own:.3f}s its own; a refusal is decided at once; at most {exp.refusal_s:g}s)")
     return out
+
+
+def _paused(history: History, req: RequestView) -> float:
+    if req.invoked_t is None:
+        return 0.0
+    return paused_within(history, req.invoked_t, req.completed_t or history.end_t)
 
 
 def _over_deadline(history: History, view: EngineView, exp: RequestContractExpect) -> tuple[int, list[str]]:
@@ -53,7 +63,7 @@ def _over_deadline(history: History, view: EngineView, exp: RequestContractExpec
         judged += 1
         answered = req.completed and not req.timed_out
         took = req.latency_s if answered else (req.completed_t or history.end_t) - start
-        if took is not None and took > bound:
+        if took is not None and took - _paused(history, req) > bound:
             how = f"answered {req.status}" if answered else "not answered by the router"
             out.append(f"router side: {req.tag} {how} after {took:.3f}s, past the router's own deadline "
                        f"({bound:g}s: a request timeout of {view.contract.request_timeout_s:g}s per leg)")

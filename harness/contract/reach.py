@@ -119,6 +119,11 @@ def router_pauses(history: History) -> list[tuple[float, float]]:
             if f.kind == "pause_router" and f.applied_t is not None]
 
 
+def paused_within(history: History, start: float, end: float) -> float:
+    """How long the router's process was stopped within [start, end]: time a request could not use."""
+    return sum(max(0.0, min(end, b) - max(start, a)) for a, b in router_pauses(history))
+
+
 def pause_windows(history: History, contract: RouterContract, after_s: float) -> list[Window]:
     """A paused router's view of every engine: whatever it had on the way when it stopped (a probe begun up
     to a probe timeout before) and whatever it takes up as it resumes may be judged late or failed by it

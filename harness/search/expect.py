@@ -35,6 +35,8 @@ draw, each included only where its own conditions hold.
   spreads its legs within 50% of the mean.
 - `metadata_reads`: an engine id taken away (`no_engine_id`) on a Mooncake prefill with no other fault on it
   from then on: reads of it stay within one per identity check interval (plus two), never one per probe.
+- A router pause (`pause_router`) holds every request and probe: it counts as a fault on every engine.
+- `worker_api`: a mistaken worker API call (`api_mistake`) is refused with a 4xx naming the field.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 
 from harness.checkers import CONTRACT_CHECKS
 from harness.scenario import Expect
+from harness.scenario.actions import ROUTER
 from harness.scenario.presets import SCALED_ROUTER
 from harness.search.case import (
     KV_PATH_LINKS,
@@ -94,7 +97,7 @@ def isolated_after(i: int, ws: Sequence[Window], window_s: float, same_engine_on
     w = ws[i]
     return not any(
         j != i and o.overlaps(w.end, w.end + window_s)
-        and (not same_engine_only or o.fault.target == w.fault.target)
+        and (not same_engine_only or o.fault.target in (w.fault.target, ROUTER))
         for j, o in enumerate(ws)
     )
 
@@ -191,8 +194,8 @@ def expectations(case: SearchCase) -> tuple[Expect, ...]:
 
 def _near(i: int, ws: Sequence[Window], start: float, end: float, same_engine_only: bool = False) -> bool:
     """Some other fault (on the same engine only, when asked) is on within [start, end]."""
-    target = ws[i].fault.target
-    return any(j != i and o.overlaps(start, end) and (not same_engine_only or o.fault.target == target)
+    mine = (ws[i].fault.target, ROUTER)
+    return any(j != i and o.overlaps(start, end) and (not same_engine_only or o.fault.target in mine)
                for j, o in enumerate(ws))
 
 
@@ -381,7 +384,7 @@ def _metadata_reads(case: SearchCase, ws: Sequence[Window], bound: float) -> lis
         if f.kind != "no_engine_id" or not f.target.startswith("prefill"):
             continue
         others = [o.fault for j, o in enumerate(ws)
-                  if j != i and o.fault.target == f.target and o.overlaps(w.start - bound, end)]
+                  if j != i and o.fault.target in (f.target, ROUTER) and o.overlaps(w.start - bound, end)]
         counts = [_outages(o) for o in others]
         if any(c is None for c in counts):
             continue

@@ -3,7 +3,8 @@
 Every kind here exists in both worlds and is driven through the same actions as a hand-written scenario:
 process faults (restart with a new id, slow start, crash + respawn, death + respawn, graceful stop +
 respawn, SIGSTOP freeze + heal), the engines' control faults (a wedged surface, failed GetServerInfo, no
-engine id, failed requests, added latency) and link faults (partition, latency, reset, bandwidth, flapping).
+engine id, failed requests, added latency), link faults (partition, latency, reset, bandwidth, flapping),
+worker API calls (an update, a mistake) and a pause of the router's process.
 Each fault heals itself (a restart) or gets a heal step at its end, so a schedule never leaves a fault on.
 """
 
@@ -28,6 +29,7 @@ from harness.scenario import (
     LinkReset,
     Partition,
     PatchWorker,
+    PauseRouter,
     Respawn,
     Restart,
     SlowStart,
@@ -61,17 +63,20 @@ API_MISTAKES: dict[str, tuple[str, str, Mapping[str, Any]]] = {
     "add_url": ("add", "url", {"url": "http://127.0.0.1:99999"}),
     "add_bootstrap_port": ("add", "bootstrap_port", {"bootstrap_port": 70000}),
 }
-KINDS: tuple[str, ...] = ENGINE_KINDS + LINK_KINDS + API_KINDS
+# The router's process stopped (SIGSTOP) and resumed after the fault's length: on a lane of its own (target
+# `ROUTER`); it ends by itself, and the timeline waits for it as for a restart.
+ROUTER_KINDS: tuple[str, ...] = ("pause_router",)
+KINDS: tuple[str, ...] = ENGINE_KINDS + LINK_KINDS + API_KINDS + ROUTER_KINDS
 # Kinds that give the engine a new engine id (a re-read is due; stale ids are excused for a while).
 NEW_ID_KINDS: tuple[str, ...] = ("restart", "process_restart", "slow_start", "crash", "die", "graceful_stop")
 # Kinds whose end is not a heal step: the action itself brings the engine back (or, for an API call, there is
 # nothing to undo).
-SELF_HEALING: tuple[str, ...] = ("restart", "process_restart", "slow_start", *API_KINDS)
+SELF_HEALING: tuple[str, ...] = ("restart", "process_restart", "slow_start", *API_KINDS, *ROUTER_KINDS)
 # Kinds that take the engine's serving path down (refused or gone) while they last.
 DOWN_KINDS: tuple[str, ...] = ("crash", "die", "graceful_stop", "partition_down")
 # Kinds that may hold a request or a probe without an answer (a wait, not a refusal).
 HOLDING_KINDS: tuple[str, ...] = (
-    "freeze", "wedge", "latency_fault", "partition_timeout", "link_latency", "link_bandwidth",
+    "freeze", "wedge", "latency_fault", "partition_timeout", "link_latency", "link_bandwidth", "pause_router",
 )
 # Gap kept after a healed fault before the next on its engine (or link): the heal/respawn is done first.
 SAME_TARGET_GAP_S = 0.3
@@ -179,6 +184,8 @@ def _apply_action(f: FaultSpec) -> Any:
         # labels and priority, never the KV transfer config, which must survive the update.
         return PatchWorker(t, {"labels": {"tier": str(p.get("tier", "gold"))},
                                "priority": int(p.get("priority", 1))})
+    if f.kind == "pause_router":
+        return PauseRouter(length)
     if f.kind == "api_mistake":
         call, field, wrong = API_MISTAKES[str(p.get("mistake", "patch_priority"))]
         return (PatchWorker(t, wrong, refused=field) if call == "patch"
@@ -233,7 +240,7 @@ ACTION_EPSILON_S = 0.02
 
 
 def _apply_cost(f: FaultSpec) -> float:
-    if f.kind in ("restart", "slow_start"):
+    if f.kind in ("restart", "slow_start", "pause_router"):
         return f.length_s + ACTION_EPSILON_S
     if f.kind == "process_restart":
         return f.length_s + SPAWN_S

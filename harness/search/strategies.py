@@ -15,7 +15,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from harness.scenario.actions import WEDGE_SURFACES
+from harness.scenario.actions import ROUTER, WEDGE_SURFACES
 from harness.scenario.links import link_applies
 from harness.search.case import (
     LEAD_S,
@@ -27,7 +27,15 @@ from harness.search.case import (
     identity_checks_optional,
     readmit_only,
 )
-from harness.search.faults import API_MISTAKES, KINDS, LINK_KINDS, SELF_HEALING, FaultSpec, without_conflicts
+from harness.search.faults import (
+    API_MISTAKES,
+    KINDS,
+    LINK_KINDS,
+    ROUTER_KINDS,
+    SELF_HEALING,
+    FaultSpec,
+    without_conflicts,
+)
 from harness.topology import CONNECTORS, TRANSPORTS
 
 # Smallest first: the shrinker walks toward the front. 1p1d..8p8d, biased to few engines by the draw below.
@@ -177,7 +185,10 @@ def params(draw: Any, kind: str) -> tuple[tuple[str, Any], ...]:
 # A restart may reach 1.5 s: one of at least a second (`case.UNSEEN_RESTART_S`) is seen by the probes, what a
 # promotion's re-read needs without a second fault to force it.
 MAX_LENGTH_TENTHS_BY_KIND = {"restart": 15, "process_restart": 15, "slow_start": 15, "patch_worker": 0,
-                             "api_mistake": 0, "wedge": 70, "freeze": 50, "no_engine_id": 60}
+                             "api_mistake": 0, "wedge": 70, "freeze": 50, "no_engine_id": 60,
+                             "pause_router": 15}
+# A router pause lasts at least this: a shorter one is within a real scheduler's own hiccups.
+MIN_PAUSE_TENTHS = 2
 
 
 def _length(kind: str, tenths: int) -> float:
@@ -185,6 +196,8 @@ def _length(kind: str, tenths: int) -> float:
     # A fault healed by a later step lasts at least MIN_HEALED_TENTHS (its heal comes after it, and long
     # enough for real time to replay it).
     floor = 0 if kind in SELF_HEALING else max(MIN_HEALED_TENTHS, MIN_LENGTH_TENTHS.get(kind, 0))
+    if kind in ROUTER_KINDS:
+        floor = MIN_PAUSE_TENTHS
     return max(tenths, floor) / 10
 
 
@@ -193,7 +206,10 @@ def one_fault(draw: Any, space: Space, engines: list[str], connector: str, start
               kind: str | None = None, target: str | None = None) -> FaultSpec | None:
     """A fault (None when the drawn kind has no link on the drawn engine under this connector)."""
     kind = kind or draw(kinds(space))
-    target = target or draw(targets(engines))
+    if kind in ROUTER_KINDS:
+        target = ROUTER
+    elif target in (None, ROUTER):  # a fault after a router pause goes to an engine
+        target = draw(targets(engines))
     link = None
     if kind in LINK_KINDS:
         links = _links_of(target, connector)

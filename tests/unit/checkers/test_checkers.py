@@ -721,3 +721,24 @@ def test_reported_engine_id_shown_before_the_harness_saw_the_engine_change_is_no
     hb.end(8.0)
     v = run_check(hb.history(), "reported_engine_id", {})
     assert v.status == "pass" and v.numbers["changes"]["prefill-0@2.00"]["lag_s"] == 0.0
+
+
+@pytest.mark.parametrize(("serves_after", "status"), [(True, "pass"), (False, "fail")])
+def test_a_router_pause_is_recovered_by_a_handoff_through_any_engine(serves_after: bool, status: str) -> None:
+    hb = HB()
+    hb.engine(0.0, "prefill-0", "A", "prefill", "http://p0")
+    hb.engine(0.0, "decode-0", "D", "decode", "http://d0")
+    hb.status(0.0, "w-p0", "ready", "http://p0")
+    hb.status(0.0, "w-d0", "ready", "http://d0", role="decode")
+    hb.pd_request(0.5, "A")
+    hb.fault("stall", "pause_router", "router", applied=1.0, healed=2.0)
+    for i in range(8):
+        if serves_after:
+            hb.pd_request(2.2 + 0.25 * i, "A")
+        else:
+            hb.request(2.2 + 0.25 * i, 0.01, status=503)
+    hb.end(5.0)
+    v = check_recovery(hb.history(), RecoveryExpect(max_recovery_s=2.0))
+    assert v.status == status, v.reason
+    if serves_after:
+        assert v.numbers["faults"]["stall"]["heal_to_handoff_s"] == pytest.approx(0.2, abs=0.05)

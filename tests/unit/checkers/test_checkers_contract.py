@@ -498,6 +498,14 @@ def test_refusals_before_any_leg_must_be_prompt() -> None:
     assert "refused 503 before any leg after 2.500s" in v.evidence[0]
 
 
+def test_the_time_a_router_was_paused_is_not_counted_against_its_refusals_or_deadline() -> None:
+    run = healthy_run()
+    run.hb.at(1.9).fault_applied("stall", "pause_router", "router", {"pause_s": 2.0}, {})
+    run.hb.at(3.9).fault_healed("stall", "pause_router", "router")
+    run.hb.request(2.0, 2.05, status=503)  # arrived while it was stopped: refused 0.15 s after the resume
+    assert check_request_contract(run.history()).status == "pass"
+
+
 def test_a_client_error_an_engine_refused_reaches_the_client_as_its_own() -> None:
     for client_status, verdict in ((400, "pass"), (502, "fail")):
         run = healthy_run()

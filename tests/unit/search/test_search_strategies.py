@@ -8,7 +8,7 @@ import itertools
 import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from harness.scenario import AddWorker, PatchWorker, Respawn, validate
+from harness.scenario import AddWorker, PatchWorker, PauseRouter, Respawn, validate
 from harness.scenario.bugs import INJECTABLE_BUGS
 from harness.search.bias import fault_templates, search_kind, space_for
 from harness.search.case import (
@@ -104,6 +104,21 @@ def test_a_worker_api_mistake_is_an_instant_call_judged_by_worker_api(
     assert "worker_api" in {e.checker for e in expectations(case)}
     # A shipped scenario's mistake is the same search fault (a template the search draws whole).
     assert search_kind(step.action) == "api_mistake"
+
+
+def test_a_router_pause_holds_the_timeline_and_counts_as_a_fault_on_every_engine() -> None:
+    pause = FaultSpec("pause_router", "router", 1.0, 0.5)
+    restart = FaultSpec("restart", "prefill-0", 3.0, 0.5)
+    (step, _) = to_steps((pause, restart))
+    assert isinstance(step.action, PauseRouter) and step.action.pause_s == 0.5
+    assert effective_windows((pause,))[0][1] == pytest.approx(1.52)
+    # A prefill's new id is judged only where nothing else touches it: the pause does, as on any engine.
+    case = SearchCase(faults=(restart, FaultSpec("pause_router", "router", 3.6, 1.0)))
+    assert "reported_engine_id" not in {e.checker for e in expectations(case)}
+    drawn = [f for c in _draw(40, 3, Space(favoured=("pause_router",))) for f in c.faults]
+    pauses = [f for f in drawn if f.kind == "pause_router"]
+    assert pauses and all(f.target == "router" and f.length_s >= 0.2 for f in pauses)
+    assert all(f.target != "router" for f in drawn if f.kind != "pause_router")
 
 
 def _draw(n: int, s: int, space: Space | None = None) -> list[SearchCase]:
