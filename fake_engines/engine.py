@@ -146,10 +146,12 @@ class Engine:
         return Arrival(time.time(), self.now(), caller_of(caller))
 
     def record_call(
-        self, arrival: Arrival, call: str, status: int, detail: Mapping[str, Any] | None = None
+        self, arrival: Arrival, call: str, status: int, detail: Mapping[str, Any] | None = None,
+        *, ended: float | None = None,
     ) -> None:
-        """Record a call answered (or cut) now."""
-        self.state.add_call(arrival.wall, call, status, self.now() - arrival.at, arrival.caller, detail)
+        """Record a call answered (or cut) now, or at `ended` (the engine's clock) when its caller left."""
+        end = self.now() if ended is None else ended
+        self.state.add_call(arrival.wall, call, status, end - arrival.at, arrival.caller, detail)
 
     def refuse_leg(
         self,

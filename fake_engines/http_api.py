@@ -67,6 +67,10 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
 Answer = Callable[[], Awaitable[tuple[web.Response, dict[str, Any] | None]]]
 
 
+# How often an open call looks whether its caller hung up: the resolution of a let-go call's duration.
+LEAVING_POLL_S = 0.01
+
+
 def client_gone(request: web.Request) -> bool:
     """Whether the caller hung up: aiohttp lets a handler run on after that (no handler cancellation), so
     whatever it answers goes nowhere."""
@@ -108,9 +112,12 @@ class RecordedCalls:
     async def answer(self, request: web.Request, call: str, answer: Answer) -> web.Response:
         """Answer with `answer()` (it passes its fault gate itself: the call arrived before) and record
         the call: the status answered, CLIENT_GONE when the caller is gone first or the handler is
-        cancelled."""
+        cancelled. A call the caller left is timed to when it left (how long the caller held it), not to
+        when the handler got round to ending."""
         arrival = self.engine.arrival(request.headers.get(calls.CALLER_HEADER))
         status, detail = 500, None
+        left: list[float] = []
+        watch = asyncio.ensure_future(self._note_leaving(request, left))
         with self.open():
             try:
                 resp, detail = await answer()
@@ -120,9 +127,17 @@ class RecordedCalls:
                 status = calls.CLIENT_GONE
                 raise
             finally:
+                watch.cancel()
                 if client_gone(request):
                     status = calls.CLIENT_GONE
-                self.engine.record_call(arrival, call, status, detail)
+                ended = left[0] if left and status == calls.CLIENT_GONE else None
+                self.engine.record_call(arrival, call, status, detail, ended=ended)
+
+    async def _note_leaving(self, request: web.Request, left: list[float]) -> None:
+        """Note (in `left`) when the caller hangs up while the handler still runs."""
+        while not client_gone(request):
+            await asyncio.sleep(LEAVING_POLL_S)
+        left.append(self.engine.now())
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any
 from harness.checkers.availability import AvailabilityExpect, check_availability
 from harness.checkers.balance import BalanceExpect, check_balance
 from harness.checkers.breaker_contract import BreakerContractExpect, check_breaker_contract
+from harness.checkers.call_deadlines import CallDeadlinesExpect, check_call_deadlines
 from harness.checkers.error_answers import ErrorAnswersExpect, check_error_answers
 from harness.checkers.handoff import (
     HandoffExpect,
@@ -50,6 +51,7 @@ __all__ = [
     "AvailabilityExpect",
     "BalanceExpect",
     "BreakerContractExpect",
+    "CallDeadlinesExpect",
     "CheckerError",
     "CheckerSpec",
     "ErrorAnswersExpect",
@@ -76,6 +78,7 @@ __all__ = [
     "check_availability",
     "check_balance",
     "check_breaker_contract",
+    "check_call_deadlines",
     "check_error_answers",
     "check_handoff",
     "check_handoff_params",
@@ -150,13 +153,14 @@ CHECKERS: dict[str, CheckerSpec] = {
         CheckerSpec("router_events", RouterEventsExpect, check_router_events, needs=HANDOFFS),
         CheckerSpec("worker_api", WorkerApiExpect, check_worker_api),
         CheckerSpec("error_answers", ErrorAnswersExpect, check_error_answers),
+        CheckerSpec("call_deadlines", CallDeadlinesExpect, check_call_deadlines),
     )
 }
 
 # The router's contract on every leg, probe and worker status the engines saw: any router, any scenario.
 CONTRACT_CHECKS: tuple[str, ...] = (
     "status_contract", "breaker_contract", "leg_shape", "handoff_params", "request_contract", "router_events",
-    "error_answers",
+    "error_answers", "call_deadlines",
 )
 
 # What every scenario gets when it names no checker.

@@ -31,6 +31,8 @@ STATEMENTS: dict[str, str] = {
     "leg_shape": "a leg reached an engine in a shape the contract does not allow",
     "error_answers": "error answers did not carry the OpenAI error body (a JSON error object with a message "
                      "and a type)",
+    "call_deadlines": "a health probe or engine-id read was held open past the router's probe timeout: "
+                      "a wait without a deadline",
     "worker_api": "the worker API did not refuse a mistaken call with a 4xx naming the field, or let it "
                   "change the worker",
     "reported_engine_id": "the router's worker list kept showing an old engine id after the engine's id "

@@ -113,17 +113,19 @@ async def test_unhealthy_health_and_metadata_reads(
 async def test_wedged_health_whose_caller_gives_up(
     engine: EngineHandle, session: aiohttp.ClientSession, records: Path
 ) -> None:
-    # aiohttp does not cancel a handler whose caller hung up: it is recorded when the wedge lifts, gone.
+    # aiohttp does not cancel a handler whose caller hung up: it is recorded when the wedge lifts, gone,
+    # and timed to when its caller left (how long the caller held it), not to the lift.
     engine.engine.faults.apply_spec({"fault": "wedge", "surface": "health"})
     with pytest.raises(TimeoutError):
         async with session.get(engine.url() + "/health", timeout=aiohttp.ClientTimeout(total=0.2)):
             pass
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.4)
     assert calls(records) == []
     engine.engine.faults.clear("wedge")
     assert await poll_until(lambda: bool(calls(records)), 2.0, 0.02)
     (rec,) = calls(records)
-    assert rec["call"] == "health" and rec["status"] == CLIENT_GONE and rec["duration_s"] >= 0.25
+    assert rec["call"] == "health" and rec["status"] == CLIENT_GONE
+    assert 0.19 <= rec["duration_s"] < 0.45, rec
 
 
 async def test_calls_still_parked_when_the_engine_stops_are_recorded(records: Path) -> None:
