@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+import yarl
+
 from harness.checkers._common import cap
 from harness.contract.evidence import EngineView, Leg, misreported, reported_ids
 from harness.contract.settings import ID_READ_CALLS
@@ -62,6 +64,22 @@ def refresh_bound_s(view: EngineView) -> float | None:
     return c.identity_check_interval_s + 2 * c.probe_timeout_s + c.interval_s / 10
 
 
+def _bootstrap_addr_problem(view: EngineView, prefill: str, addr: object) -> str | None:
+    """What keeps `addr` from naming `prefill`'s bootstrap server as an HTTP client reads it (None: nothing
+    wrong that the records show): a URL that does not parse, or another host than the prefill's."""
+    url = (view.history.settings.get("engines_layout") or {}).get(prefill, {}).get("url")
+    if not isinstance(url, str) or addr is None:
+        return None
+    try:
+        host = yarl.URL(str(addr)).host
+    except ValueError as exc:
+        return f"the decode was told bootstrap address {addr!r}, which is no URL ({exc})"
+    want = yarl.URL(url).host
+    if host != want:
+        return f"the decode was told bootstrap address {addr!r}, but {prefill} runs on host {want}"
+    return None
+
+
 def _mooncake(view: EngineView, tag: str, p: Leg, d: Leg, slack: float) -> list[str]:
     out: list[str] = []
     kv = d.leg.get("kv_transfer_params") if d.leg else None
@@ -76,6 +94,9 @@ def _mooncake(view: EngineView, tag: str, p: Leg, d: Leg, slack: float) -> list[
     if isinstance(told, dict) and kv.get("transfer_id") != told.get("transfer_id"):
         out.append(f"{tag}: the decode was told transfer {kv.get('transfer_id')}, the prefill leg carried "
                    f"{told.get('transfer_id')}")
+    wrong_addr = _bootstrap_addr_problem(view, p.engine, kv.get("remote_bootstrap_addr"))
+    if wrong_addr is not None:
+        out.append(f"{tag}: {wrong_addr}")
     minted = kv.get("remote_engine_id")
     base = minted.split("_dp")[0] if isinstance(minted, str) else minted
     if base not in {i for _, i in ids_reported(view, p.engine)} | {s.engine_id for s in

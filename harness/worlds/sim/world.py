@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, assert_never
 
 import simpy
+import yarl
 
 from harness.scenario.actions import (
     AddWorker,
@@ -157,11 +158,15 @@ class SimCell:
         self.pending_records.append(record)
 
     def engine_at_url(self, url: str) -> SimEngine | None:
+        """The engine a caller reaches at `url`, parsed as the real engines' HTTP client parses it (yarl,
+        under aiohttp): a URL it refuses (a bracketed IPv4 host) or one naming another host reaches none."""
         try:
-            port = int(url.rstrip("/").rsplit(":", 1)[1].split("/", 1)[0])
-        except (IndexError, ValueError):
+            parsed = yarl.URL(url)
+            port = parsed.port
+        except ValueError:
             return None
-        return self.engine_at_port(port)
+        engine = None if port is None else self.engine_at_port(port)
+        return engine if engine is not None and parsed.host == engine.spec.host else None
 
     def engine_at_port(self, port: int) -> SimEngine | None:
         name = self._by_port.get(port)

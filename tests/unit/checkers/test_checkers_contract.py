@@ -408,6 +408,23 @@ def test_nixl_params_must_be_relayed_from_the_prefill_that_computed() -> None:
     assert v.status == "fail" and "were not relayed" in v.evidence[0]
 
 
+@pytest.mark.parametrize(("addr", "words"), [
+    ("http://p0:8998", None),
+    ("http://[127.0.0.1]:8998", "which is no URL"),  # an IPv4 host in brackets: no HTTP client reads it
+    ("http://d0:8998", "but prefill-0 runs on host p0"),
+])
+def test_the_bootstrap_address_minted_names_the_prefill_s_host(addr: str, words: str | None) -> None:
+    run = healthy_run()
+    run.pd(1.0, decode_leg={"stream": False, "max_tokens": 6, "kv_transfer_params": {
+        "do_remote_decode": False, "do_remote_prefill": True, "transfer_id": "xfer-[pdchaos:run:1]",
+        "remote_engine_id": "A", "remote_bootstrap_addr": addr}})
+    v = check_handoff_params(run.history())
+    if words is None:
+        assert v.status == "pass", v.evidence
+    else:
+        assert v.status == "fail" and words in v.evidence[0], v.evidence
+
+
 @pytest.mark.parametrize(("told", "silent", "ok"), [
     ("", True, True),  # the prefill answered with no id (fault no_engine_id): relayed as it said
     ("A", True, False),  # throughout the fault its answer said "", so "A" is not what it said
