@@ -82,4 +82,11 @@ def event_problems(kind: str | None, fields: Mapping[str, Any]) -> list[str]:
         out.append(f"records a {fields['read']} read as outcome {fields['outcome']!r}")
     if kind == "breaker" and fields["to"] == "open" and not text(fields.get("error")):
         out.append("opens the breaker without the failure that opened it (error)")
+    if kind == "breaker" and fields["reason"] in _BY_A_REQUEST and not text(fields.get("request_id")):
+        out.append(f"moves the breaker for {fields['reason']} without the request whose outcome moved it "
+                   "(request_id)")
     return out
+
+
+# Breaker moves a request's outcome makes: the event names that request.
+_BY_A_REQUEST = frozenset({"consecutive_failures", "trial_succeeded", "trial_failed"})

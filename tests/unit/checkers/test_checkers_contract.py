@@ -782,6 +782,23 @@ def test_events_of_the_documented_shape_pass_the_schema() -> None:
     assert event_problems("status_change", {**where, "from": None, "to": "pending", "role": "prefill"}) == []
 
 
+@pytest.mark.parametrize(("reason", "request_id", "ok"), [
+    ("trial_succeeded", "cmpl-1", True), ("trial_succeeded", None, False), ("trial_failed", None, False),
+    ("consecutive_failures", None, False), ("worker_recovered", None, True),
+])
+def test_a_breaker_move_a_request_made_names_that_request(reason: str, request_id: str | None,
+                                                          ok: bool) -> None:
+    from harness.contract.event_schema import event_problems
+
+    to = "open" if reason in ("trial_failed", "consecutive_failures") else "closed"
+    found = event_problems("breaker", {"worker": "w1", "url": "http://p0", "from": "half_open", "to": to,
+                                       "reason": reason, "failures": 1, "request_id": request_id,
+                                       "error": "boom" if to == "open" else None})
+    assert (found == []) == ok, found
+    if not ok:
+        assert "without the request whose outcome moved it" in found[0]
+
+
 def test_a_router_without_events_has_nothing_of_its_own_to_be_held_to() -> None:
     v = check_router_events(healthy_run().history())
     assert v.status == "pass" and v.numbers["events"] == 0
