@@ -368,7 +368,9 @@ SCENARIOS = [
         connectors=("mooncake", "nixl"),
         router=replace(SCALED_ROUTER, prefill_policy="power_of_two", decode_policy="least_load"),
         engines=SCALED_ENGINES,
-        workload=replace(SCALED_WORKLOAD, mode="open", rate_rps=40.0, duration_s=3.0),
+        # Half the chat requests cap their length as current OpenAI clients do (max_completion_tokens).
+        workload=replace(SCALED_WORKLOAD, mode="open", rate_rps=40.0, duration_s=3.0,
+                         completion_tokens_fraction=0.5),
         expect=(
             *CORE_EXPECT,
             STRICT_LOCAL,

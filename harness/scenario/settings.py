@@ -89,6 +89,9 @@ class Workload:
     # serves (HTTP: the engine answers 404, which the router must relay as the client's and never count
     # against the engine; gRPC carries no model name: served). 0 keeps every request right.
     mistake_fraction: float = 0.0
+    # The share of chat requests that cap their length with `max_completion_tokens` (OpenAI's current name
+    # for it) instead of `max_tokens`. 0 keeps every request as it was drawn before (same histories).
+    completion_tokens_fraction: float = 0.0
     # Closed loop: once no fault is active, the load goes on at least this long, however late the last heal
     # came (a loaded machine can take seconds to start an engine again), so what is judged after a heal
     # always has traffic. None: the load ends at `duration_s`.

@@ -58,6 +58,9 @@ def plan_request(seq: int, run_id: str, rng: random.Random, w: Workload, model: 
     if chat:
         endpoint = "/v1/chat/completions"
         body["messages"] = [{"role": "user", "content": prompt}]
+        # Drawn only when asked for, as mistakes are.
+        if w.completion_tokens_fraction > 0 and rng.random() < w.completion_tokens_fraction:
+            body["max_completion_tokens"] = body.pop("max_tokens")
     else:
         endpoint = "/v1/completions"
         body["prompt"] = prompt

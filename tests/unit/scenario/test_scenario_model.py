@@ -407,6 +407,18 @@ def test_a_share_of_requests_carries_the_clients_mistake_only_when_asked() -> No
     assert all(p.mistake == "unknown_model" and p.body["model"] == "pdchaos-no-such-model" for p in bad)
 
 
+def test_a_share_of_chat_requests_caps_with_max_completion_tokens_only_when_asked() -> None:
+    newer_too = Workload(chat_fraction=1.0, completion_tokens_fraction=0.5)
+    plans = [plan_request(i, "r", random.Random(i), newer_too, "m") for i in range(1, 60)]
+    newer = [p for p in plans if "max_completion_tokens" in p.body]
+    assert 0 < len(newer) < len(plans)
+    assert all(p.body["max_completion_tokens"] == p.max_tokens and "max_tokens" not in p.body for p in newer)
+    # Completions have no such field; nor does any request when none is asked for.
+    completions = Workload(chat_fraction=0.0, completion_tokens_fraction=1.0)
+    plain = [plan_request(i, "r", random.Random(i), completions, "m") for i in range(1, 20)]
+    assert all("max_completion_tokens" not in p.body for p in plain)
+
+
 def test_parse_sse() -> None:
     lines = ['data: {"choices":[{"text":" a"}]}', "", 'data: {"choices":[{"text":" b"}]}', "data: [DONE]"]
     assert stream_text(lines, chat=False) == (" a b", None, True)
