@@ -75,9 +75,11 @@ def event_problems(kind: str | None, fields: Mapping[str, Any]) -> list[str]:
     checks = FIELDS.get(str(kind))
     if checks is None:
         return [f"has a type the contract does not document ({kind!r})"]
-    out = shape_problems(checks, fields, OPTIONAL.get(str(kind)))
+    # A documented field is there even when it is null: an event that leaves one out says nothing of it.
+    out = [f"lacks {name}" for name in checks if name not in fields]
+    out += shape_problems(checks, fields, OPTIONAL.get(str(kind)))
     if out:
-        return out
+        return sorted(set(out), key=out.index)
     if kind == "metadata_read" and fields["outcome"] not in OUTCOMES_OF_READ[fields["read"]]:
         out.append(f"records a {fields['read']} read as outcome {fields['outcome']!r}")
     if kind == "breaker" and fields["to"] == "open" and not text(fields.get("error")):

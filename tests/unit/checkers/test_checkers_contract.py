@@ -780,6 +780,9 @@ def test_events_of_the_documented_shape_pass_the_schema() -> None:
     assert event_problems("breaker", {**where, "from": "open", "to": "half_open", "reason": "open_elapsed",
                                       "failures": 3, "request_id": None, "error": None}) == []
     assert event_problems("status_change", {**where, "from": None, "to": "pending", "role": "prefill"}) == []
+    # A documented field that may be null is still there: one left out is a shape violation.
+    assert event_problems("engine_id", {**where, "new": "B", "confirmed": True, "reason": "restart"}) == [
+        "lacks old"]
 
 
 @pytest.mark.parametrize(("reason", "request_id", "ok"), [
