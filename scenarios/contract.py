@@ -93,4 +93,34 @@ SCENARIOS = [
             Expect("recovery", {"kinds": ["wedge"], "max_recovery_s": 3.0}),
         ),
     ),
+    Scenario(
+        name="router_paused_during_read",
+        bugs=("probe slot bookkeeping", "a stop of the gateway process"),
+        tags=("default",),
+        suite_worlds=("sim",),
+        description="The prefill's GetServerInfo hangs after its health stalled, so each probe of it carries "
+        "a metadata re-read that only its timeout ends. The router's process is stopped for 2 s while such "
+        "a read is on the way. When it resumes, the read has outlived its probe's slot: the router must free "
+        "the slot and count the read timed out, go on probing on schedule, and keep serving on the id it "
+        "knows (the engine did not restart).",
+        topologies=("1p1d",),
+        connectors=("mooncake",),
+        transports=("grpc",),
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=replace(SCALED_WORKLOAD, duration_s=8.0),
+        timeline=(
+            Step("wedge_metadata", Wedge("prefill-0", "metadata"), At(1.0)),
+            Step("slow_health", EngineFault("prefill-0", "latency", {"surface": "health", "ms": 8000}),
+                 At(1.2)),
+            Step("heal_health", Heal("prefill-0", "latency"), At(2.2)),
+            Step("pause", PauseRouter(2.0), At(3.0)),
+            Step("heal_metadata", Heal("prefill-0", "wedge"), At(6.0)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("probe_schedule", {"kinds": ["wedge"]}),
+            Expect("handoff", {"grace_s": 2.5}),
+        ),
+    ),
 ]
