@@ -41,6 +41,7 @@ RECORD_TYPES = (
     "fault_healed",
     "router_status",
     "router_event",
+    "router_metrics",
     "worker_shape",
     "engine_state",
     "handoff",
@@ -251,6 +252,29 @@ class RouterEvent:
         return self.fields.get(key, default)
 
 
+def _label_key(labels: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(labels, dict):
+        return ()
+    return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class RouterMetrics:
+    """The router's counters read at the run's end: the read began at `start` and ended at `end` (scenario
+    clock); `counters`: (name, labels, value)."""
+
+    start: float
+    end: float
+    counters: tuple[tuple[str, tuple[tuple[str, str], ...], float], ...]
+
+    def value(self, name: str, **labels: str) -> float:
+        key = tuple(sorted(labels.items()))
+        return sum(v for n, lab, v in self.counters if n == name and lab == key)
+
+    def of(self, name: str) -> list[tuple[dict[str, str], float]]:
+        return [(dict(lab), v) for n, lab, v in self.counters if n == name]
+
+
 class History:
     """Typed, joined view of one run's records (see module doc). Build: `from_records`, `load_history`."""
 
@@ -270,6 +294,7 @@ class History:
         self.handoffs: list[Handoff] = []
         self.engine_calls: list[EngineCall] = []
         self.router_events: list[RouterEvent] = []
+        self.router_metrics: RouterMetrics | None = None
         # `/workers` entries not of the documented W: (time, worker id, what is wrong).
         self.worker_shapes: list[tuple[float, str, list[str]]] = []
         self.notes: list[tuple[float, str]] = []
@@ -342,6 +367,18 @@ class History:
             if rv.tag is not None:
                 self._req_by_tag.setdefault(rv.tag, rv)
         return self
+
+    def _metrics(self, r: Mapping[str, Any]) -> RouterMetrics | None:
+        scraped = r.get("scraped")
+        rows = r.get("counters")
+        if not (isinstance(scraped, list) and len(scraped) == 2 and isinstance(rows, list)):
+            self.bad_records += 1
+            return None
+        start, end = (self._at({"ts": w}, 0.0) for w in scraped)
+        counters = tuple(
+            (str(row.get("name")), _label_key(row.get("labels")), float(row.get("value") or 0.0))
+            for row in rows if isinstance(row, dict))
+        return RouterMetrics(start, end, counters)
 
     def _at(self, r: Mapping[str, Any], t: float) -> float:
         ts = _f(r.get("ts"))
@@ -445,6 +482,8 @@ class History:
                     fields=r,
                 )
             )
+        elif kind == "router_metrics":
+            self.router_metrics = self._metrics(r)
         elif kind == "worker_shape":
             self.worker_shapes.append((t, str(r.get("worker")), [str(p) for p in r.get("problems") or []]))
         elif kind == "engine_state":

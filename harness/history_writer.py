@@ -239,6 +239,11 @@ class HistoryRecorder:
         fields["event"] = event.get("type")
         return self._put(fields, "router_event")
 
+    def router_metrics(self, snapshot: Mapping[str, Any]) -> Record:
+        """The router's counters as read at the run's end (`harness.router_metrics.snapshot`): `scraped`, the
+        wall times the read began and ended, and `counters`, each a name, its labels and its value."""
+        return self._put(dict(snapshot), "router_metrics")
+
     def engine_state(
         self,
         engine: str,

@@ -38,6 +38,7 @@ from harness.checkers.recovery import RecoveryExpect, check_recovery
 from harness.checkers.reported_id import ReportedEngineIdExpect, check_reported_engine_id
 from harness.checkers.request_contract import RequestContractExpect, check_request_contract
 from harness.checkers.router_events import RouterEventsExpect, check_router_events
+from harness.checkers.router_metrics import RouterMetricsExpect, check_router_metrics
 from harness.checkers.status_contract import StatusContractExpect, check_status_contract
 from harness.checkers.transfer_timeout import TransferTimeoutExpect, check_transfer_timeout
 from harness.checkers.worker_api import WorkerApiExpect, check_worker_api
@@ -72,6 +73,7 @@ __all__ = [
     "ReportedEngineIdExpect",
     "RequestContractExpect",
     "RouterEventsExpect",
+    "RouterMetricsExpect",
     "StatusContractExpect",
     "TransferTimeoutExpect",
     "WorkerApiExpect",
@@ -96,6 +98,7 @@ __all__ = [
     "check_reported_engine_id",
     "check_request_contract",
     "check_router_events",
+    "check_router_metrics",
     "check_run_complete",
     "check_status_contract",
     "check_transfer_timeout",
@@ -154,13 +157,14 @@ CHECKERS: dict[str, CheckerSpec] = {
         CheckerSpec("worker_api", WorkerApiExpect, check_worker_api),
         CheckerSpec("error_answers", ErrorAnswersExpect, check_error_answers),
         CheckerSpec("call_deadlines", CallDeadlinesExpect, check_call_deadlines),
+        CheckerSpec("router_metrics", RouterMetricsExpect, check_router_metrics),
     )
 }
 
 # The router's contract on every leg, probe and worker status the engines saw: any router, any scenario.
 CONTRACT_CHECKS: tuple[str, ...] = (
     "status_contract", "breaker_contract", "leg_shape", "handoff_params", "request_contract", "router_events",
-    "error_answers", "call_deadlines",
+    "error_answers", "call_deadlines", "router_metrics",
 )
 
 # What every scenario gets when it names no checker.

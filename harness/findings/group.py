@@ -39,6 +39,7 @@ SYMPTOMS = ("nothing_lost", "output", "availability", "recovery", "transfer_time
 EXPLAINS: dict[str, frozenset[str]] = {
     "reported_engine_id": frozenset(),
     "error_answers": frozenset(),
+    "router_metrics": frozenset(),
     "legs_once": frozenset({"latency"}),
 }
 # What the router says of itself (its events, its worker list): at a tie, a rule about what it decided leads.

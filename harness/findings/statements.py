@@ -31,6 +31,7 @@ STATEMENTS: dict[str, str] = {
     "leg_shape": "a leg reached an engine in a shape the contract does not allow",
     "error_answers": "error answers did not carry the OpenAI error body (a JSON error object with a message "
                      "and a type)",
+    "router_metrics": "the router's counters (/metrics) disagree with its own events",
     "call_deadlines": "a health probe or engine-id read was held open past the router's probe timeout: "
                       "a wait without a deadline",
     "worker_api": "the worker API did not refuse a mistaken call with a 4xx naming the field, or let it "

@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 
+from harness.router_metrics import counters_of_text
 from harness.scenario import RouterSettings
 from harness.topology import Topology
 from pdchaos.waiting import poll_until
@@ -161,6 +162,23 @@ class RouterAdapter:
         if not isinstance(evs, list) or not isinstance(nxt, int):
             return None
         return [e for e in evs if isinstance(e, dict)], nxt
+
+    async def counters(
+        self, session: aiohttp.ClientSession, topo: Topology
+    ) -> list[tuple[str, dict[str, str], float]] | None:
+        """The counters of the router's Prometheus `GET /metrics` (None: no such text to read)."""
+        try:
+            async with session.get(f"{topo.router_url}/metrics", headers=self._headers(),
+                                   timeout=aiohttp.ClientTimeout(total=1.0)) as resp:
+                if resp.status != 200:
+                    return None
+                text = await resp.text()
+        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+            return None
+        try:
+            return counters_of_text(text)
+        except ValueError:
+            return None
 
     # -- worker API
 

@@ -36,9 +36,11 @@ class PollWorkers:
 
 @dataclass(frozen=True)
 class PollRouterEvents:
-    """Read the router's events from cursor `since`. Answer: `RouterEventsSeen`."""
+    """Read the router's events from cursor `since`. Answer: `RouterEventsSeen`. `final`: the run's last read,
+    which first reads the router's counters too (`RouterEventsSeen.metrics`)."""
 
     since: int
+    final: bool = False
 
 
 @dataclass(frozen=True)

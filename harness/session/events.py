@@ -49,10 +49,12 @@ class WorkersSeen:
 
 @dataclass(frozen=True)
 class RouterEventsSeen:
-    """Router events from the cursor asked for (None: none readable) and the next cursor."""
+    """Router events from the cursor asked for (None: none readable) and the next cursor. `metrics`: on the
+    final read, the router's counters read just before the events (`harness.router_metrics.snapshot`)."""
 
     events: tuple[Mapping[str, Any], ...] | None
     next: int = 0
+    metrics: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

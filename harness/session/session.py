@@ -389,6 +389,8 @@ class ScenarioSession:
                 self._has_events = False
                 self._events_poll_at = None
             else:
+                if ev.metrics is not None:
+                    h.router_metrics(ev.metrics)
                 for rev in ev.events:
                     h.router_event(rev)
                 self._events_cursor = max(self._events_cursor, ev.next)
@@ -803,7 +805,7 @@ class ScenarioSession:
             return []  # a read sent before the end: its answer comes first, then the final one
         self._events_in_flight = True
         self._final_read_done = True
-        return [c.PollRouterEvents(self._events_cursor)]
+        return [c.PollRouterEvents(self._events_cursor, final=True)]
 
     def _teardown(self, now: float) -> list[c.Command]:
         if self.phase in (Phase.TEARDOWN, Phase.COLLECT, Phase.DONE):

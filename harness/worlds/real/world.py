@@ -22,6 +22,7 @@ from typing import Any, assert_never
 import aiohttp
 
 from harness.contract.settings import CONTRACT_NOTE
+from harness.router_metrics import snapshot
 from harness.routers import RouterAdapter
 from harness.scenario.actions import PauseRouter
 from harness.scenario.links import LinkRef, NetworkAction
@@ -244,12 +245,19 @@ class RealWorld(CommandWorld):
     async def _poll_router_events(self, cmd: c.PollRouterEvents, emit: Emit) -> None:
         assert self.http is not None
         self._router_gone(emit)
+        metrics = None
+        if cmd.final:
+            # The counters first: every event they count is in the read that follows.
+            began = time.time()
+            counters = await self.router.counters(self.http, self.router_topology)
+            if counters is not None:
+                metrics = snapshot((began, time.time()), counters)
         got = await self.router.events(self.http, self.router_topology, cmd.since)
         if got is None:
             emit(e.RouterEventsSeen(None, cmd.since))
             return
         events, nxt = got
-        emit(e.RouterEventsSeen(tuple(events), nxt))
+        emit(e.RouterEventsSeen(tuple(events), nxt, metrics))
 
     async def _check_routable(self, emit: Emit) -> None:
         """For routers without a worker API: one completion goes through."""

@@ -20,6 +20,7 @@ import simpy
 from fake_engines.core.calls import GRPC_HEALTH, HEALTH, ROUTER
 from fake_engines.core.gen_request import GenRequest, GenResult, RequestError, gen_request_from_openai
 from fake_engines.core.request_flow import Reject
+from harness.router_metrics import CounterTally
 from harness.routers.reference import reference_config
 from harness.scenario import RouterSettings
 from harness.scenario.links import LinkRef
@@ -108,6 +109,7 @@ class SimRouter:
         self.new_uuid = new_uuid
         self.registry = WorkerRegistry(self.cfg.bugs)
         self.events: list[dict[str, Any]] = []
+        self.counters = CounterTally()  # the counters the core's increments add up to (its /metrics)
         self.policies = router_cfg.policies()
         self.limits = router_cfg.limits()
         self.breaker = router_cfg.breaker()
@@ -145,6 +147,8 @@ class SimRouter:
     def record(self, effects: Effects) -> None:
         for ev in effects.events:
             self._emit(ev.type, **ev.fields)
+        for m in effects.metrics:
+            self.counters.inc(m.name, m.labels, m.amount)
 
     def _api(self, worker: Worker) -> dict[str, Any]:
         """The worker API record, as this router's switches show it."""

@@ -24,6 +24,7 @@ from typing import Any, assert_never
 import simpy
 import yarl
 
+from harness.router_metrics import snapshot
 from harness.scenario.actions import (
     AddWorker,
     Crash,
@@ -349,8 +350,13 @@ class SimWorld(World):
 
     def _poll_router_events(self, cmd: c.PollRouterEvents, emit: Emit) -> Generator[Any, Any, None]:
         yield self.env.timeout(2 * HOP_S)
-        events = self._router().events
-        emit(e.RouterEventsSeen(tuple(events[cmd.since :]), len(events)))
+        router = self._router()
+        metrics = None
+        if cmd.final:
+            wall = self.cell.wall(self.env.now)
+            metrics = snapshot((wall, wall), router.counters.counters())
+        events = router.events
+        emit(e.RouterEventsSeen(tuple(events[cmd.since :]), len(events), metrics))
 
     def _check_routable(self, emit: Emit) -> Generator[Any, Any, None]:
         emit(e.RoutableSeen(True))
