@@ -9,7 +9,8 @@ is matched to the engines' records (`harness.contract`):
   engine did not answer healthy in time (where no fault could hide or bend it);
 - a `status_change` goes to a status the contract allows at that moment;
 - a `metadata_read` read complete needs a read the engine answered, one read failed an engine that did not;
-- an `engine_id` names an id the engine reported, and never clears a known one;
+- an `engine_id` names an id the engine reported, never clears a known one, and one that says the id changed
+  names another id;
 - a `breaker` move goes to a state the breaker model allows then;
 - a `dispatch` names workers of the roles its legs need, a status that fits its outcome, and the engines
   that served its minted transfer (and the remote engine id the decode got);
@@ -135,6 +136,10 @@ class _Judge:
         self.judged += 1
         if new is None and old is not None:
             self.say(ev, f"cleared {engine}'s id {old} (a read never clears a known id)")
+            return
+        if new is not None and new == old and str(ev.get("reason") or "").endswith("id_changed"):
+            self.say(ev, f"says {engine}'s id changed ({ev.get('reason')}), but names the same id {new} "
+                         "before and after")
             return
         if new is None or new == old:
             return

@@ -706,9 +706,13 @@ def test_engine_id_events_take_reported_ids_and_never_clear_one() -> None:
     router_event(run, 0.3, "engine_id", old=None, new="A", confirmed=True, reason="read")
     router_event(run, 2.0, "engine_id", old="A", new="Z", confirmed=True, reason="read")
     router_event(run, 3.0, "engine_id", old="A", new=None, confirmed=False, reason="read")
+    # Same id, other news (uptime went backwards): fine; same id said to have changed: a contradiction.
+    router_event(run, 4.0, "engine_id", old="A", new="A", confirmed=True, reason="identity check: restarted")
+    router_event(run, 5.0, "engine_id", old="A", new="A", confirmed=True, reason="identity check: id_changed")
     v = check_router_events(run.history())
-    assert v.status == "fail" and len(v.evidence) == 2
+    assert v.status == "fail" and len(v.evidence) == 3, v.evidence
     assert "took id Z" in v.evidence[0] and "cleared prefill-0's id A" in v.evidence[1]
+    assert "says prefill-0's id changed (identity check: id_changed), but names the same id A" in v.evidence[2]
 
 
 @pytest.mark.parametrize(("kind", "fields", "words"), [
