@@ -712,7 +712,8 @@ def test_engine_id_events_take_reported_ids_and_never_clear_one() -> None:
     v = check_router_events(run.history())
     assert v.status == "fail" and len(v.evidence) == 3, v.evidence
     assert "took id Z" in v.evidence[0] and "cleared prefill-0's id A" in v.evidence[1]
-    assert "says prefill-0's id changed (identity check: id_changed), but names the same id A" in v.evidence[2]
+    assert "says prefill-0's id changed (identity check: id_changed), but names the same id A" in \
+        v.evidence[2]
 
 
 @pytest.mark.parametrize(("kind", "fields", "words"), [
