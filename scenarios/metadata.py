@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from harness.scenario import After, At, EngineFault, Expect, Heal, Restart, Scenario, Step, Wedge
+from harness.scenario import AddWorker, After, At, EngineFault, Expect, Heal, Restart, Scenario, Step, Wedge
 from harness.scenario.defaults import (
     ALL_SHAPES,
     BASE_EXPECT,
@@ -160,6 +160,33 @@ SCENARIOS = [
             STRICT_LOCAL,
             Expect("metadata_reads", {"target": "prefill-0", "from_fault": "heal_health", "max_reads": 3}),
             Expect("handoff_strict", {"grace_s": 1.0, "excuse_kinds": ["latency"]}),
+        ),
+    ),
+    Scenario(
+        name="prefill_joins_without_id",
+        # A contract workout (a handoff the router cannot mint): simulated suite.
+        tags=("default",),
+        suite_worlds=("sim",),
+        description="A second prefill joins through the worker API while it reports no kv_engine_id, so the "
+        "router cannot mint a Mooncake handoff for it: each request it prefills is recorded as a skipped "
+        "mint (reason no_engine_id) and its decode computes the prompt itself, never a handoff naming a "
+        "made-up id. Once the prefill reports its id, the router learns it and mints again.",
+        topologies=("2p1d",),
+        connectors=("mooncake",),
+        transports=("grpc",),
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=replace(SCALED_WORKLOAD, duration_s=6.0),
+        unregistered_engines=("prefill-1",),
+        timeline=(
+            Step("no_id", EngineFault("prefill-1", "no_engine_id"), At(0.5)),
+            Step("add", AddWorker("prefill-1"), At(1.0)),
+            Step("heal_no_id", Heal("prefill-1", "no_engine_id"), At(3.0)),
+        ),
+        expect=(
+            *CORE_EXPECT,
+            Expect("no_local_compute", {"excuse_kinds": ["no_engine_id"], "grace_s": 1.5}),
+            Expect("handoff", {"grace_s": 1.5, "excuse_kinds": ["no_engine_id"]}),
         ),
     ),
 ]
