@@ -14,6 +14,8 @@ are listed for review and shown apart from the score:
 - switch-only code: the mutation sits where only a test-only bug switch leads (the body of an
   `if SWITCH in bugs` branch, or the switch catalog itself). No run without `--inject-bug` executes it: it
   is not the router's behaviour, and the suite runs no switch. Its test, an `if` on a switch, stays in.
+  Also a mutant whose one change drops the switch set from a call (`f(x, cfg.bugs)` -> `f(x, )`): the
+  parameter's default is the empty set, which is what every run without `--inject-bug` passes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import ast
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -178,9 +181,30 @@ def _names_a_switch(test: ast.expr, switches: set[str]) -> bool:
     return any(isinstance(n, ast.Name) and n.id in switches for n in ast.walk(test))
 
 
+# An argument that passes a switch set: `cfg.bugs`, `self._bugs`, `bugs=bugs`.
+_SWITCH_ARG = re.compile(r"(?:\b\w+\s*=\s*)?[\w.]*\b_?bugs\b")
+
+
+def _added_lines(diff: str) -> list[str]:
+    return [line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+
+
+def drops_switch_set(diff: str) -> bool:
+    """Whether the mutant's one change drops a switch-set argument from a call (see the module doc)."""
+    old, new = _removed_lines(diff), _added_lines(diff)
+    if len(old) != 1 or len(new) != 1 or not _SWITCH_ARG.search(old[0]):
+        return False
+
+    def squeeze(line: str) -> str:
+        return re.sub(r",\)", ")", re.sub(r"\s+", "", line))
+
+    return squeeze(_SWITCH_ARG.sub("", old[0])) == squeeze(new[0])
+
+
 def switch_only(source: Path, bugs_file: Path, mutant: str, diff: str) -> bool:
-    """Whether every line the mutant changes lies where only a bug switch leads (see the module doc)."""
-    if source.resolve() == bugs_file.resolve():
+    """Whether every line the mutant changes lies where only a bug switch leads, or the change only drops
+    the switch set from a call (see the module doc)."""
+    if source.resolve() == bugs_file.resolve() or drops_switch_set(diff):
         return True
     text = source.read_text()
     tree = ast.parse(text)

@@ -67,3 +67,14 @@ def test_a_tally_sets_switch_only_and_equivalence_candidates_apart() -> None:
     n = t.counts()
     assert (n["killed_suite"], n["survived"], n["switch_only"], n["equivalent_candidates"]) == (1, 3, 1, 1)
     assert t.scores() == (0.5, 0.5)
+
+
+def test_dropping_the_switch_set_from_a_call_is_switch_only() -> None:
+    assert suite.drops_switch_set(_diff(3, "    if not own_failure(w, e, cfg.bugs):",
+                                        "    if not own_failure(w, e, ):"))
+    assert suite.drops_switch_set(_diff(3, "    return f(x, bugs=self._bugs)", "    return f(x, )"))
+    # Any other change to that line, or dropping another argument, is a mutant like any other.
+    assert not suite.drops_switch_set(_diff(3, "    if not own_failure(w, e, cfg.bugs):",
+                                            "    if not own_failure(w, None, cfg.bugs):"))
+    assert not suite.drops_switch_set(_diff(3, "    if not own_failure(w, e):",
+                                            "    if not own_failure(w, ):"))
