@@ -23,7 +23,8 @@ _SHIFTS = ",".join(f"{x:g}" for x in DEFAULT_SHIFTS_S)
 _USAGE = """\
 Search for fault schedules that break the router: Hypothesis draws cases (topology 1p1d..8p8d, connector,
 transport, settings preset, workload, circuit breaker, and a fault schedule: restarts, crashes, freezes,
-engine faults, link cuts, latency, resets, flapping, swizzle-clogs; overlapping, repeated and clustered),
+engine faults, link cuts, latency, resets, flapping, swizzle-clogs, worker API updates and mistakes, router
+pauses; overlapping, repeated and clustered),
 runs each in the simulated world and judges it with invariants a correct router keeps under any schedule.
 A failure is shrunk by Hypothesis to the smallest case that fails the same checker for the same reason, and
 written as a scenario file OUT/found/<checker>-<hash>.py that `pdchaos run` replays (sim, or real time
