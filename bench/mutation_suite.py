@@ -14,8 +14,9 @@ are listed for review and shown apart from the score:
 - switch-only code: the mutation sits where only a test-only bug switch leads (the body of an
   `if SWITCH in bugs` branch, or the switch catalog itself). No run without `--inject-bug` executes it: it
   is not the router's behaviour, and the suite runs no switch. Its test, an `if` on a switch, stays in.
-  Also a mutant whose one change drops the switch set from a call (`f(x, cfg.bugs)` -> `f(x, )`): the
-  parameter's default is the empty set, which is what every run without `--inject-bug` passes.
+  Also a mutant in a function that only switch branches of its module call, and one whose one change drops
+  the switch set from a call (`f(x, cfg.bugs)` -> `f(x, )`): the parameter's default is the empty set, which
+  is what every run without `--inject-bug` passes.
 """
 
 from __future__ import annotations
@@ -219,12 +220,45 @@ def switch_only(source: Path, bugs_file: Path, mutant: str, diff: str) -> bool:
     if not lines:
         return False
     switches = _switch_names(bugs_file)
-    guarded: set[int] = set()
-    for node in ast.walk(func):
-        if isinstance(node, ast.If) and _names_a_switch(node.test, switches):
-            for stmt in node.body:
-                guarded.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
+    if _called_only_under_a_switch(tree, func.name, switches) and not _called_elsewhere(source, func.name):
+        return True
+    guarded = _guarded_lines(func, switches)
     return all(func.lineno - 1 + line in guarded for line in lines)
+
+
+def _guarded_lines(node: ast.AST, switches: set[str]) -> set[int]:
+    """The lines inside `node` that only an `if` on a switch leads to."""
+    guarded: set[int] = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.If) and _names_a_switch(sub.test, switches):
+            for stmt in sub.body:
+                guarded.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
+    return guarded
+
+
+# The packages whose code may call a core's functions (the shells, the simulated world).
+_CALLERS = ("reference_router", "fake_engines", "harness")
+
+
+def _called_elsewhere(source: Path, name: str) -> bool:
+    """Whether another module of the checkout calls `name` (then its own module's calls are not all)."""
+    root = next((p for p in source.resolve().parents if (p / _CALLERS[0]).is_dir()), None)
+    if root is None:
+        return True
+    call = re.compile(rf"\b{re.escape(name)}\(")
+    others = (f for pkg in _CALLERS for f in (root / pkg).rglob("*.py") if f.resolve() != source.resolve())
+    return any(call.search(f.read_text(errors="replace")) for f in others)
+
+
+def _called_only_under_a_switch(tree: ast.Module, name: str, switches: set[str]) -> bool:
+    """Whether every call of function `name` in its module (by name or as an attribute) is where only a
+    switch leads: a helper no run without `--inject-bug` calls."""
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and (getattr(n.func, "id", None) == name or getattr(n.func, "attr", None) == name)]
+    if not calls:
+        return False
+    guarded = _guarded_lines(tree, switches)
+    return all(c.lineno in guarded for c in calls)
 
 
 @dataclass

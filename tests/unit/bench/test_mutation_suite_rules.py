@@ -78,3 +78,31 @@ def test_dropping_the_switch_set_from_a_call_is_switch_only() -> None:
                                             "    if not own_failure(w, None, cfg.bugs):"))
     assert not suite.drops_switch_set(_diff(3, "    if not own_failure(w, e):",
                                             "    if not own_failure(w, ):"))
+
+
+HELPER = '''from .bugs import SWITCH
+
+
+def decide(x, bugs):
+    if SWITCH in bugs:
+        return alone(x)
+    return "right"
+
+
+def alone(x):
+    y = x + 1
+    return y
+'''
+
+
+def test_a_helper_only_switch_branches_call_is_switch_only(tmp_path: Path) -> None:
+    pkg = tmp_path / "reference_router"
+    pkg.mkdir()
+    src, bugs = pkg / "core.py", pkg / "bugs.py"
+    src.write_text(HELPER)
+    bugs.write_text(BUGS)
+    inside = _diff(2, "    y = x + 1", "    y = x + 2")
+    assert suite.switch_only(src, bugs, "m.core.x_alone__mutmut_1", inside)
+    # Called from another module too: a run without switches may reach it.
+    (pkg / "shell.py").write_text("from .core import alone\n\nprint(alone(1))\n")
+    assert not suite.switch_only(src, bugs, "m.core.x_alone__mutmut_1", inside)
