@@ -144,6 +144,11 @@ class SearchCase:
     success_threshold: int = 1
     # The share of requests carrying a client's mistake (`Workload.mistake_fraction`).
     mistake_fraction: float = 0.0
+    # gRPC: the router is not told the workers' connector and learns it from GetServerInfo
+    # (`RouterSettings.tell_connector=False`).
+    learn_connector: bool = False
+    # The share of chat requests capped with max_completion_tokens (`Workload.completion_tokens_fraction`).
+    completion_tokens_fraction: float = 0.0
 
     @property
     def engines(self) -> list[str]:
@@ -222,6 +227,7 @@ def workload(case: SearchCase) -> Workload:
         max_tokens=ld.max_tokens,
         deadline_s=CLIENT_DEADLINE_S,
         mistake_fraction=case.mistake_fraction,
+        completion_tokens_fraction=case.completion_tokens_fraction,
     )
     return base
 
@@ -231,6 +237,8 @@ def router_settings(case: SearchCase) -> RouterSettings:
                 success_threshold=case.success_threshold)
     if not case.identity_checks:
         r = replace(r, identity_check_interval_s=IDENTITY_OFF_S)
+    if case.learn_connector:
+        r = replace(r, tell_connector=False)
     if case.breaker is not None:
         r = replace(r, circuit_breaker_failures=case.breaker.failures,
                     circuit_breaker_open_s=case.breaker.open_s)

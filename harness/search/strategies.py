@@ -335,6 +335,8 @@ def schedules(draw: Any, space: Space, engines: list[str], connector: str) -> tu
 
 # A share of the load with a client's mistake in it, when drawn (a tenth: the breaker sees some in a row).
 MISTAKE_FRACTION = 0.1
+# The share of chat requests capped with max_completion_tokens, when drawn.
+COMPLETION_TOKENS_FRACTION = 0.5
 
 
 @st.composite
@@ -369,6 +371,10 @@ def search_cases(draw: Any, space: Space | None = None) -> SearchCase:
     # Drawn last: the draws above shrink as they always did.
     success = draw(st.sampled_from([1, 2]))
     mistakes = draw(st.sampled_from([0.0, MISTAKE_FRACTION]))
+    # The router told each worker's connector, or (gRPC) left to learn it from GetServerInfo; and chat
+    # requests capped as current OpenAI clients do. Drawn after the rest, so earlier draws shrink as before.
+    learn = transport == "grpc" and draw(st.booleans())
+    newer_cap = draw(st.sampled_from([0.0, COMPLETION_TOKENS_FRACTION]))
     return SearchCase(
         topology=topology,
         connector=connector,
@@ -384,4 +390,6 @@ def search_cases(draw: Any, space: Space | None = None) -> SearchCase:
         identity_checks=identity,
         success_threshold=success,
         mistake_fraction=mistakes,
+        learn_connector=learn,
+        completion_tokens_fraction=newer_cap,
     )

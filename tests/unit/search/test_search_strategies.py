@@ -189,3 +189,14 @@ def test_cases_drawn_for_every_switch_are_valid_scenarios(bug: str) -> None:
             if a.conflicts_with(b.lane):
                 first, second = sorted((a, b), key=lambda f: f.start_s)
                 assert second.start_s >= first.end_s
+
+
+def test_grpc_cases_may_leave_the_router_to_learn_the_connector() -> None:
+    cases = _draw(60, 5)
+    learn = [c for c in cases if c.learn_connector]
+    assert learn and all(c.transport == "grpc" for c in learn)
+    assert any(c.completion_tokens_fraction > 0 for c in cases)
+    case = SearchCase(transport="grpc", learn_connector=True, completion_tokens_fraction=0.5)
+    s = scenario_of(case, (), "x")
+    assert s.router.tell_connector is False and s.workload.completion_tokens_fraction == 0.5
+    assert scenario_of(SearchCase(), (), "y").router.tell_connector is True
