@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from harness.scenario import (
     AddWorker,
+    After,
     At,
     Crash,
     Die,
@@ -148,6 +149,29 @@ SCENARIOS = [
             *CORE_EXPECT,
             Expect("prompt_503", {"max_503_latency_s": 1.0, "kinds": ["crash"]}),
             Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["crash"]}),
+            Expect("handoff", {"grace_s": 2.5}),
+        ),
+    ),
+    Scenario(
+        name="last_decode_removed",
+        # A contract workout (a role left without workers through the API): simulated suite.
+        tags=("default",),
+        suite_worlds=("sim",),
+        description="The only decode is removed through the worker API mid-traffic, then registered again "
+        "2 s later. With no decode left the router must answer at once with a 503 (a role with no worker "
+        "at all, not a crash and not a hang), and serve through the decode again once it is back and Ready.",
+        topologies=("1p1d",),
+        connectors=("mooncake",),
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=_LONGER,
+        timeline=(
+            Step("remove", RemoveWorker("decode-0"), At(1.0)),
+            Step("add", AddWorker("decode-0"), After("remove", 2.0)),
+        ),
+        expect=(
+            # request_contract (in CORE_EXPECT) holds each 503 of the gap to a refusal decided at once.
+            *CORE_EXPECT,
             Expect("handoff", {"grace_s": 2.5}),
         ),
     ),

@@ -67,18 +67,17 @@ class EngineView:
     def windows(self, engine: str) -> list[Window]:
         return probe_windows(self.history, engine, self.contract)
 
-    def worker_api_times(self, engine: str) -> tuple[float | None, float | None]:
-        """When the harness added and removed `engine` through the router's worker API (None: never)."""
-        added = removed = None
+    def worker_api_times(self, engine: str) -> list[tuple[float, str]]:
+        """(time, "added" | "removed") for each time the harness registered `engine` through the router's
+        worker API or took it out, in time order."""
+        out = []
         for f in self.history.fault_list():
             kind = (f.kind or "").split(":")[-1]
-            if f.changed.get("refused"):
+            if f.changed.get("refused") or f.target != engine or f.applied_t is None:
                 continue  # a call the router must refuse adds or removes nothing
-            if f.target == engine and kind == "add_worker" and added is None:
-                added = f.applied_t
-            if f.target == engine and kind == "remove_worker" and removed is None:
-                removed = f.applied_t
-        return added, removed
+            if kind in ("add_worker", "remove_worker"):
+                out.append((f.applied_t, "added" if kind == "add_worker" else "removed"))
+        return sorted(out)
 
     def unregistered_at_start(self, engine: str) -> bool:
         """Whether the router started without this worker (it joins through the worker API, if ever)."""
@@ -87,12 +86,9 @@ class EngineView:
 
     def timeline(self, engine: str) -> WorkerTimeline:
         if engine not in self._timelines:
-            added, removed = self.worker_api_times(engine)
-            if added is None and self.unregistered_at_start(engine):
-                added = float("inf")
             self._timelines[engine] = build_timeline(
                 engine, self.probes(engine), self.windows(engine), self.contract,
-                added_t=added, removed_t=removed,
+                absent_at_start=self.unregistered_at_start(engine), api_calls=self.worker_api_times(engine),
             )
         return self._timelines[engine]
 

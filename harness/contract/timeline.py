@@ -106,11 +106,12 @@ def build_timeline(
     windows: Iterable[Window],
     contract: RouterContract,
     *,
-    added_t: float | None = None,
-    removed_t: float | None = None,
+    absent_at_start: bool = False,
+    api_calls: Iterable[tuple[float, str]] = (),
 ) -> WorkerTimeline:
-    """`added_t`: when the worker was registered through the worker API (None: at the router's start);
-    `removed_t`: when it was taken out (it drains: never probed, never Ready again)."""
+    """`absent_at_start`: the router started without the worker; `api_calls`: (time, "added" | "removed")
+    for each time it was registered through the worker API (a new worker: Pending) or taken out (it
+    drains: never probed, never Ready again, until registered anew)."""
     th = contract.thresholds
     # (time, order, what): at one instant a window closes before the next opens (a fault's own edge follows
     # it), and a probe then falls in the window just opened.
@@ -121,12 +122,10 @@ def build_timeline(
     for p in probes:
         # The router takes a probe's outcome when it answered, or when its timeout ran out.
         events.append((p.at + min(p.duration_s, contract.probe_timeout_s), 2, p))
-    if added_t is not None:
-        events.append((added_t, -1, ("added", None)))
-    if removed_t is not None:
-        events.append((removed_t, 3, ("removed", None)))
+    for t, call in api_calls:
+        events.append((t, -1 if call == "added" else 3, (call, None)))
     events.sort(key=lambda e: (e[0], e[1]))
-    states: States = frozenset({WorkerState(PENDING)}) if added_t is None else _ABSENT
+    states: States = _ABSENT if absent_at_start else frozenset({WorkerState(PENDING)})
     epochs = [Epoch(-math.inf, states)]
     opened: list[_Open] = []
     for t, _, what in events:

@@ -850,3 +850,18 @@ def test_a_worker_s_account_must_chain_so_a_move_left_out_shows() -> None:
                  **{**breaker, "reason": "trial_succeeded", "error": None})
     v = check_router_events(run.history())
     assert any("moved w1 from half_open, but its last breaker event left it open" in e for e in v.evidence)
+
+
+def test_a_worker_removed_then_registered_again_is_a_new_pending_worker() -> None:
+    from harness.contract.evidence import ProbeSeen
+    from harness.contract.timeline import build_timeline
+
+    contract = contract_of(healthy_run().history())
+    assert contract is not None
+    probes = [ProbeSeen(t / 10, 0.001, True) for t in range(1, 60, 3)]
+    tl = build_timeline("decode-0", probes, [], contract, api_calls=[(2.0, "removed"), (3.5, "added")])
+    assert tl.statuses_in(1.5, 1.9) == {READY}
+    assert tl.statuses_in(2.5, 3.4) == {"draining"}
+    assert PENDING in tl.statuses_in(3.5, 3.5) and tl.statuses_in(4.5, 5.0) == {READY}
+    absent = build_timeline("decode-0", probes, [], contract, absent_at_start=True)
+    assert absent.statuses_in(0.0, 6.0) == {"absent"}
