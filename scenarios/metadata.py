@@ -171,6 +171,7 @@ SCENARIOS = [
         "router cannot mint a Mooncake handoff for it: each request it prefills is recorded as a skipped "
         "mint (reason no_engine_id) and its decode computes the prompt itself, never a handoff naming a "
         "made-up id. Once the prefill reports its id, the router learns it and mints again.",
+        bugs=("a handoff minted with no id", "skipped mints miscounted"),
         topologies=("2p1d",),
         connectors=("mooncake",),
         transports=("grpc",),

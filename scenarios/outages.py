@@ -160,6 +160,7 @@ SCENARIOS = [
         description="The only decode is removed through the worker API mid-traffic, then registered again "
         "2 s later. With no decode left the router must answer at once with a 503 (a role with no worker "
         "at all, not a crash and not a hang), and serve through the decode again once it is back and Ready.",
+        bugs=("a role with no worker left", "a drained worker never removed"),
         topologies=("1p1d",),
         connectors=("mooncake",),
         router=SCALED_ROUTER,

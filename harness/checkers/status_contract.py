@@ -91,6 +91,37 @@ def _shown(history: History, view: EngineView, slack: float) -> tuple[int, list[
     return judged, out
 
 
+def _removals(history: History, view: EngineView, slack: float) -> tuple[int, list[str]]:
+    """Each worker taken out through the worker API leaves the worker list once it is idle: by the end of
+    the last leg it had begun, plus a read of the list. Not judged where the run (or the worker's next
+    registration) comes sooner than that."""
+    poll = float(history.settings.get("observe_interval_s") or 0.0)
+    if poll <= 0:
+        return 0, []
+    judged, out = 0, []
+    for engine in view.roles:
+        calls = view.worker_api_times(engine)
+        for i, (removed, call) in enumerate(calls):
+            if call != "removed":
+                continue
+            again = next((t for t, c in calls[i + 1:] if c == "added"), history.end_t)
+            # The requests it had begun: a Mooncake prefill stays in use until its decode has pulled.
+            tags = {leg.tag for leg in view.legs() if leg.engine == engine and leg.at <= removed + slack}
+            idle = max([removed, *((leg.ended if leg.ended is not None else leg.at) for leg in view.legs()
+                                   if leg.tag in tags)])
+            due = idle + poll + 2 * slack
+            if due >= again:
+                continue
+            judged += 1
+            gone = [p.t for w in history.workers_for(engine) for p in history.status.get(w, [])
+                    if p.status == "absent" and removed - slack <= p.t]
+            if not gone or min(gone) > due:
+                seen = f"at t={min(gone):.3f}" if gone else "never"
+                out.append(f"router side: {engine} was removed at t={removed:.3f} and idle from "
+                           f"t={idle:.3f}, but left the worker list {seen} (due by t={due:.3f})")
+    return judged, out
+
+
 def check_status_contract(history: History, exp: StatusContractExpect | None = None) -> Verdict:
     exp = exp or StatusContractExpect()
     view = EngineView.of(history)
@@ -102,7 +133,7 @@ def check_status_contract(history: History, exp: StatusContractExpect | None = N
         return Verdict.unknown_(NAME, f"no engine recorded a probe ({', '.join(view.contract.probe_calls)})")
     slack = exp.slack_s
     evidence: list[str] = []
-    counts = {"legs": 0, "refusals": 0, "shown": 0}
+    counts = {"legs": 0, "refusals": 0, "shown": 0, "removals": 0}
     if exp.check_legs:
         counts["legs"], found = _legs_to_workers_out(history, view, slack)
         evidence += found
@@ -112,6 +143,8 @@ def check_status_contract(history: History, exp: StatusContractExpect | None = N
     if exp.check_shown and view.contract.shows_statuses:
         counts["shown"], found = _shown(history, view, slack)
         evidence += found
+    counts["removals"], found = _removals(history, view, slack)
+    evidence += found
     numbers = {**counts, "slack_s": slack, "detection_bound_s": view.contract.detection_bound_s,
                "recovery_bound_s": view.contract.recovery_bound_s}
     if evidence:

@@ -124,6 +124,8 @@ def scenario_settings(s: Scenario, topo: Topology | None = None) -> dict[str, An
         ],
         "expect": [{"checker": x.checker, "params": dict(x.params)} for x in s.expect],
         "preset": s.preset,
+        # How often the harness reads the router's worker list: how late a change may show in it.
+        "observe_interval_s": s.observe_interval_s,
     }
     if s.unregistered_engines:
         # The router starts without these: they join through its worker API, if ever.

@@ -74,6 +74,7 @@ def settings(failure: int = 1, success: int = 1, **router: Any) -> dict[str, Any
         "workload": {"max_tokens": 6},
         "engines_layout": {"prefill-0": {"role": "prefill", "url": "http://p0"},
                            "decode-0": {"role": "decode", "url": "http://d0"}},
+        "observe_interval_s": 0.15,
     }
 
 
@@ -865,3 +866,19 @@ def test_a_worker_removed_then_registered_again_is_a_new_pending_worker() -> Non
     assert PENDING in tl.statuses_in(3.5, 3.5) and tl.statuses_in(4.5, 5.0) == {READY}
     absent = build_timeline("decode-0", probes, [], contract, absent_at_start=True)
     assert absent.statuses_in(0.0, 6.0) == {"absent"}
+
+
+@pytest.mark.parametrize(("gone_at", "ok"), [(1.2, True), (None, False), (3.0, False)])
+def test_a_removed_worker_leaves_the_worker_list_once_idle(gone_at: float | None, ok: bool) -> None:
+    run = healthy_run()
+    run.hb.status(0.05, "w-d0", "ready", "http://d0", role="decode")
+    run.pd(0.9)
+    run.hb.at(1.0).fault_applied("rm", "remove_worker", "decode-0", {}, {"status": 200})
+    run.hb.status(1.0, "w-d0", "draining", "http://d0", role="decode")
+    if gone_at is not None:
+        run.hb.status(gone_at, "w-d0", "absent", "http://d0", role="decode")
+    v = check_status_contract(run.history())
+    assert (v.status == "pass") == ok, v.evidence
+    assert v.numbers["removals"] == 1
+    if not ok:
+        assert "was removed at t=1.000" in v.evidence[0] and "left the worker list" in v.evidence[0]
