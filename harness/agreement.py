@@ -31,7 +31,7 @@ RUN_CHECKS = ("run_complete", "timeline", "faults")
 
 
 @dataclass(frozen=True)
-class Row:
+class AgreementRow:
     scenario: str
     topology: str
     connector: str
@@ -44,7 +44,7 @@ class Row:
             f"+{self.bug}" if self.bug else "")
 
 
-def rows(scenarios: list[Scenario] | None = None) -> list[Row]:
+def rows(scenarios: list[Scenario] | None = None) -> list[AgreementRow]:
     """Each scenario in its first cell, as written and with each bug it claims to catch."""
     out = []
     for s in scenarios if scenarios is not None else load_scenarios():
@@ -52,12 +52,13 @@ def rows(scenarios: list[Scenario] | None = None) -> list[Row]:
         if not cells:
             continue
         t, c, tr = cells[0]
-        out.append(Row(s.name, t, c, tr, None))
-        out += [Row(s.name, t, c, tr, bug) for bug in s.catches]
+        out.append(AgreementRow(s.name, t, c, tr, None))
+        out += [AgreementRow(s.name, t, c, tr, bug) for bug in s.catches]
     return out
 
 
-async def verdicts(row: Row, world: str, out: Path, scenarios: dict[str, Scenario]) -> dict[str, str]:
+async def verdicts(row: AgreementRow, world: str, out: Path,
+                   scenarios: dict[str, Scenario]) -> dict[str, str]:
     s = scenarios[row.scenario]
     if row.bug:
         s = with_bugs(s, [row.bug])

@@ -164,7 +164,7 @@ class StatusPoint:
 
 
 @dataclass(frozen=True, slots=True)
-class EngineState:
+class EngineSnapshot:
     t: float
     engine: str
     engine_id: str | None
@@ -290,7 +290,7 @@ class History:
         self.requests: dict[ReqId, RequestView] = {}
         self.faults: dict[str, FaultView] = {}
         self.status: dict[str, list[StatusPoint]] = {}
-        self.engines: dict[str, list[EngineState]] = {}
+        self.engines: dict[str, list[EngineSnapshot]] = {}
         self.handoffs: list[Handoff] = []
         self.engine_calls: list[EngineCall] = []
         self.router_events: list[RouterEvent] = []
@@ -491,7 +491,7 @@ class History:
             gen = r.get("generation")
             port = r.get("side_channel_port")
             self.engines.setdefault(name, []).append(
-                EngineState(
+                EngineSnapshot(
                     t=t,
                     engine=name,
                     engine_id=r.get("engine_id"),

@@ -98,10 +98,6 @@ class GrpcWorker:
         """The codec if it was fetched already (never fetches)."""
         return self._codec
 
-    def forget_codec(self) -> None:
-        """A restarted engine may serve another tokenizer; fetch it again on next use."""
-        self._codec = None
-
     async def generate(
         self, request: vllm_engine_pb2.GenerateRequest, timeout_s: float
     ) -> AsyncGenerator[vllm_engine_pb2.GenerateResponse, None]:

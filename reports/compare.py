@@ -68,7 +68,7 @@ class Outcome:
 
 
 @dataclass
-class Row:
+class CellOutcomes:
     scenario: str
     cell: str
     outcomes: dict[str, Outcome]
@@ -91,9 +91,9 @@ class RouterInfo:
 
 
 @dataclass
-class Comparison:
+class RouterComparison:
     routers: list[RouterInfo]
-    rows: list[Row]
+    rows: list[CellOutcomes]
     generated_at: float = field(default_factory=time.time)
     # Per router, its findings against the router before it (the first: against none, all new).
     findings: dict[str, list[FindingChange]] = field(default_factory=dict)
@@ -295,7 +295,7 @@ def differs(outcomes: Mapping[str, Outcome]) -> bool:
 
 
 def build_comparison(routers: Sequence[RouterInfo], results: Mapping[str, Sequence[Mapping[str, Any]]],
-                     run_dirs: Mapping[str, Path]) -> Comparison:
+                     run_dirs: Mapping[str, Path]) -> RouterComparison:
     """Rows in first-seen order (scenario, cell) over every router's results and skips."""
     rows: dict[tuple[str, str], dict[str, Outcome]] = {}
     for r in routers:
@@ -310,11 +310,11 @@ def build_comparison(routers: Sequence[RouterInfo], results: Mapping[str, Sequen
         for r in routers:
             outcomes.setdefault(r.label, Outcome(status="missing", reason="no result (run not finished?)"))
         ordered = {r.label: outcomes[r.label] for r in routers}
-        out.append(Row(scen, cell, ordered, differs(ordered)))
-    return Comparison(list(routers), out)
+        out.append(CellOutcomes(scen, cell, ordered, differs(ordered)))
+    return RouterComparison(list(routers), out)
 
 
-def load_comparison(root: str | os.PathLike[str]) -> Comparison:
+def load_comparison(root: str | os.PathLike[str]) -> RouterComparison:
     base = Path(root)
     routers = _routers_from_dir(base)
     results: dict[str, list[dict[str, Any]]] = {}
@@ -366,7 +366,7 @@ def short_cell(o: Outcome) -> str:
     return " ".join(parts)
 
 
-def markdown_table(comp: Comparison) -> str:
+def markdown_table(comp: RouterComparison) -> str:
     labels = [r.label for r in comp.routers]
     lines = ["| scenario | cell | " + " | ".join(labels) + " |",
              "|---|---|" + "---|" * len(labels)]
@@ -385,7 +385,7 @@ def markdown_table(comp: Comparison) -> str:
     return "\n".join(lines)
 
 
-def findings_lines(comp: Comparison) -> list[str]:
+def findings_lines(comp: RouterComparison) -> list[str]:
     """The terminal's last lines of a matrix: each router's findings against the router before it."""
     lines: list[str] = []
     before = ""
@@ -399,7 +399,7 @@ def _transport(cell: str) -> str:
     return cell.rsplit("-", 1)[-1]
 
 
-def scenario_table(comp: Comparison) -> str:
+def scenario_table(comp: RouterComparison) -> str:
     """Cells per scenario, router and transport, as `pass/fail/unknown` (` sN`: N skipped; `-`: no cell):
     the view of a whole-set matrix that fits on a page. A transport column appears for a router only where
     it ran a cell on it."""
@@ -432,7 +432,7 @@ def _counted(c: Counter[str]) -> str:
     return f"{c['pass']}/{c['fail']}/{c['unknown']}{skipped}"
 
 
-def comparison_json(comp: Comparison) -> dict[str, Any]:
+def comparison_json(comp: RouterComparison) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "generated_at": comp.generated_at,
@@ -465,7 +465,7 @@ def _e(x: Any) -> str:
     return html.escape("" if x is None else str(x))
 
 
-def _anchor(row: Row) -> str:
+def _anchor(row: CellOutcomes) -> str:
     return "d-" + "".join(c if c.isalnum() else "_" for c in row.key)
 
 
@@ -478,7 +478,7 @@ def _rel(path: str | None, base: Path) -> str | None:
         return path
 
 
-def _findings_by_router(comp: Comparison) -> str:
+def _findings_by_router(comp: RouterComparison) -> str:
     """Each router's findings against the router before it: what a release brought and what it fixed."""
     h = ["<h2>Findings by router</h2><p>Each router against the one before it (the first against none): "
          "new findings, gone ones, and those it kept.</p><table><tr><th>router</th><th>change</th>"
@@ -496,7 +496,7 @@ def _findings_by_router(comp: Comparison) -> str:
     return "".join(h)
 
 
-def comparison_html(comp: Comparison, base: Path) -> str:
+def comparison_html(comp: RouterComparison, base: Path) -> str:
     labels = [r.label for r in comp.routers]
     summ = comp.summary()
     h: list[str] = [
@@ -575,7 +575,7 @@ def comparison_html(comp: Comparison, base: Path) -> str:
     return "\n".join(h)
 
 
-def write_comparison(root: str | os.PathLike[str]) -> Comparison:
+def write_comparison(root: str | os.PathLike[str]) -> RouterComparison:
     """Read a matrix folder and write compare.json, compare.html and compare.md into it."""
     base = Path(root)
     comp = load_comparison(base)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from harness.sweep.cells import CellRecord
-from harness.sweep.compare import Comparison, MetricChange, Row
+from harness.sweep.compare import CellChange, MetricChange, SweepComparison
 from harness.sweep.keys import CellKey
 
 SWEEP_HTML = "sweep.html"
@@ -65,7 +65,7 @@ def _link(path: str | None, base: Path) -> str:
 
 
 def write_sweep_report(out: Path, sweep: Mapping[str, Any], current: Mapping[CellKey, CellRecord],
-                       comparison: Comparison | None = None) -> dict[str, Path]:
+                       comparison: SweepComparison | None = None) -> dict[str, Path]:
     written: dict[str, Path] = {}
     if comparison is not None:
         path = out / COMPARISON_JSON
@@ -78,7 +78,7 @@ def write_sweep_report(out: Path, sweep: Mapping[str, Any], current: Mapping[Cel
 
 
 def render_html(out: Path, sweep: Mapping[str, Any], current: Mapping[CellKey, CellRecord],
-                comparison: Comparison | None) -> str:
+                comparison: SweepComparison | None) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>sweep {esc(sweep.get('name'))}"
              f"</title><style>{_CSS}</style></head><body>",
              f"<h1>Sweep {esc(sweep.get('name'))}</h1>",
@@ -100,7 +100,7 @@ def render_html(out: Path, sweep: Mapping[str, Any], current: Mapping[CellKey, C
     return "\n".join(parts)
 
 
-def _findings_delta(comp: Comparison) -> str:
+def _findings_delta(comp: SweepComparison) -> str:
     """The findings of both runs lined up: what this run brought, what it fixed, what stayed."""
     if not comp.findings:
         return "<h2>Findings against the baseline</h2><p>No finding in either run.</p>"
@@ -112,7 +112,7 @@ def _findings_delta(comp: Comparison) -> str:
             f"<th>baseline cells</th><th>cells now</th><th>replay</th></tr>{rows}</table>")
 
 
-def _differences(out: Path, comp: Comparison) -> str:
+def _differences(out: Path, comp: SweepComparison) -> str:
     counts = comp.counts()
     head = " ".join(badge(f"{k} {n}", _KIND_COLOR[k]) for k, n in counts.items())
     rows = comp.differences()
@@ -121,7 +121,7 @@ def _differences(out: Path, comp: Comparison) -> str:
             f"{head}</p>{body}{_thresholds(comp)}")
 
 
-def _row_card(out: Path, r: Row) -> str:
+def _row_card(out: Path, r: CellChange) -> str:
     color = _KIND_COLOR[r.kind]
     parts = [f'<div class="card" style="border-color:{color}">',
              f"<h3>{badge(r.kind, color)} {esc(r.key.label)}</h3>"]
@@ -168,7 +168,7 @@ def _metrics_table(metrics: list[MetricChange], rec: CellRecord | None) -> str:
     return head + "".join(rows) + "</table>"
 
 
-def _thresholds(comp: Comparison) -> str:
+def _thresholds(comp: SweepComparison) -> str:
     th = comp.thresholds
     items = [("recovery", f"max({th.recovery_abs_s:g} s, {th.recovery_rel:.0%} of the baseline, "
                           f"{th.recovery_probe_intervals:g} probe intervals)"),
@@ -179,7 +179,7 @@ def _thresholds(comp: Comparison) -> str:
             + "".join(f"<tr><td>{esc(a)}</td><td>{esc(b)}</td></tr>" for a, b in items) + "</table>")
 
 
-def _cells_table(out: Path, current: Mapping[CellKey, CellRecord], comp: Comparison | None) -> str:
+def _cells_table(out: Path, current: Mapping[CellKey, CellRecord], comp: SweepComparison | None) -> str:
     kinds = {r.key: r for r in comp.rows} if comp is not None else {}
     head = ("<h2>Cells</h2><table><tr><th>cell</th><th>status</th>"
             + ("<th>baseline</th><th>vs baseline</th>" if comp is not None else "")

@@ -23,7 +23,7 @@ EXPLAINED: dict[tuple[str, str], str] = {
 
 
 @dataclass(frozen=True)
-class Row:
+class FidelityRow:
     probe: str
     fact: str
     fake: str
@@ -56,10 +56,10 @@ class Row:
                 "verdict": self.verdict, "source": self.source, "explained": self.explained}
 
 
-def compare(fake: list[ProbeResult], real: list[ProbeResult]) -> list[Row]:
+def compare(fake: list[ProbeResult], real: list[ProbeResult]) -> list[FidelityRow]:
     """One row per fact either side reported, in probe order; a probe one side skipped shows why."""
     by_name = {r.probe: r for r in real}
-    rows: list[Row] = []
+    rows: list[FidelityRow] = []
     for f in fake:
         r = by_name.get(f.probe)
         names = [x.name for x in f.facts] + [x.name for x in (r.facts if r else []) if not f.fact(x.name)]
@@ -68,16 +68,16 @@ def compare(fake: list[ProbeResult], real: list[ProbeResult]) -> list[Row]:
             rv = rf.value if rf else (f"skipped: {r.skipped}" if r and r.skipped else "not reported")
             fv = ff.value if ff else "not reported"
             actionable = (ff or rf).actionable if (ff or rf) else True
-            rows.append(Row(f.probe, name, fv, rv, actionable, rf.source if rf else None,
+            rows.append(FidelityRow(f.probe, name, fv, rv, actionable, rf.source if rf else None,
                             EXPLAINED.get((f.probe, name))))
     return rows
 
 
-def unexplained(rows: list[Row]) -> list[Row]:
+def unexplained(rows: list[FidelityRow]) -> list[FidelityRow]:
     return [r for r in rows if r.compared and not r.agree and r.actionable and not r.explained]
 
 
-def render_text(rows: list[Row], real_label: str) -> str:
+def render_text(rows: list[FidelityRow], real_label: str) -> str:
     widths = (18, 34, 40, 40)
     head = ("probe", "fact", "fake", real_label)
     lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + "  verdict"]
@@ -87,7 +87,7 @@ def render_text(rows: list[Row], real_label: str) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(rows: list[Row], real_label: str) -> str:
+def render_markdown(rows: list[FidelityRow], real_label: str) -> str:
     def esc(s: str) -> str:
         return s.replace("|", "\\|")
 

@@ -74,7 +74,3 @@ def with_bugs(scenario: Scenario, names: Iterable[str]) -> Scenario:
 def injected_bugs(scenario: Scenario) -> tuple[str, ...]:
     """Every switch the scenario runs with: the router's, then the engines'."""
     return (*scenario.router.inject_bugs, *scenario.engines.inject_bugs)
-
-
-def router_bugs_of(scenario: Scenario) -> tuple[str, ...]:
-    return tuple(scenario.router.inject_bugs)

@@ -62,7 +62,7 @@ class CancelRequests:
 
 @dataclass(frozen=True)
 class ApplyAction:
-    """Apply one timeline action as fault `fault` (the step's name). Answer: `FaultApplied`, `EngineState`,
+    """Apply one timeline action as fault `fault` (the step's name). Answer: `FaultApplied`, `EngineReport`,
     `FaultVerified`, `WorldNote` as they happen, then `ActionDone`."""
 
     fault: str

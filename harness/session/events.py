@@ -102,7 +102,7 @@ class FaultVerified:
 
 
 @dataclass(frozen=True)
-class EngineState:
+class EngineReport:
     """What an engine reports of itself after an action (None fields: unreadable)."""
 
     name: str
@@ -190,7 +190,7 @@ Event = (
     | RequestDone
     | FaultApplied
     | FaultVerified
-    | EngineState
+    | EngineReport
     | WorldNote
     | RouterExited
     | ActionDone

@@ -416,7 +416,7 @@ class ScenarioSession:
             assert self.ledger is not None
             self.ledger.verified(ev.fault, ev.ok, ev.evidence, ev.engine_finding)
             return []
-        if isinstance(ev, e.EngineState):
+        if isinstance(ev, e.EngineReport):
             self._engine_state(ev.name, ev.state)
             return []
         if isinstance(ev, e.WorldNote):

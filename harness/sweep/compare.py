@@ -75,7 +75,7 @@ class MetricChange:
 
 
 @dataclass
-class Row:
+class CellChange:
     key: CellKey
     kind: str
     baseline: CellRecord | None = None
@@ -94,26 +94,26 @@ class Row:
 
 
 @dataclass
-class Comparison:
+class SweepComparison:
     baseline_dir: str
     current_dir: str
     thresholds: Thresholds
-    rows: list[Row]
+    rows: list[CellChange]
     # The findings of both runs lined up (`harness.findings.findings_delta`): new, gone, unchanged.
     findings: list[FindingChange] = field(default_factory=list)
 
-    def of_kind(self, kind: str) -> list[Row]:
+    def of_kind(self, kind: str) -> list[CellChange]:
         return [r for r in self.rows if r.kind == kind]
 
     @property
-    def regressions(self) -> list[Row]:
+    def regressions(self) -> list[CellChange]:
         return self.of_kind("regression")
 
     def counts(self) -> dict[str, int]:
         c = Counter(r.kind for r in self.rows)
         return {k: c.get(k, 0) for k in KINDS}
 
-    def differences(self) -> list[Row]:
+    def differences(self) -> list[CellChange]:
         """Every row that is not `same`, the worst kinds first."""
         return [r for k in KINDS if k != "same" for r in self.of_kind(k)]
 
@@ -126,23 +126,23 @@ class Comparison:
 
 def compare(baseline: Mapping[CellKey, CellRecord], current: Mapping[CellKey, CellRecord],
             thresholds: Thresholds | None = None, baseline_dir: str | Path = "",
-            current_dir: str | Path = "") -> Comparison:
+            current_dir: str | Path = "") -> SweepComparison:
     th = thresholds or Thresholds()
     rows = []
     for key in sorted(set(baseline) | set(current)):
         rows.append(compare_cell(key, baseline.get(key), current.get(key), th))
-    return Comparison(str(baseline_dir), str(current_dir), th, rows)
+    return SweepComparison(str(baseline_dir), str(current_dir), th, rows)
 
 
-def compare_cell(key: CellKey, b: CellRecord | None, c: CellRecord | None, th: Thresholds) -> Row:
+def compare_cell(key: CellKey, b: CellRecord | None, c: CellRecord | None, th: Thresholds) -> CellChange:
     if b is None:
         assert c is not None
         if c.status != "pass":
-            return Row(key, "regression", None, c, why=[f"new cell, {c.status}: {c.reason}"])
-        return Row(key, "new", None, c, why=["in this run only"])
+            return CellChange(key, "regression", None, c, why=[f"new cell, {c.status}: {c.reason}"])
+        return CellChange(key, "new", None, c, why=["in this run only"])
     if c is None:
-        return Row(key, "gone", b, None, why=["in the baseline only"])
-    row = Row(key, "same", b, c)
+        return CellChange(key, "gone", b, None, why=["in the baseline only"])
+    row = CellChange(key, "same", b, c)
     worse = better = False
     if b.status != c.status:
         row.verdict_change = f"{b.status} -> {c.status}"

@@ -1,6 +1,6 @@
 """Timeline actions on real engine processes and on the router's worker API: apply, then verify with evidence.
 
-Each action reports `FaultApplied` when it is in place, `EngineState` when the engine's identity may have
+Each action reports `FaultApplied` when it is in place, `EngineReport` when the engine's identity may have
 moved, `FaultVerified` with what was seen (process state, connection refused, a new engine id, a surface that
 no longer answers). Which faults an action ends is the session's ledger's business, not this module's.
 """
@@ -34,7 +34,7 @@ from harness.scenario.actions import (
     Wedge,
     WorkerApiAction,
 )
-from harness.session.events import ActionDone, EngineState, Event, FaultApplied, FaultVerified, WorldNote
+from harness.session.events import ActionDone, EngineReport, Event, FaultApplied, FaultVerified, WorldNote
 from harness.topology import Topology
 from harness.worlds.base import RESPAWN_WAIT_S, graceful_stop_verified, refused_call
 from harness.worlds.real.engines import EngineFleet
@@ -106,12 +106,12 @@ class EngineActions:
         emit(ActionDone(fid, verified=verified, evidence=evidence))
 
     async def _state(self, name: str, emit: Emit, given: Any = None) -> dict[str, Any] | None:
-        """The engine's state (from a control answer when it carries one), reported as `EngineState`."""
+        """The engine's state (from a control answer when it carries one), reported as `EngineReport`."""
         st = given.get("state") if isinstance(given, dict) else None
         if not (isinstance(st, dict) and "engine_id" in st):
             st = await self.fleet.state(name)
         if st is not None:
-            emit(EngineState(name, st))
+            emit(EngineReport(name, st))
         return st
 
     def _serving_port(self, name: str) -> int:

@@ -47,7 +47,6 @@ from reference_router.core import (
     Prepare,
     ProbeStart,
     ReadOutcome,
-    Role,
     RunLeg,
     Status,
     Transport,
@@ -592,10 +591,6 @@ def _error_answer(answer: ErrorAnswer, elapsed: float) -> ClientAnswer:
     body = answer.body()
     return ClientAnswer(answer.status, None, error_text(body, b""), ttft_s=elapsed, latency_s=elapsed,
                         body_problem=error_body_problem(body))
-
-
-def is_role(worker: Worker, role: Role) -> bool:
-    return worker.spec.role is role
 
 
 __all__ = ["ClientAnswer", "GenRequest", "SimRouter"]

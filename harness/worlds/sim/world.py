@@ -466,7 +466,7 @@ class SimActions:
 
     def _state(self, engine: SimEngine) -> dict[str, Any]:
         st = engine.control_state()
-        self.emit(e.EngineState(engine.name, st))
+        self.emit(e.EngineReport(engine.name, st))
         return st
 
     def _health(self, engine: SimEngine) -> Generator[Any, Any, str]:
@@ -813,10 +813,6 @@ def _identity_evidence(before: dict[str, Any], after: dict[str, Any]) -> dict[st
         "generation": after.get("generation"),
         "side_channel_port": after.get("side_channel_port"),
     }
-
-
-def make_world(plan: CellPlan, out_dir: Path | None = None) -> SimWorld:
-    return SimWorld(plan, out_dir)
 
 
 WorldFactory = Callable[[CellPlan, Path], World]

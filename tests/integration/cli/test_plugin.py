@@ -14,7 +14,7 @@ import numpy  # noqa: F401
 import pytest
 from helpers.paths import SCENARIO_FILES
 
-from harness.pytest_plugin import PDCluster
+from harness.pd_cluster import PDCluster
 from harness.worlds.real.processes import pid_alive
 
 SCENARIO_FILE = '''

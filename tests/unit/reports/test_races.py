@@ -100,12 +100,13 @@ def test_a_junit_reader_reads_a_race_as_flaky(tmp_path: Path) -> None:
 
 def test_a_matrix_takes_repeat_and_its_status_counts_a_race() -> None:
     from harness.matrix import build_parser
-    from reports.compare import Comparison, Outcome, RouterInfo, Row
+    from reports.compare import CellOutcomes, Outcome, RouterComparison, RouterInfo
 
     args = build_parser().parse_args(["--repeat", "3", "--fail-on", "fail"])
     assert (args.repeat, args.fail_on) == (3, "fail")
     routers = [RouterInfo("smg-1.13.0", spec="smg==1.13.0", dir="smg-1.13.0")]
-    row = Row("blip", "2p1d-mooncake-http", {"smg-1.13.0": Outcome("race", "legs_once split")}, False)
-    comp = Comparison(routers, [row])
+    outcomes = {"smg-1.13.0": Outcome("race", "legs_once split")}
+    row = CellOutcomes("blip", "2p1d-mooncake-http", outcomes, False)
+    comp = RouterComparison(routers, [row])
     assert comp.status == "race" and comp.summary()["smg-1.13.0"]["race"] == 1
     assert exit_code(comp.status, args.fail_on) == EXIT_PASS
