@@ -2,7 +2,7 @@
 at scaled settings, must get the same verdict from every checker.
 
 The table (`tests/data/agreement.json`) holds, per row (scenario, cell, injected bug), each checker's verdict
-in real time. `python -m harness.agreement` runs both worlds and rewrites it (about 5 minutes on 2 cores);
+in real time. `python -m harness.agreement` runs both worlds and rewrites it (about 17 minutes on 2 cores);
 the tests run the simulated side against it in the default run and the real-time side behind `slow`. A row
 where the worlds cannot agree says why in its scenario (`Scenario.world_notes["sim"]`).
 

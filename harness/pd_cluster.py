@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+
 class _LoopThread:
     """An event loop on a thread of its own that lives as long as the cluster (see the module docstring)."""
 

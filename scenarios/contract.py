@@ -7,7 +7,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.scenario import At, Die, EngineFault, Expect, Heal, PauseRouter, Respawn, Scenario, Step, Wedge
+from harness.scenario import (
+    At,
+    Die,
+    EngineFault,
+    Expect,
+    Heal,
+    PauseRouter,
+    Respawn,
+    Restart,
+    Scenario,
+    Step,
+    Wedge,
+)
 from harness.scenario.defaults import BASE_EXPECT, SCALED_ENGINES, SCALED_ROUTER, SCALED_WORKLOAD
 
 SCENARIOS = [
@@ -121,6 +133,34 @@ SCENARIOS = [
             *BASE_EXPECT,
             Expect("probe_schedule", {"kinds": ["wedge"]}),
             Expect("handoff", {"grace_s": 2.5}),
+        ),
+    ),
+    Scenario(
+        name="probe_slots_kept",
+        bugs=("probe slot bookkeeping", "a probe limit not kept"),
+        tags=("default",),
+        suite_worlds=("sim",),
+        description="The router may have one health probe or engine-id read open at a time "
+        "(max_concurrent_health_checks 1), with thresholds of 2. Every engine answers its health check in "
+        "60 ms and the prefill its id reads in 150 ms, so probes that should wait their turn would overlap. "
+        "A decode restarts in the middle: the router takes it out after two failed probes and back after two "
+        "good ones, probing one engine at a time throughout.",
+        topologies=("1p2d",),
+        connectors=("mooncake",),
+        router=replace(SCALED_ROUTER, max_concurrent_health_checks=1, failure_threshold=2,
+                       success_threshold=2),
+        engines=SCALED_ENGINES,
+        workload=replace(SCALED_WORKLOAD, duration_s=8.0),
+        timeline=(
+            *(Step(f"slow_health_{e}", EngineFault(e, "latency", {"surface": "health", "ms": 60}), At(0.5))
+              for e in ("prefill-0", "decode-0", "decode-1")),
+            Step("slow_reads", EngineFault("prefill-0", "latency", {"surface": "metadata", "ms": 150}),
+                 At(0.5)),
+            Step("restart", Restart("decode-1", down_s=1.5), At(3.0)),
+        ),
+        expect=(
+            *BASE_EXPECT,
+            Expect("handoff"),
         ),
     ),
 ]

@@ -412,9 +412,9 @@ SCENARIOS = [
         suite_connectors=("mooncake",),
         description="A second prefill is registered through the worker API mid-traffic (with its connector "
         "and bootstrap port), then the first one is removed once the new one is Ready. The added worker must "
-        "hand off like a configured one, and the removal must drain without a client error. Before that, two "
-        "mistaken registrations (a url with a port out of range, a bootstrap port out of range) must be "
-        "refused with a 4xx naming the field, adding nothing.",
+        "hand off like a configured one, and the removal must drain without a client error. Before that, "
+        "three mistaken registrations (a url with a port out of range, a url with a path, a bootstrap port "
+        "out of range) must be refused with a 4xx naming the field, adding nothing.",
         bugs=("zoo-7",),
         topologies=("2p1d",),
         connectors=("mooncake", "nixl"),
@@ -425,6 +425,8 @@ SCENARIOS = [
         timeline=(
             Step("bad_url", AddWorker("prefill-1", {"url": "http://127.0.0.1:99999"}, refused="url"),
                  At(0.6)),
+            Step("url_path", AddWorker("prefill-1", {"url": "http://127.0.0.1:8000/v1"}, refused="url"),
+                 At(0.7)),
             Step("bad_port", AddWorker("prefill-1", {"bootstrap_port": 70000}, refused="bootstrap_port"),
                  At(0.8)),
             Step("add", AddWorker("prefill-1"), At(1.0)),

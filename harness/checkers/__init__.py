@@ -32,6 +32,7 @@ from harness.checkers.legs import LegsOnceExpect, LegsSequencedExpect, check_leg
 from harness.checkers.lost import NothingLostExpect, check_nothing_lost
 from harness.checkers.metadata_reads import MetadataReadsExpect, check_metadata_reads
 from harness.checkers.output import OutputExpect, check_output
+from harness.checkers.probe_slots import ProbeSlotsExpect, check_probe_slots
 from harness.checkers.probes import ProbeScheduleExpect, check_probe_schedule
 from harness.checkers.prompt_503 import Prompt503Expect, check_prompt_503
 from harness.checkers.recovery import RecoveryExpect, check_recovery
@@ -68,6 +69,7 @@ __all__ = [
     "NothingLostExpect",
     "OutputExpect",
     "ProbeScheduleExpect",
+    "ProbeSlotsExpect",
     "Prompt503Expect",
     "RecoveryExpect",
     "ReportedEngineIdExpect",
@@ -93,6 +95,7 @@ __all__ = [
     "check_nothing_lost",
     "check_output",
     "check_probe_schedule",
+    "check_probe_slots",
     "check_prompt_503",
     "check_recovery",
     "check_reported_engine_id",
@@ -157,6 +160,7 @@ CHECKERS: dict[str, CheckerSpec] = {
         CheckerSpec("worker_api", WorkerApiExpect, check_worker_api),
         CheckerSpec("error_answers", ErrorAnswersExpect, check_error_answers),
         CheckerSpec("call_deadlines", CallDeadlinesExpect, check_call_deadlines),
+        CheckerSpec("probe_slots", ProbeSlotsExpect, check_probe_slots),
         CheckerSpec("router_metrics", RouterMetricsExpect, check_router_metrics),
     )
 }
@@ -164,7 +168,7 @@ CHECKERS: dict[str, CheckerSpec] = {
 # The router's contract on every leg, probe and worker status the engines saw: any router, any scenario.
 CONTRACT_CHECKS: tuple[str, ...] = (
     "status_contract", "breaker_contract", "leg_shape", "handoff_params", "request_contract", "router_events",
-    "error_answers", "call_deadlines", "router_metrics",
+    "error_answers", "call_deadlines", "probe_slots", "router_metrics",
 )
 
 # What every scenario gets when it names no checker.

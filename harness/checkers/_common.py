@@ -1,11 +1,17 @@
-"""Small helpers shared by the checkers: fault selection, settings lookup, evidence capping."""
+"""Small helpers shared by the checkers: fault selection, settings lookup, evidence capping, and the
+preamble of the contract checkers that judge from the engines' view."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
+from harness.contract.evidence import EngineView
 from harness.history import FaultView, History
+from harness.verdict import Verdict
+
+P = TypeVar("P")
 
 MAX_EVIDENCE = 25
 
@@ -62,3 +68,22 @@ def find_setting(settings: Mapping[str, Any], names: Sequence[str]) -> float | N
 
 def rounded(x: float | None, nd: int = 4) -> float | None:
     return None if x is None else round(x, nd)
+
+
+def judged_from_engines(
+    name: str, defaults: Callable[[], P]
+) -> Callable[[Callable[[EngineView, P], Verdict]], Callable[[History, P | None], Verdict]]:
+    """A contract checker's preamble: `judge` gets the history's engine view and its expectation (the
+    defaults when none is given); a history without the router's settings is unknown."""
+
+    def wrap(judge: Callable[[EngineView, P], Verdict]) -> Callable[[History, P | None], Verdict]:
+        @functools.wraps(judge)
+        def check(history: History, exp: P | None = None) -> Verdict:
+            view = EngineView.of(history)
+            if view is None:
+                return Verdict.unknown_(name, "the router's settings are not in the run's settings")
+            return judge(view, exp if exp is not None else defaults())
+
+        return check
+
+    return wrap

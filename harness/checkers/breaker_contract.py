@@ -13,7 +13,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass
 
-from harness.checkers._common import cap
+from harness.checkers._common import cap, judged_from_engines
 from harness.contract.breaker_model import (
     EITHER,
     FAILURE,
@@ -33,7 +33,6 @@ from harness.contract.breaker_model import (
 from harness.contract.evidence import REFUSED, EngineView, Leg
 from harness.contract.reach import Window, leg_windows
 from harness.contract.status_model import FAILED, NOT_READY, READY
-from harness.history import History
 from harness.verdict import Verdict
 
 NAME = "breaker_contract"
@@ -148,11 +147,9 @@ def _roles(view: EngineView) -> list[str]:
     return [r for r in roles if r in ("prefill", "decode")] or roles
 
 
-def check_breaker_contract(history: History, exp: BreakerContractExpect | None = None) -> Verdict:
-    exp = exp or BreakerContractExpect()
-    view = EngineView.of(history)
-    if view is None:
-        return Verdict.unknown_(NAME, "the router's settings are not in the run's settings")
+@judged_from_engines(NAME, BreakerContractExpect)
+def check_breaker_contract(view: EngineView, exp: BreakerContractExpect) -> Verdict:
+    history = view.history
     threshold = view.contract.breaker_failures
     if threshold is None:
         return Verdict.ok(NAME, "no circuit breaker configured: nothing keeps a Ready worker out",

@@ -14,11 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.checkers._common import cap
+from harness.checkers._common import cap, judged_from_engines
 from harness.contract.evidence import EngineView
-from harness.contract.reach import LOSSY, probe_windows
-from harness.contract.settings import ID_READ_CALLS
-from harness.history import EngineCall, History
 from harness.verdict import Verdict
 
 NAME = "call_deadlines"
@@ -36,27 +33,10 @@ def _bound_s(view: EngineView) -> float:
     return float(rule) if isinstance(rule, int | float) else view.contract.probe_timeout_s
 
 
-def _held(view: EngineView, engine: str) -> list[EngineCall]:
-    """The router's probes and id reads of `engine` that its records can time: none in a window that hides
-    when the router let go."""
-    blind = [w for w in probe_windows(view.history, engine, view.contract) if w.kind != LOSSY]
-    out = []
-    for call in view.history.engine_calls_of(engine, *view.contract.probe_calls, *ID_READ_CALLS):
-        if call.duration_s is None:
-            continue
-        end = call.at + call.duration_s
-        if not any(w.start <= end and call.at <= w.end for w in blind):
-            out.append(call)
-    return out
-
-
-def check_call_deadlines(history: History, exp: CallDeadlinesExpect | None = None) -> Verdict:
-    exp = exp or CallDeadlinesExpect()
-    view = EngineView.of(history)
-    if view is None:
-        return Verdict.unknown_(NAME, "the router's settings are not in the run's settings")
+@judged_from_engines(NAME, CallDeadlinesExpect)
+def check_call_deadlines(view: EngineView, exp: CallDeadlinesExpect) -> Verdict:
     bound = _bound_s(view)
-    judged = [c for engine in view.workers() for c in _held(view, engine)]
+    judged = [c for engine in view.workers() for c in view.timed_router_calls(engine)]
     if not judged:
         return Verdict.unknown_(NAME, "no probe or id read of the router's that the engines could time")
     late = [c for c in judged if (c.duration_s or 0.0) > bound + exp.slack_s]

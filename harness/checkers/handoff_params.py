@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import yarl
 
-from harness.checkers._common import cap
+from harness.checkers._common import cap, judged_from_engines
 from harness.contract.evidence import EngineView, Leg, misreported, reported_ids
 from harness.contract.settings import ID_READ_CALLS
 from harness.history import History
@@ -145,11 +145,9 @@ def _nixl(history: History, tag: str, p: Leg, d: Leg, request_id: str | None, sl
     return out
 
 
-def check_handoff_params(history: History, exp: HandoffParamsExpect | None = None) -> Verdict:
-    exp = exp or HandoffParamsExpect()
-    view = EngineView.of(history)
-    if view is None:
-        return Verdict.unknown_(NAME, "the router's settings are not in the run's settings")
+@judged_from_engines(NAME, HandoffParamsExpect)
+def check_handoff_params(view: EngineView, exp: HandoffParamsExpect) -> Verdict:
+    history = view.history
     connector = view.contract.connector
     if connector not in CONNECTORS:
         return Verdict.unknown_(NAME, f"no handoff contract for connector {connector!r}")

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.checkers._common import cap
+from harness.checkers._common import cap, judged_from_engines
 from harness.contract.evidence import EngineView, Leg
-from harness.history import History, RequestView
+from harness.history import RequestView
 from harness.verdict import Verdict
 
 NAME = "leg_shape"
@@ -96,11 +96,9 @@ def _brief(kv: dict[str, Any]) -> str:
     return "{" + ", ".join(f"{k}: {kv.get(k)!r}" for k in keys if k in kv) + "}"
 
 
-def check_leg_shape(history: History, exp: LegShapeExpect | None = None) -> Verdict:
-    exp = exp or LegShapeExpect()
-    view = EngineView.of(history)
-    if view is None:
-        return Verdict.unknown_(NAME, "the router's settings are not in the run's settings")
+@judged_from_engines(NAME, LegShapeExpect)
+def check_leg_shape(view: EngineView, exp: LegShapeExpect) -> Verdict:
+    history = view.history
     evidence: list[str] = []
     judged = 0
     for leg in view.legs():

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from harness.checkers._common import cap
+from harness.checkers._common import cap, judged_from_engines
 from harness.contract.evidence import REFUSED, EngineView, Leg
 from harness.contract.reach import paused_within
 from harness.history import History, RequestView
@@ -98,11 +98,9 @@ def _client_errors(history: History, legs: dict[str, list[Leg]]) -> tuple[int, l
     return judged, out
 
 
-def check_request_contract(history: History, exp: RequestContractExpect | None = None) -> Verdict:
-    exp = exp or RequestContractExpect()
-    view = EngineView.of(history)
-    if view is None:
-        return Verdict.unknown_(NAME, "the router's settings are not in the run's settings")
+@judged_from_engines(NAME, RequestContractExpect)
+def check_request_contract(view: EngineView, exp: RequestContractExpect) -> Verdict:
+    history = view.history
     if not history.requests:
         return Verdict.unknown_(NAME, "no request was made")
     legs: dict[str, list[Leg]] = defaultdict(list)

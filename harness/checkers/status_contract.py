@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.checkers._common import cap
+from harness.checkers._common import cap, judged_from_engines
 from harness.contract.evidence import EngineView
 from harness.contract.status_model import READY, STATUSES
 from harness.history import History
@@ -122,11 +122,9 @@ def _removals(history: History, view: EngineView, slack: float) -> tuple[int, li
     return judged, out
 
 
-def check_status_contract(history: History, exp: StatusContractExpect | None = None) -> Verdict:
-    exp = exp or StatusContractExpect()
-    view = EngineView.of(history)
-    if view is None:
-        return Verdict.unknown_(NAME, "the router's probe settings are not in the run's settings")
+@judged_from_engines(NAME, StatusContractExpect)
+def check_status_contract(view: EngineView, exp: StatusContractExpect) -> Verdict:
+    history = view.history
     if not view.roles:
         return Verdict.unknown_(NAME, "the run names no engines (engines_layout)")
     if not history.router_calls(*view.contract.probe_calls):

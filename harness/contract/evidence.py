@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.contract.reach import Window, probe_windows
+from harness.contract.reach import LOSSY, Window, probe_windows
 from harness.contract.settings import ID_READ_CALLS, RouterContract, contract_of
 from harness.contract.timeline import ProbeSeen, WorkerTimeline, build_timeline
 from harness.history import EngineCall, History, base_engine_id
@@ -66,6 +66,19 @@ class EngineView:
 
     def windows(self, engine: str) -> list[Window]:
         return probe_windows(self.history, engine, self.contract)
+
+    def timed_router_calls(self, engine: str) -> list[EngineCall]:
+        """The router's probes and id reads of `engine` whose end the engine could time: none in a window
+        that hides when the router let go (the process stopped or gone, its link cut, the router paused)."""
+        blind = [w for w in self.windows(engine) if w.kind != LOSSY]
+        out = []
+        for call in self.history.engine_calls_of(engine, *self.contract.probe_calls, *ID_READ_CALLS):
+            if call.duration_s is None:
+                continue
+            end = call.at + call.duration_s
+            if not any(w.start <= end and call.at <= w.end for w in blind):
+                out.append(call)
+        return out
 
     def worker_api_times(self, engine: str) -> list[tuple[float, str]]:
         """(time, "added" | "removed") for each time the harness registered `engine` through the router's

@@ -37,6 +37,8 @@ class RouterContract:
     breaker_failures: int | None = None
     breaker_open_s: float = 60.0
     probe_calls: tuple[str, ...] = ()
+    # At most this many probes and id reads open at once (`max_concurrent_health_checks`; None: no limit set).
+    max_probes_in_flight: int | None = None
     # Whether the router's worker list shows the contract's statuses (pending/ready/not_ready/failed): a
     # gateway that shows only healthy or not is compared on routability alone.
     shows_statuses: bool = True
@@ -107,6 +109,7 @@ def contract_of(history: History) -> RouterContract | None:
     transport = str(run.get("transport") or "http")
     rules = dict(settings.get("contract") or {})
     breaker = router.get("circuit_breaker_failures")
+    slots = router.get("max_concurrent_health_checks")
     identity = router.get("identity_check_interval_s")
     return RouterContract(
         interval_s=interval,
@@ -119,6 +122,7 @@ def contract_of(history: History) -> RouterContract | None:
         breaker_failures=int(breaker) if isinstance(breaker, int) and not isinstance(breaker, bool) else None,
         breaker_open_s=float(router.get("circuit_breaker_open_s") or 60.0),
         probe_calls=tuple(rules.get("probe_calls") or PROBE_CALLS.get(transport, ("health",))),
+        max_probes_in_flight=slots if isinstance(slots, int) and not isinstance(slots, bool) else None,
         shows_statuses=bool(rules.get("shows_statuses", True)),
         rules=rules,
     )

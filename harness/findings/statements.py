@@ -34,6 +34,8 @@ STATEMENTS: dict[str, str] = {
     "router_metrics": "the router's counters (/metrics) disagree with its own events",
     "call_deadlines": "a health probe or engine-id read was held open past the router's probe timeout: "
                       "a wait without a deadline",
+    "probe_slots": "the router had more health probes or engine-id reads open at once than its "
+                   "max_concurrent_health_checks allows",
     "worker_api": "the worker API did not refuse a mistaken call with a 4xx naming the field, or let it "
                   "change the worker",
     "reported_engine_id": "the router's worker list kept showing an old engine id after the engine's id "

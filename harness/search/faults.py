@@ -61,6 +61,7 @@ API_MISTAKES: dict[str, tuple[str, str, Mapping[str, Any]]] = {
     "patch_labels": ("patch", "labels", {"labels": {"tier": 1}}),
     "patch_connector": ("patch", "connector", {"connector": "nixl"}),
     "add_url": ("add", "url", {"url": "http://127.0.0.1:99999"}),
+    "add_url_path": ("add", "url", {"url": "http://127.0.0.1:8000/v1"}),
     "add_bootstrap_port": ("add", "bootstrap_port", {"bootstrap_port": 70000}),
 }
 # The router's process stopped (SIGSTOP) and resumed after the fault's length: on a lane of its own (target

@@ -186,6 +186,7 @@ class GatewayAdapter(RouterAdapter):
         out: dict[str, Any] = {key: GATEWAY_DEFAULTS[key] if flag in dropped else value
                                for key, (flag, value) in asked.items()}
         out["identity_check_interval_s"] = None
+        out["max_concurrent_health_checks"] = None  # no gateway has the flag: it probes as it likes
         if "--disable-circuit-breaker" in self.extra_args:
             out["circuit_breaker_failures"] = None
         elif s.circuit_breaker_failures is None or "--cb-failure-threshold" in dropped:

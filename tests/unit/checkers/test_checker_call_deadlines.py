@@ -4,18 +4,13 @@
 from __future__ import annotations
 
 import pytest
-from test_checkers_builders import WALL0
 from test_checkers_contract import TIMEOUT, Run, healthy_run
 
 from harness.checkers import check_call_deadlines
 
 
 def _read(run: Run, t: float, duration: float, status: int = 499) -> None:
-    run.hb.at(t + duration).engine_call({
-        "record": "engine_call", "ts": WALL0 + t, "engine": "prefill-0", "engine_id": "A", "generation": 1,
-        "role": "prefill", "call": "server_info", "status": status, "duration_s": duration,
-        "caller": "router", "detail": {},
-    })
+    run.read(t, duration, status)
 
 
 def test_probes_and_reads_let_go_at_the_probe_timeout_pass() -> None:

@@ -101,6 +101,14 @@ class Run:
             "detail": {"healthy": healthy},
         })
 
+    def read(self, t: float, duration: float, status: int = 200, call: str = "server_info") -> None:
+        """The router's id read of prefill-0, as the engine timed it (status 499: the router let it go)."""
+        self.hb.at(t + duration).engine_call({
+            "record": "engine_call", "ts": WALL0 + t, "engine": "prefill-0", "engine_id": "A",
+            "generation": 1, "role": "prefill", "call": call, "status": status, "duration_s": duration,
+            "caller": "router", "detail": {},
+        })
+
     def probes(self, engine: str, start: float, end: float, healthy: bool = True) -> None:
         t = start
         while t < end:
