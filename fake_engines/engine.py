@@ -245,8 +245,7 @@ class Engine:
             return flow.on_handshake_result(resp, self.now(), time.time(), error=error)
         if isinstance(step, PullFrom):
             pull = kv_channel.pull(step.host, step.port, step.engine_id, step.transfer_key, step.timeout_s)
-            res, error = await _attempt(pull, OSError, WireError)
-            response = res.response if res is not None else None
+            response, error = await _attempt(pull, OSError, WireError)
             return flow.on_pull_result(response, self.now(), time.time(), error=error)
         if isinstance(step, WaitUntil):
             await asyncio.sleep(max(0.0, step.deadline - self.now()))

@@ -182,25 +182,24 @@ class HttpSurface:
         return await self.recorded.answer(request, calls.HEALTH, answer)
 
     async def models(self, request: web.Request) -> web.Response:
-        async def answer() -> tuple[web.Response, None]:
-            await self.engine.faults.gate("metadata")
-            return self._models(), None
-
-        return await self.recorded.answer(request, calls.MODELS, answer)
+        return await self._metadata(request, calls.MODELS, self._models)
 
     async def version(self, request: web.Request) -> web.Response:
-        async def answer() -> tuple[web.Response, None]:
-            await self.engine.faults.gate("metadata")
-            return web.json_response({"version": VERSION}), None
-
-        return await self.recorded.answer(request, calls.VERSION, answer)
+        return await self._metadata(request, calls.VERSION, lambda: web.json_response({"version": VERSION}))
 
     async def metrics(self, request: web.Request) -> web.Response:
+        return await self._metadata(request, calls.METRICS, self._metrics)
+
+    async def _metadata(
+        self, request: web.Request, call: str, respond: Callable[[], web.Response]
+    ) -> web.Response:
+        """A metadata call: past the metadata fault gate, `respond()`, with no detail to record."""
+
         async def answer() -> tuple[web.Response, None]:
             await self.engine.faults.gate("metadata")
-            return self._metrics(), None
+            return respond(), None
 
-        return await self.recorded.answer(request, calls.METRICS, answer)
+        return await self.recorded.answer(request, call, answer)
 
     def _models(self) -> web.Response:
         name = self.engine.config.model

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import aiohttp
 
@@ -95,12 +94,6 @@ class SideChannelServer:
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
 
 
-@dataclass(frozen=True)
-class PullResult:
-    response: PullResponse
-    payload_bytes: int
-
-
 async def _exchange(host: str, port: int, frame: bytes, timeout_s: float) -> tuple[Message, bytes]:
     """Connect, send one frame, read one answer, all within `timeout_s`."""
 
@@ -121,12 +114,12 @@ async def _exchange(host: str, port: int, frame: bytes, timeout_s: float) -> tup
     return await asyncio.wait_for(go(), timeout_s)
 
 
-async def pull(host: str, port: int, engine_id: str, key: str, timeout_s: float) -> PullResult:
+async def pull(host: str, port: int, engine_id: str, key: str, timeout_s: float) -> PullResponse:
     """One pull; raises TimeoutError, OSError/ConnectionError or WireError."""
-    msg, payload = await _exchange(host, port, PullRequest(engine_id, key).encode(), timeout_s)
+    msg, _ = await _exchange(host, port, PullRequest(engine_id, key).encode(), timeout_s)
     if not isinstance(msg, PullResponse):
         raise WireError(f"expected pull_result, got {type(msg).__name__}")
-    return PullResult(msg, len(payload))
+    return msg
 
 
 async def handshake(host: str, port: int, engine_id: str, timeout_s: float) -> HandshakeResponse:

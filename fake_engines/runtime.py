@@ -44,7 +44,6 @@ class EngineHandle:
     """One fake engine. Serving listeners come and go with restarts; the control API stays up throughout."""
 
     def __init__(self, config: EngineConfig, process_exit: bool = False) -> None:
-        self.config = config
         # In a real process (CLI) crash/die end the process; in process (tests, harness) they only close it.
         self.process_exit = process_exit
         self.started_at_wall = time.time()
@@ -163,7 +162,7 @@ class EngineHandle:
         recorded.install(app)
         return app
 
-    async def _start_app(self, app: web.Application, port: int) -> int:
+    async def _start_app(self, app: web.Application, port: int) -> None:
         runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_GRACE_S, access_log=None, handle_signals=False)
         await runner.setup()
         # Like vLLM, every error is JSON, aiohttp's own parse errors included.
@@ -171,7 +170,6 @@ class EngineHandle:
         self._runners.append(runner)
         site = web.TCPSite(runner, self.config.host, port, reuse_address=True)
         await site.start()
-        return port
 
     async def _stop_serving(self) -> None:
         self.serving = False

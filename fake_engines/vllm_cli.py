@@ -21,7 +21,6 @@ from typing import Any
 
 from fake_engines import registry
 
-VLLM_VERSION_SHOWN = "0.32.0"
 # vLLM's defaults for its PD environment (vllm/envs.py).
 MOONCAKE_BOOTSTRAP_PORT = 8998
 NIXL_SIDE_CHANNEL_PORT = 5600
@@ -185,17 +184,10 @@ def build_parser(entrypoint: str) -> argparse.ArgumentParser:
     p.add_argument("--data-parallel-size", "-dp", type=int, default=1)
     p.add_argument("--data-parallel-rank", "-dpn", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
-    for flag in IGNORED_VALUE_FLAGS:
-        p.add_argument(
-            flag, dest=f"ignored_{flag.lstrip('-').replace('-', '_')}", default=None, help=argparse.SUPPRESS
-        )
-    for flag in IGNORED_SWITCHES:
-        p.add_argument(
-            flag,
-            dest=f"ignored_{flag.lstrip('-').replace('-', '_')}",
-            action="store_true",
-            help=argparse.SUPPRESS,
-        )
+    for flag in IGNORED_VALUE_FLAGS + IGNORED_SWITCHES:
+        dest = f"ignored_{flag.lstrip('-').replace('-', '_')}"
+        action = "store_true" if flag in IGNORED_SWITCHES else "store"
+        p.add_argument(flag, dest=dest, action=action, help=argparse.SUPPRESS)
     return p
 
 
@@ -259,26 +251,16 @@ def read_args(argv: Sequence[str], entrypoint: str, env: Mapping[str, str]) -> V
 def fake_argv(v: VllmArgs, name: str, control_port: int, records: str) -> list[str]:
     """The fake engine's own command line for these settings."""
     out = [
-        "--name",
-        name,
-        "--role",
-        v.role,
-        "--connector",
-        v.connector,
-        "--host",
-        v.host,
-        "--model",
-        v.served_name,
-        "--dp-size",
-        str(v.dp_size),
-        "--kv-abort-timeout-s",
-        f"{v.abort_timeout_s:g}",
-        "--control-port",
-        str(control_port),
-        "--log-level",
-        "INFO",
-        "--records",
-        records,
+        "--name", name,
+        "--role", v.role,
+        "--connector", v.connector,
+        "--host", v.host,
+        "--model", v.served_name,
+        "--dp-size", str(v.dp_size),
+        "--kv-abort-timeout-s", f"{v.abort_timeout_s:g}",
+        "--control-port", str(control_port),
+        "--log-level", "INFO",
+        "--records", records,
     ]
     out += ["--grpc-port", str(v.port)] if v.entrypoint == "grpc_server" else ["--http-port", str(v.port)]
     if v.connector == "mooncake" and v.role in ("prefill", "both"):

@@ -26,8 +26,6 @@ from harness.scenario import Scenario, load_scenarios
 from harness.scenario.bugs import with_bugs
 
 TABLE = Path(__file__).resolve().parent.parent / "tests" / "data" / "agreement.json"
-# The run's own verdicts: they are about the harness, not the router (they must pass in both worlds).
-RUN_CHECKS = ("run_complete", "timeline", "faults")
 
 
 @dataclass(frozen=True)
@@ -74,11 +72,8 @@ def load_table(path: Path = TABLE) -> dict[str, dict[str, Any]]:
 
 def differences(real: dict[str, str], sim: dict[str, str]) -> list[str]:
     """Checkers whose verdicts differ between the worlds, as `name: real -> sim`."""
-    out = []
-    for name in sorted(set(real) | set(sim)):
-        if real.get(name) != sim.get(name):
-            out.append(f"{name}: {real.get(name, 'absent')} -> {sim.get(name, 'absent')}")
-    return out
+    return [f"{name}: {real.get(name, 'absent')} -> {sim.get(name, 'absent')}"
+            for name in sorted(set(real) | set(sim)) if real.get(name) != sim.get(name)]
 
 
 def markdown(table: dict[str, dict[str, Any]]) -> str:

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import importlib
 import json
 import os
 import signal
@@ -664,47 +665,25 @@ def _refuse_a_folder_of_runs(folder: Path) -> None:
         raise UsageError(f"{folder} is not a run folder but holds {len(inside)} of them ({shown}): name one")
 
 
+# The commands with parsers of their own, and the module whose `main` takes their arguments.
+_OWN_PARSERS = {
+    "zoo": "harness.zoo.cli",
+    "matrix": "harness.matrix",
+    "bisect": "harness.bisect.cli",
+    "fault": "harness.fault_cli",
+    "incident": "harness.incident.cli",
+    "engines": "harness.vllm.cli",
+    "fidelity": "harness.fidelity.cli",
+    "search": "harness.search.cli",
+    "sweep": "harness.sweep.cli",
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["zoo"]:
-        from harness.zoo.cli import main as zoo_main
-
-        return zoo_main(args_list[1:])
-    if args_list[:1] == ["matrix"]:
-        # The matrix has its own parser (harness.matrix): everything after the word goes to it.
-        from harness.matrix import main as matrix_main
-
-        return matrix_main(args_list[1:])
-    if args_list[:1] == ["bisect"]:
-        # So has the release bisect (harness.bisect.cli).
-        from harness.bisect.cli import main as bisect_main
-
-        return bisect_main(args_list[1:])
-    if args_list[:1] == ["fault"]:
-        from harness.fault_cli import main as fault_main
-
-        return fault_main(args_list[1:])
-    if args_list[:1] == ["incident"]:
-        from harness.incident.cli import main as incident_main
-
-        return incident_main(args_list[1:])
-    if args_list[:1] == ["engines"]:
-        from harness.vllm.cli import main as engines_main
-
-        return engines_main(args_list[1:])
-    if args_list[:1] == ["fidelity"]:
-        from harness.fidelity.cli import main as fidelity_main
-
-        return fidelity_main(args_list[1:])
-    if args_list[:1] == ["search"]:
-        from harness.search.cli import main as search_main
-
-        return search_main(args_list[1:])
-    if args_list[:1] == ["sweep"]:
-        # So has the sweep (harness.sweep.cli).
-        from harness.sweep.cli import main as sweep_main
-
-        return sweep_main(args_list[1:])
+    if args_list[:1] and args_list[0] in _OWN_PARSERS:
+        # Everything after the word goes to that command's own parser.
+        return importlib.import_module(_OWN_PARSERS[args_list[0]]).main(args_list[1:])
     parser = build_parser()
     args = parser.parse_args(args_list)
     if args.command is None:

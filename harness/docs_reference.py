@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import inspect
 import os
 import sys
@@ -42,25 +43,14 @@ def _columns() -> Any:
 def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     from fake_engines.config import build_parser as engine_parser
     from harness import cli
-    from harness.bisect.cli import build_parser as bisect_parser
-    from harness.fault_cli import build_parser as fault_parser
-    from harness.fidelity.cli import build_parser as fidelity_parser
-    from harness.incident.cli import build_parser as incident_parser
-    from harness.matrix import build_parser as matrix_parser
-    from harness.search.cli import build_parser as search_parser
-    from harness.sweep.cli import build_parser as sweep_parser
-    from harness.vllm.cli import build_parser as engines_parser
-    from harness.zoo.cli import build_parser as zoo_parser
     from reference_router.cli import build_parser as router_parser
 
     top = cli.build_parser()
     subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
-    own = {"zoo": zoo_parser, "matrix": matrix_parser, "bisect": bisect_parser, "search": search_parser,
-           "engines": engines_parser, "fidelity": fidelity_parser, "sweep": sweep_parser,
-           "incident": incident_parser, "fault": fault_parser}
     out: list[tuple[str, argparse.ArgumentParser]] = [("pdchaos", top)]
     for name, parser in subs.choices.items():
-        parser = own[name]() if name in own else parser
+        if name in cli._OWN_PARSERS:  # the command parses its own arguments: document that parser
+            parser = importlib.import_module(cli._OWN_PARSERS[name]).build_parser()
         out.append((f"pdchaos {name}", parser))
         if name == "incident":  # its verbs have their own options
             verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

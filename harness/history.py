@@ -31,24 +31,6 @@ Clock = Callable[[], float]
 ReqId = str | int
 Record = dict[str, Any]
 
-RECORD_TYPES = (
-    "run_started",
-    "run_ended",
-    "request_invoked",
-    "request_completed",
-    "fault_applied",
-    "fault_verified",
-    "fault_healed",
-    "router_status",
-    "router_event",
-    "router_metrics",
-    "worker_shape",
-    "engine_state",
-    "handoff",
-    "engine_call",
-    "note",
-)
-
 # One or more per client request: held by the view as `RequestView`s and `Handoff`s, never as dicts (a dict
 # per record is most of a large run's memory).
 MALFORMED_SHOWN = 10
@@ -139,7 +121,6 @@ class FaultView:
     params: dict[str, Any] = field(default_factory=dict)
     changed: dict[str, Any] = field(default_factory=dict)
     applied_t: float | None = None
-    verified_t: float | None = None
     verified_ok: bool | None = None
     evidence: Any = None
     healed_t: float | None = None
@@ -450,7 +431,6 @@ class History:
             fv.applied_t = t
         elif kind == "fault_verified":
             fv = self._fault(r)
-            fv.verified_t = t
             fv.verified_ok = bool(r.get("ok"))
             fv.evidence = r.get("evidence")
         elif kind == "fault_healed":

@@ -24,14 +24,9 @@ def snapshot(scraped: tuple[float, float], counters: Iterable[tuple[str, Mapping
 def counters_of_text(text: str) -> list[tuple[str, dict[str, str], float]]:
     """The counter samples of a Prometheus text exposition (each `NAME_total` sample of a counter family).
     ValueError when the text is not that format."""
-    out = []
-    for family in text_string_to_metric_families(text):
-        if family.type != "counter":
-            continue
-        for sample in family.samples:
-            if sample.name.endswith("_total"):
-                out.append((sample.name, dict(sample.labels), float(sample.value)))
-    return out
+    return [(sample.name, dict(sample.labels), float(sample.value))
+            for family in text_string_to_metric_families(text) if family.type == "counter"
+            for sample in family.samples if sample.name.endswith("_total")]
 
 
 class CounterTally:

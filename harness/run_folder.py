@@ -39,11 +39,8 @@ def read_results(path: Path) -> list[ScenarioResult]:
 
 def _expects(settings: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     """The checkers a run asked for, as the runner saved them in `run_started.settings["expect"]`."""
-    out = []
-    for item in settings.get("expect") or []:
-        if isinstance(item, Mapping) and item.get("checker"):
-            out.append((str(item["checker"]), dict(item.get("params") or {})))
-    return out
+    return [(str(item["checker"]), dict(item.get("params") or {}))
+            for item in settings.get("expect") or [] if isinstance(item, Mapping) and item.get("checker")]
 
 
 def result_from_history(path: str | os.PathLike[str]) -> ScenarioResult:

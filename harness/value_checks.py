@@ -30,6 +30,11 @@ def seconds(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
 
 
+def number_or_none(v: Any) -> float | None:
+    """A JSON number as a float (a bool is not one); None for anything else."""
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
 def one_of(values: frozenset[str], null: bool = False) -> Check:
     return lambda v: (null and v is None) or v in values
 

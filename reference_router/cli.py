@@ -119,8 +119,6 @@ def config_from_args(ns: argparse.Namespace) -> RouterConfig:
             except ValueError as exc:
                 raise ValueError(f"--prefill bootstrap port must be an integer, got {entry[1]!r}") from exc
         prefills.append(WorkerArg(entry[0], port))
-    if ns.host != "127.0.0.1":
-        raise ValueError("the reference router binds 127.0.0.1 only")
     return RouterConfig(
         host=ns.host,
         port=ns.port,

@@ -68,6 +68,12 @@ DEFAULT_MODEL = "pdchaos-fake"
 Prompt = tuple[str, list[int]]
 
 
+def _generate_request(body: dict[str, Any], prompt: Prompt, request_id: str, endpoint: str) -> Any:
+    """A leg's body as a gRPC Generate request over the request's tokenized prompt."""
+    return build_generate_request(body, prompt[1], prompt[0], body.get("kv_transfer_params"), request_id,
+                                  chat=endpoint == CHAT)
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -201,10 +207,7 @@ class Dispatcher:
         try:
             if worker.spec.transport is Transport.GRPC:
                 assert prompt is not None
-                req = build_generate_request(
-                    leg_body, prompt[1], prompt[0], leg_body.get("kv_transfer_params"), f"{request_id}-p",
-                    chat=endpoint == CHAT,
-                )
+                req = _generate_request(leg_body, prompt, f"{request_id}-p", endpoint)
                 complete = await self.t.grpc(worker).generate_complete(req, leg.timeout_s)
                 return LegDone(complete_kv_params(complete))
             payload = await post_json(self.t.session, f"{worker.spec.url}{endpoint}", leg_body, leg.timeout_s)
@@ -244,8 +247,7 @@ class Dispatcher:
     ) -> dict[str, Any]:
         client = self.t.grpc(leg.worker)
         body = leg.body
-        req = build_generate_request(body, prompt[1], prompt[0], body.get("kv_transfer_params"), request_id,
-                                     chat=endpoint == CHAT)
+        req = _generate_request(body, prompt, request_id, endpoint)
         complete = await client.generate_complete(req, leg.timeout_s)
         codec = await client.codec(self.cfg.request_timeout_s)
         text = codec.decode(list(complete.output_ids))
@@ -260,10 +262,8 @@ class Dispatcher:
         client = self.t.grpc(leg.worker)
         codec = await client.codec(self.cfg.request_timeout_s)
         body, request_id = leg.body, flow.request_id
-        req = build_generate_request(body, prompt[1], prompt[0], body.get("kv_transfer_params"), request_id,
-                                     chat=endpoint == CHAT)
         model = self._model(body)
-        messages = client.generate(req, leg.timeout_s)
+        messages = client.generate(_generate_request(body, prompt, request_id, endpoint), leg.timeout_s)
         # Wait for the first message before answering 200, so an immediate failure is still a clean error.
         first = await anext(messages, None)
         resp = ClientStream(request, self.client_write_timeout_s)
@@ -325,7 +325,6 @@ class Dispatcher:
         if not saw_done:
             await resp.write(SSE_DONE)
         return await resp.write_eof(), step
-
 
     async def _error_as_200(
         self, request: web.Request, endpoint: str, request_id: str, body: dict[str, Any], error: ErrorAnswer

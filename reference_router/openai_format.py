@@ -79,12 +79,27 @@ def completion_response(
         "created": int(time.time()),
         "model": model,
         "choices": [choice],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "usage": _usage(prompt_tokens, completion_tokens),
     }
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def _stream_chunk(endpoint: str, request_id: str, model: str, **fields: Any) -> bytes:
+    """One SSE chunk of a streamed answer: the header every chunk carries, then `fields`."""
+    return sse({
+        "id": request_id,
+        "object": "chat.completion.chunk" if endpoint == CHAT else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        **fields,
+    })
 
 
 def stream_event(endpoint: str, request_id: str, model: str, delta: str, finish_reason: str | None) -> bytes:
@@ -93,32 +108,15 @@ def stream_event(endpoint: str, request_id: str, model: str, delta: str, finish_
         choice["delta"] = {"content": delta} if delta or finish_reason is None else {}
     else:
         choice["text"] = delta
-    chunk = {
-        "id": request_id,
-        "object": "chat.completion.chunk" if endpoint == CHAT else "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [choice],
-    }
-    return sse(chunk)
+    return _stream_chunk(endpoint, request_id, model, choices=[choice])
 
 
 def usage_event(
     endpoint: str, request_id: str, model: str, prompt_tokens: int, completion_tokens: int
 ) -> bytes:
     """The last chunk of a stream whose client asked `stream_options.include_usage`: no choices, the usage."""
-    return sse({
-        "id": request_id,
-        "object": "chat.completion.chunk" if endpoint == CHAT else "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    })
+    usage = _usage(prompt_tokens, completion_tokens)
+    return _stream_chunk(endpoint, request_id, model, choices=[], usage=usage)
 
 
 def wants_usage(body: dict[str, Any]) -> bool:

@@ -9,6 +9,7 @@ asks for that.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -68,10 +69,7 @@ class Prober:
             if we_are_cancelled():
                 raise
             read = MetadataRead(ReadOutcome.ERROR)
-        return MetadataRead(
-            read.outcome, read.engine_id, read.connector, read.kv_role, read.dp_size, read.uptime_s,
-            duration_s=time.monotonic() - t0,
-        )
+        return dataclasses.replace(read, duration_s=time.monotonic() - t0)
 
     async def _read(self, worker: Worker, timeout_s: float | None) -> MetadataRead:
         if worker.spec.transport is Transport.GRPC:

@@ -11,6 +11,7 @@ import hmac
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -157,10 +158,7 @@ class RouterServer:
             task.add_done_callback(lambda _t: None)
 
     def _worker_gauge(self) -> list[tuple[dict[str, str], float]]:
-        counts: dict[tuple[str, str], int] = {}
-        for w in self.registry.all():
-            key = (w.role.value, w.status.value)
-            counts[key] = counts.get(key, 0) + 1
+        counts = Counter((w.role.value, w.status.value) for w in self.registry.all())
         return [({"role": r, "status": s}, float(n)) for (r, s), n in sorted(counts.items())]
 
     def _check_key(self, request: web.Request) -> None:
@@ -266,9 +264,8 @@ class RouterServer:
 
     async def _model(self, request: web.Request) -> web.Response:
         """`GET /v1/models/{id}` (the `openai` client's `models.retrieve`)."""
-        card = self._model_card()
-        if request.match_info["model"] != card["id"]:
-            name = request.match_info["model"]
+        card, name = self._model_card(), request.match_info["model"]
+        if name != card["id"]:
             raise RouterError(404, "model_not_found", f"model {name!r} is not served here")
         return web.json_response(card)
 

@@ -53,6 +53,9 @@ def write_model_dir(path: Path) -> Path:
     return path
 
 
+_FOREVER = 3600.0
+
+
 @dataclass
 class StubState:
     """Behaviour knobs and records shared by both transports."""
@@ -86,6 +89,14 @@ class StubState:
         while self.hang_generate:
             await asyncio.sleep(0.02)
 
+    async def answer_server_info(self) -> bool:
+        """Count a metadata read and wait as told (forever when hung); False when it is to fail."""
+        self.server_info_calls += 1
+        await asyncio.sleep(self.server_info_delay_s)
+        if self.hang_server_info:
+            await asyncio.sleep(_FOREVER)
+        return not self.fail_server_info
+
     def restart(self, engine_id: str | None = None) -> None:
         """A new identity as a restart gives one: new id, uptime from zero."""
         self.engine_id = engine_id or uuid.uuid4().hex
@@ -108,9 +119,6 @@ class StubState:
             "remote_port": self.nixl_port,
             "tp_size": 1,
         }
-
-
-_FOREVER = 3600.0
 
 
 class HttpStubEngine:
@@ -165,11 +173,7 @@ class HttpStubEngine:
             {"object": "list", "data": [{"id": self.state.model, "object": "model", "owned_by": "vllm"}]})
 
     async def _query(self, request: web.Request) -> web.Response:
-        self.state.server_info_calls += 1
-        await asyncio.sleep(self.state.server_info_delay_s)
-        if self.state.hang_server_info:
-            await asyncio.sleep(_FOREVER)
-        if self.state.fail_server_info:
+        if not await self.state.answer_server_info():
             return web.Response(status=500)
         addr = {"0": {"0": f"tcp://{LOOPBACK}:{self.state.nixl_port}"}}
         return web.json_response({"0": {"engine_id": self.state.engine_id, "worker_addr": addr}})
@@ -218,11 +222,7 @@ class _Servicer(vllm_engine_pb2_grpc.VllmEngineServicer):  # type: ignore[misc]
         return vllm_engine_pb2.HealthCheckResponse(healthy=self.state.healthy, message="stub")
 
     async def GetServerInfo(self, request: Any, context: Any) -> Any:
-        self.state.server_info_calls += 1
-        await asyncio.sleep(self.state.server_info_delay_s)
-        if self.state.hang_server_info:
-            await asyncio.sleep(_FOREVER)
-        if self.state.fail_server_info:
+        if not await self.state.answer_server_info():
             await context.abort(grpc.StatusCode.UNAVAILABLE, "server info failed")
         names = {"mooncake": "MooncakeConnector", "nixl": "NixlConnector"}
         return vllm_engine_pb2.GetServerInfoResponse(

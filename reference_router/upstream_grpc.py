@@ -33,7 +33,8 @@ _RESET_STREAM = "RST_STREAM"
 _TRANSPORT_CODES = frozenset({
     grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
 })
-_SAMPLING_FLOATS = ("top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty")
+_SAMPLING_FLOATS = ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty",
+                    "repetition_penalty")
 
 
 class GrpcWorker:
@@ -188,8 +189,6 @@ def build_generate_request(
     """An OpenAI body (already sanitised for its leg and checked: `pdchaos.openai_request`) as a tokenized
     Generate request. `chat`: a chat body, whose completion budget is `max_completion_tokens` first."""
     sp = vllm_engine_pb2.SamplingParams()
-    if body.get("temperature") is not None:
-        sp.temperature = float(body["temperature"])
     for name in _SAMPLING_FLOATS:
         if body.get(name) is not None:
             setattr(sp, name, float(body[name]))

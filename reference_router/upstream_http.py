@@ -46,10 +46,7 @@ async def post_json(
             except ValueError:  # not JSON, or bytes that are no text at all
                 payload = {"raw": raw[:200].decode("utf-8", "replace")}
             if resp.status >= 400:
-                raise UpstreamError(
-                    _answered(url, resp.status, payload), status=_relay_status(resp.status), body=payload,
-                    delivery=Delivery.ANSWERED, worker_status=resp.status,
-                )
+                raise _answered(url, resp.status, payload)
             if not isinstance(payload, dict):
                 raise UpstreamError(f"{url} answered non-object JSON")
             return payload
@@ -93,8 +90,7 @@ async def open_stream(
             payload = None
         finally:
             resp.release()
-        raise UpstreamError(_answered(url, resp.status, payload), status=_relay_status(resp.status),
-                            body=payload, delivery=Delivery.ANSWERED, worker_status=resp.status)
+        raise _answered(url, resp.status, payload)
     return HttpStream(resp, url, timeout_s)
 
 
@@ -116,14 +112,12 @@ def _not_sent(url: str, exc: aiohttp.ClientError) -> UpstreamError:
     return UpstreamError(f"{url}: {exc.__class__.__name__}: {exc}", status=502, delivery=Delivery.NOT_SENT)
 
 
-def _answered(url: str, status: int, payload: Any) -> str:
-    """What a worker's error answer says, for the client: a relayed 400 keeps the engine's own reason."""
+def _answered(url: str, status: int, payload: Any) -> UpstreamError:
+    """A worker's error answer, for the client: a relayed 400 keeps the engine's own reason."""
     err = payload.get("error") if isinstance(payload, dict) else None
     message = err.get("message") if isinstance(err, dict) else err
     said = f": {message[:500]}" if isinstance(message, str) and message else ""
-    return f"{url} answered {status}{said}"
-
-
-def _relay_status(status: int) -> int:
     # A worker's 4xx is the client's fault (bad params) and is passed on; a worker's 5xx is a gateway failure.
-    return status if 400 <= status < 500 else 502
+    relayed = status if 400 <= status < 500 else 502
+    return UpstreamError(f"{url} answered {status}{said}", status=relayed, body=payload,
+                         delivery=Delivery.ANSWERED, worker_status=status)

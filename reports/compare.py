@@ -12,7 +12,6 @@ router's worker status changes and events, and the error status counts.
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import re
@@ -34,7 +33,9 @@ from harness.findings import (
 from harness.result import ScenarioResult
 from harness.run_folder import collect_results
 from harness.text import strip_ansi
+from harness.value_checks import number_or_none
 from pdchaos.jsonl import read_jsonl
+from reports.html import esc, fmt_s
 
 COMPARE_JSON = "compare.json"
 COMPARE_HTML = "compare.html"
@@ -119,10 +120,6 @@ class RouterComparison:
 # ---------------------------------------------------------------- reading one cell
 
 
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
-
-
 def recovery_numbers(verdicts: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
     """Slowest heal-to-Ready and heal-to-first-handoff over the faults the recovery checker judged."""
     ready: list[float] = []
@@ -134,7 +131,7 @@ def recovery_numbers(verdicts: Sequence[Mapping[str, Any]]) -> dict[str, float |
         for f in faults.values() if isinstance(faults, dict) else ():
             if not isinstance(f, dict):
                 continue
-            r, h = _num(f.get("heal_to_ready_s")), _num(f.get("heal_to_handoff_s"))
+            r, h = number_or_none(f.get("heal_to_ready_s")), number_or_none(f.get("heal_to_handoff_s"))
             if r is not None:
                 ready.append(r)
             if h is not None:
@@ -267,14 +264,11 @@ def _routers_from_dir(root: Path) -> list[RouterInfo]:
     matrix = root / MATRIX_JSON
     if matrix.is_file():
         doc = json.loads(matrix.read_text(encoding="utf-8"))
-        out = []
-        for r in doc.get("routers") or []:
-            out.append(RouterInfo(
-                label=str(r.get("label")), spec=str(r.get("spec") or ""), version=r.get("version"),
-                dir=str(r.get("dir") or r.get("label")), executable=r.get("executable"),
-                skipped=list(r.get("skipped") or []), adjustments=list(r.get("adjustments") or []),
-            ))
-        return out
+        return [RouterInfo(
+            label=str(r.get("label")), spec=str(r.get("spec") or ""), version=r.get("version"),
+            dir=str(r.get("dir") or r.get("label")), executable=r.get("executable"),
+            skipped=list(r.get("skipped") or []), adjustments=list(r.get("adjustments") or []),
+        ) for r in doc.get("routers") or []]
     found = sorted(p.parent for p in root.glob("*/report.json"))
     if not found:
         raise ValueError(f"{root}: no {MATRIX_JSON} and no */report.json")
@@ -343,10 +337,6 @@ def load_comparison(root: str | os.PathLike[str]) -> RouterComparison:
 # ---------------------------------------------------------------- writers
 
 
-def _fmt_s(x: Any) -> str:
-    return f"{x:.2f}s" if isinstance(x, int | float) and not isinstance(x, bool) else "-"
-
-
 def short_cell(o: Outcome) -> str:
     """One table cell: `PASS rec 0.83s`, `FAIL reported_engine_id; err 29`, `skip`."""
     if o.status == "skipped":
@@ -359,7 +349,7 @@ def short_cell(o: Outcome) -> str:
         parts.append(",".join(bad[:3]) + ("..." if len(bad) > 3 else ""))
     rec = o.numbers.get("recovery_s")
     if rec is not None:
-        parts.append(f"rec {_fmt_s(rec)}")
+        parts.append(f"rec {fmt_s(rec)}")
     errs = o.numbers.get("errors")
     if errs:
         parts.append(f"err {errs}/{o.numbers.get('requests')}")
@@ -461,10 +451,6 @@ pre{background:#f7f7f7;padding:6px;overflow-x:auto;font-size:12px;max-height:30e
 """
 
 
-def _e(x: Any) -> str:
-    return html.escape("" if x is None else str(x))
-
-
 def _anchor(row: CellOutcomes) -> str:
     return "d-" + "".join(c if c.isalnum() else "_" for c in row.key)
 
@@ -485,12 +471,12 @@ def _findings_by_router(comp: RouterComparison) -> str:
          "<th>finding</th><th>cells</th></tr>"]
     for label, changes in comp.findings.items():
         if not changes:
-            h.append(f"<tr><td>{_e(label)}</td><td colspan='3'>no finding</td></tr>")
+            h.append(f"<tr><td>{esc(label)}</td><td colspan='3'>no finding</td></tr>")
         for c in changes:
             cells = c.current_cells if c.kind != "gone" else c.baseline_cells
             row = "fail" if c.kind == "new" else ""
-            h.append(f"<tr class='{row}'><td>{_e(label)}</td><td>{_e(c.kind)}</td>"
-                     f"<td>{_e(c.finding.title)}<br><code>{_e(c.finding.signature)}</code></td>"
+            h.append(f"<tr class='{row}'><td>{esc(label)}</td><td>{esc(c.kind)}</td>"
+                     f"<td>{esc(c.finding.title)}<br><code>{esc(c.finding.signature)}</code></td>"
                      f"<td>{cells}</td></tr>")
     h.append("</table>")
     return "".join(h)
@@ -503,8 +489,8 @@ def comparison_html(comp: RouterComparison, base: Path) -> str:
         "<!doctype html><html><head><meta charset='utf-8'><title>pdchaos router comparison</title>",
         f"<style>{_CSS}</style></head><body>",
         "<h1>pdchaos: routers compared</h1>",
-        f"<p>Generated {_e(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(comp.generated_at)))}; "
-        f"overall <b>{_e(comp.status.upper())}</b>. Bold rows: the routers disagree (details below).</p>",
+        f"<p>Generated {esc(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(comp.generated_at)))}; "
+        f"overall <b>{esc(comp.status.upper())}</b>. Bold rows: the routers disagree (details below).</p>",
         "<h2>Routers</h2><table><tr><th>router</th><th>spec</th><th>binary</th><th>pass</th><th>fail</th>"
         "<th>unknown</th><th>skipped</th><th>settings taken approximately</th></tr>",
     ]
@@ -512,24 +498,24 @@ def comparison_html(comp: RouterComparison, base: Path) -> str:
         s = summ[r.label]
         rep = _rel(str(base / r.dir / "report.html"), base)
         h.append(
-            f"<tr><td><a href='{_e(rep)}'>{_e(r.label)}</a></td><td><code>{_e(r.spec)}</code></td>"
-            f"<td><code>{_e(r.executable)}</code></td><td>{s['pass']}</td><td>{s['fail']}</td>"
+            f"<tr><td><a href='{esc(rep)}'>{esc(r.label)}</a></td><td><code>{esc(r.spec)}</code></td>"
+            f"<td><code>{esc(r.executable)}</code></td><td>{s['pass']}</td><td>{s['fail']}</td>"
             f"<td>{s['unknown']}</td><td>{s['skipped']}</td>"
-            f"<td>{'<br>'.join(_e(a) for a in r.adjustments) or '-'}</td></tr>"
+            f"<td>{'<br>'.join(esc(a) for a in r.adjustments) or '-'}</td></tr>"
         )
     h.append("</table><h2>Verdicts</h2><table><tr><th>scenario</th><th>cell</th>"
-             + "".join(f"<th>{_e(lab)}</th>" for lab in labels) + "</tr>")
+             + "".join(f"<th>{esc(lab)}</th>" for lab in labels) + "</tr>")
     for row in comp.rows:
-        name = (f"<a href='#{_anchor(row)}'>{_e(row.scenario)}</a>" if row.differs else _e(row.scenario))
-        h.append(f"<tr class='{'differs' if row.differs else ''}'><td>{name}</td><td>{_e(row.cell)}</td>")
+        name = (f"<a href='#{_anchor(row)}'>{esc(row.scenario)}</a>" if row.differs else esc(row.scenario))
+        h.append(f"<tr class='{'differs' if row.differs else ''}'><td>{name}</td><td>{esc(row.cell)}</td>")
         for lab in labels:
             o = row.outcomes[lab]
             title = o.reason
             link = _rel(o.cell_dir, base)
-            text = _e(short_cell(o))
+            text = esc(short_cell(o))
             if link:
-                text = f"<a href='{_e(link)}/'>{text}</a>"
-            h.append(f"<td class='{_e(o.status)}' title='{_e(title)}'>{text}</td>")
+                text = f"<a href='{esc(link)}/'>{text}</a>"
+            h.append(f"<td class='{esc(o.status)}' title='{esc(title)}'>{text}</td>")
         h.append("</tr>")
     h.append("</table>")
     h.append(_findings_by_router(comp))
@@ -543,23 +529,24 @@ def comparison_html(comp: RouterComparison, base: Path) -> str:
                 continue
             n = o.numbers
             h.append(
-                f"<tr><td>{_e(row.scenario)}</td><td>{_e(row.cell)}</td><td>{_e(lab)}</td>"
-                f"<td class='{_e(o.status)}'>{_e(o.status)}</td><td>{_fmt_s(n.get('recovery_s'))}</td>"
-                f"<td>{_fmt_s(n.get('heal_to_handoff_s'))}</td><td>{_e(n.get('requests', '-'))}</td>"
-                f"<td>{_e(n.get('errors', '-'))}</td><td>{_e(json.dumps(n.get('error_status', {})))}</td>"
-                f"<td>{_e(n.get('timeouts', '-'))}</td><td>{_e(json.dumps(n.get('handoffs', {})))}</td></tr>"
+                f"<tr><td>{esc(row.scenario)}</td><td>{esc(row.cell)}</td><td>{esc(lab)}</td>"
+                f"<td class='{esc(o.status)}'>{esc(o.status)}</td><td>{fmt_s(n.get('recovery_s'))}</td>"
+                f"<td>{fmt_s(n.get('heal_to_handoff_s'))}</td><td>{esc(n.get('requests', '-'))}</td>"
+                f"<td>{esc(n.get('errors', '-'))}</td><td>{esc(json.dumps(n.get('error_status', {})))}</td>"
+                f"<td>{esc(n.get('timeouts', '-'))}</td>"
+                f"<td>{esc(json.dumps(n.get('handoffs', {})))}</td></tr>"
             )
     h.append("</table>")
     diffs = [r for r in comp.rows if r.differs]
     h.append(f"<section><h2>Differences ({len(diffs)})</h2>")
     for row in diffs:
-        h.append(f"<h3 id='{_anchor(row)}'>{_e(row.scenario)} <small>{_e(row.cell)}</small></h3>")
+        h.append(f"<h3 id='{_anchor(row)}'>{esc(row.scenario)} <small>{esc(row.cell)}</small></h3>")
         h.append("<table><tr><th>router</th><th>verdict</th><th>evidence</th></tr>")
         for lab in labels:
             o = row.outcomes[lab]
             body = {"reason": o.reason, "checks": o.checks, "numbers": o.numbers, **o.evidence}
-            h.append(f"<tr><td>{_e(lab)}</td><td class='{_e(o.status)}'>{_e(o.status)}</td>"
-                     f"<td><pre>{_e(json.dumps(body, indent=1, default=str))}</pre></td></tr>")
+            h.append(f"<tr><td>{esc(lab)}</td><td class='{esc(o.status)}'>{esc(o.status)}</td>"
+                     f"<td><pre>{esc(json.dumps(body, indent=1, default=str))}</pre></td></tr>")
         h.append("</table>")
     h.append("</section>")
     skipped = [(r.label, sk) for r in comp.routers for sk in r.skipped]
@@ -567,10 +554,10 @@ def comparison_html(comp: RouterComparison, base: Path) -> str:
         h.append("<section><h2>Skipped (not run: not a pass)</h2><table><tr><th>router</th><th>scenario</th>"
                  "<th>cell</th><th>why</th></tr>")
         for lab, sk in skipped:
-            h.append(f"<tr><td>{_e(lab)}</td><td>{_e(sk.get('scenario'))}</td><td>{_e(sk.get('cell'))}</td>"
-                     f"<td>{_e(sk.get('reason'))}</td></tr>")
+            h.append(f"<tr><td>{esc(lab)}</td><td>{esc(sk.get('scenario'))}</td><td>{esc(sk.get('cell'))}</td>"
+                     f"<td>{esc(sk.get('reason'))}</td></tr>")
         h.append("</table></section>")
-    h.append("<section><h2>Markdown</h2><pre>" + _e(markdown_table(comp)) + "</pre></section>")
+    h.append("<section><h2>Markdown</h2><pre>" + esc(markdown_table(comp)) + "</pre></section>")
     h.append("</body></html>")
     return "\n".join(h)
 

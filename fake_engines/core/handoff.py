@@ -123,14 +123,6 @@ class Done:
     error: str | None = None
     digest_mismatch: bool = False
 
-    def output_digest_source(self, prompt_digest: str) -> str | None:
-        """The digest to generate from: pulled KV's for USE_KV, prompt's for RECOMPUTE, None for FAIL."""
-        if self.action == Action.USE_KV:
-            return self.kv_digest
-        if self.action == Action.RECOMPUTE:
-            return prompt_digest
-        return None
-
 
 Step = QueryBootstrap | Handshake | PullFrom | WaitUntil | Done
 
@@ -225,11 +217,19 @@ class _Plan:
     """Shared machinery: deadline, policy, digest check, single terminal state."""
 
     def __init__(
-        self, prompt_digest: str, policy: LoadFailurePolicy | str, now: float, transfer_timeout_s: float
+        self,
+        prompt_digest: str,
+        cache: HandshakeCache,
+        policy: LoadFailurePolicy | str,
+        now: float,
+        transfer_timeout_s: float,
+        bugs: frozenset[str],
     ):
         if transfer_timeout_s <= 0:
             raise ValueError(f"transfer_timeout_s must be > 0, got {transfer_timeout_s}")
         self.prompt_digest = prompt_digest
+        self.cache = cache
+        self.bugs = bugs
         self.policy = LoadFailurePolicy(policy)
         self.started_at = now
         self.deadline = now + transfer_timeout_s
@@ -263,9 +263,7 @@ class _Plan:
         self._expect(PullFrom)
         if response is None:
             if error == "timeout" or now >= self.deadline:
-                return self._fail(
-                    f"KV transfer timed out after {now - self.started_at:.3f}s", Outcome.TIMED_OUT
-                )
+                return self._time_out(now)
             return self._on_transport_error(error or "transport error", now)
         if not response.ok:
             return self._fail(f"pull refused: {response.error}")
@@ -281,6 +279,9 @@ class _Plan:
         self._expect(WaitUntil)
         if now < self.deadline:
             return WaitUntil(self.deadline)  # woke early: keep waiting
+        return self._time_out(now)
+
+    def _time_out(self, now: float) -> Step:
         return self._fail(f"KV transfer timed out after {now - self.started_at:.3f}s", Outcome.TIMED_OUT)
 
     def _on_transport_error(self, error: str, now: float) -> Step:
@@ -307,36 +308,27 @@ class MooncakeDecodePlan(_Plan):
         query_timeout_s: float = 5.0,
         bugs: frozenset[str] = frozenset(),
     ):
-        super().__init__(prompt_digest, policy, now, transfer_timeout_s)
-        self.cache = cache
-        self.bugs = bugs
+        super().__init__(prompt_digest, cache, policy, now, transfer_timeout_s, bugs)
         self.query_timeout_s = query_timeout_s
         self.transfer_id = _opt_str(params, "transfer_id")
         self.remote_engine_id = _opt_str(params, "remote_engine_id")
         self.bootstrap_addr = _opt_str(params, "remote_bootstrap_addr")
-        self._now0 = now
 
     def next_step(self) -> Step:
         """The first step (idempotent: returns the current step once started)."""
         if self._step is not None:
             return self._step
         if not (self.transfer_id and self.remote_engine_id and self.bootstrap_addr):
-            missing = [
-                k
-                for k, v in (
-                    ("transfer_id", self.transfer_id),
-                    ("remote_engine_id", self.remote_engine_id),
-                    ("remote_bootstrap_addr", self.bootstrap_addr),
-                )
-                if not v
-            ]
+            named = (("transfer_id", self.transfer_id), ("remote_engine_id", self.remote_engine_id),
+                     ("remote_bootstrap_addr", self.bootstrap_addr))
+            missing = [k for k, v in named if not v]
             return self._set(
                 Done(Outcome.RECOMPUTED, Action.RECOMPUTE, None, f"incomplete kv_transfer_params: {missing}")
             )
         key = self._cache_key()
         addr = self.cache.get(key)
         if addr is not None:
-            return self._pull(addr, self._now0, self.cache.engine_id(key))
+            return self._pull(addr, self.started_at, self.cache.engine_id(key))
         return self._set(QueryBootstrap(self.bootstrap_addr.rstrip("/") + "/query", self.query_timeout_s))
 
     def _cache_key(self) -> str:
@@ -397,16 +389,13 @@ class NixlDecodePlan(_Plan):
         handshake_timeout_s: float = 5.0,
         bugs: frozenset[str] = frozenset(),
     ):
-        super().__init__(prompt_digest, policy, now, transfer_timeout_s)
-        self.cache = cache
-        self.bugs = bugs
+        super().__init__(prompt_digest, cache, policy, now, transfer_timeout_s, bugs)
         self.handshake_timeout_s = handshake_timeout_s
         self.remote_engine_id = _opt_str(params, "remote_engine_id")
         self.remote_request_id = _opt_str(params, "remote_request_id")
         self.remote_host = _opt_str(params, "remote_host")
         port = params.get("remote_port")
         self.remote_port = port if isinstance(port, int) and not isinstance(port, bool) else None
-        self._now0 = now
 
     def next_step(self) -> Step:
         """The first step (idempotent: returns the current step once started)."""
@@ -416,7 +405,7 @@ class NixlDecodePlan(_Plan):
             return self._fail("incomplete kv_transfer_params for NIXL")
         key = self._cache_key()
         if key in self.cache:
-            return self._pull(self._now0, self.cache.engine_id(key))
+            return self._pull(self.started_at, self.cache.engine_id(key))
         return self._set(
             Handshake(self.remote_host, self.remote_port, self.remote_engine_id, self.handshake_timeout_s)
         )

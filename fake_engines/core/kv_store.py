@@ -29,7 +29,7 @@ def n_blocks(n_tokens: int, block_size: int = BLOCK_SIZE) -> int:
 class KvStore:
     """Transfer key (Mooncake ``transfer_id`` / NIXL ``remote_request_id``) -> KvBlock, bounded in entries.
 
-    Entries leave when pulled, when older than ``abort_timeout_s`` (``expire``), or oldest-first when full.
+    Entries leave when pulled or oldest-first when full; one older than ``abort_timeout_s`` is never served.
     A pull that comes after the abort timeout finds nothing (the decode fails the load cleanly): blocks are
     never handed to another request while a decode may still read them (block ids are never reused).
     """
@@ -92,13 +92,6 @@ class KvStore:
             evicted.append(old_key)
         return evicted
 
-    def peek(self, key: str, now: float) -> KvBlock | None:
-        """The live block under ``key`` without removing it; None when absent or past the abort timeout."""
-        block = self._entries.get(key)
-        if block is None or self._expired(block, now):
-            return None
-        return block
-
     def pull(self, key: str, now: float) -> KvBlock | None:
         """Remove and return the block under ``key``; None when absent or expired (then dropped)."""
         block = self._entries.pop(key, None)
@@ -120,19 +113,6 @@ class KvStore:
         """When the next held, not yet expired block expires (a clock bound for a shell's wait), or None."""
         live = [b.created_at for b in self._entries.values() if not self._expired(b, now)]
         return min(live) + self.abort_timeout_s if live else None
-
-    def expire(self, now: float) -> list[str]:
-        """Drop every block older than the abort timeout; returns the dropped keys."""
-        dropped = [k for k, b in self._entries.items() if self._expired(b, now)]
-        for k in dropped:
-            del self._entries[k]
-        return dropped
-
-    def next_expiry(self) -> float | None:
-        """When the oldest held block expires (for the shell's timer), or None when empty."""
-        if not self._entries:
-            return None
-        return min(b.created_at for b in self._entries.values()) + self.abort_timeout_s
 
     def clear(self) -> None:
         """Forget everything (engine restart)."""

@@ -70,45 +70,42 @@ async def _probe_backend(spec: str, connector: str, transport: str, out: Path,
         return await run_probes(pair, names, say)
 
 
+def _usage(message: str) -> int:
+    print(f"pdchaos fidelity: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     names = [n.strip() for n in args.probes.split(",")] if args.probes is not None else None
     if names is not None and not all(names):
-        print(f"pdchaos fidelity: --probes {args.probes!r}: an empty probe name (leave --probes out to run "
-              "every probe)", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage(f"--probes {args.probes!r}: an empty probe name (leave --probes out to run every "
+                      "probe)")
     if args.transport == "grpc" and args.connector != "nixl":
-        print("pdchaos fidelity: --transport grpc compares NIXL pairs only (vLLM's Mooncake connector "
-              "needs an accelerator; its side is read from source, over HTTP)", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage("--transport grpc compares NIXL pairs only (vLLM's Mooncake connector needs an "
+                      "accelerator; its side is read from source, over HTTP)")
     known = {p.name for p in (GRPC_PROBES if args.transport == "grpc" else PROBES)}
     if names and (bad := [n for n in names if n not in known]):
-        print(f"pdchaos fidelity: unknown probe(s) {bad}; known: {sorted(known)}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage(f"unknown probe(s) {bad}; known: {sorted(known)}")
     try:
         real = parse_engines(args.real)
     except EngineChoiceError as e:
-        print(f"pdchaos fidelity: --real: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage(f"--real: {e}")
     if real.kind == "vllm" and args.connector != "mooncake":  # the Mooncake side is read from source
         from harness.vllm import VllmNotInstalled, find_install
 
         try:
             find_install()
         except VllmNotInstalled as e:  # said now, not after the fakes were probed
-            print(f"pdchaos fidelity: --real vllm: {e}", file=sys.stderr)
-            return EXIT_USAGE
+            return _usage(f"--real vllm: {e}")
     if real.kind not in ("vllm", "command"):
         # The probes drive a local engine pair; fakes against fakes compare nothing, and a Kubernetes
         # backend's engines are not beside the harness.
-        print(f"pdchaos fidelity: --real must name a real backend (vllm or command:FILE), not {args.real}",
-              file=sys.stderr)
-        return EXIT_USAGE
+        return _usage(f"--real must name a real backend (vllm or command:FILE), not {args.real}")
     out = args.out or Path("runs") / time.strftime("fidelity-%Y%m%d-%H%M%S")
     problem = out_folder_problem(out, "fidelity folder")
     if problem:
-        print(f"pdchaos fidelity: {problem}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage(problem)
     out.mkdir(parents=True, exist_ok=True)
     real_label = "vLLM (from source)" if args.connector == "mooncake" else args.real
     try:

@@ -26,7 +26,7 @@ from harness.fidelity.observe import (
     json_type,
     key_types,
 )
-from harness.fidelity.probes import NIXL_PARAM_KEYS, PROMPT
+from harness.fidelity.probes import NIXL_PARAM_KEYS, PROMPT, run_each
 from pdchaos.proto import vllm_engine_pb2 as pb
 from pdchaos.proto import vllm_engine_pb2_grpc as pbg
 
@@ -284,21 +284,10 @@ GRPC_PROBES: tuple[GrpcProbe, ...] = (
 
 async def run_grpc_probes(pair: GrpcPair, names: list[str] | None = None,
                           say: Callable[[str], None] = lambda _line: None) -> list[ProbeResult]:
-    chosen = [p for p in GRPC_PROBES if names is None or p.name in names]
-    out: list[ProbeResult] = []
     channels = {role: grpc.aio.insecure_channel(pair.grpc_target(role)) for role in ("prefill", "decode")}
     stubs = {role: pbg.VllmEngineStub(ch) for role, ch in channels.items()}
     try:
-        for p in chosen:
-            r = ProbeResult(p.name, p.question)
-            start = time.monotonic()
-            try:
-                await p.run(stubs.__getitem__, pair, r)
-            except Exception as exc:
-                r.add("probe error", f"{type(exc).__name__}: {exc}")
-            say(f"  {p.name}: {len(r.facts)} facts in {time.monotonic() - start:.1f} s")
-            out.append(r)
+        return await run_each(GRPC_PROBES, names, lambda p, r: p.run(stubs.__getitem__, pair, r), say)
     finally:
         for ch in channels.values():
             await ch.close()
-    return out

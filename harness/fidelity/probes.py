@@ -9,10 +9,9 @@ restart or freeze the prefill (each brings it back before the next). Every reque
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -98,7 +97,6 @@ class Probe:
     name: str
     question: str
     run: Callable[[aiohttp.ClientSession, PairControl, ProbeResult], Awaitable[None]]
-    disruptive: bool = False
 
 
 async def prefill_leg(http: aiohttp.ClientSession,
@@ -352,31 +350,34 @@ PROBES: tuple[Probe, ...] = (
           _never_computed),
     Probe("abort_mid_stream", "a client closes a stream after its first chunk; the next request",
           _abort_mid_stream),
-    Probe("prefill_died", "the prefill is SIGKILLed between its leg and the decode's pull", _prefill_died,
-          disruptive=True),
+    Probe("prefill_died", "the prefill is SIGKILLed between its leg and the decode's pull", _prefill_died),
     Probe("prefill_restarted",
           "the prefill restarts with a new engine id before the decode's pull (the decode knew the old id)",
-          _prefill_restarted, disruptive=True),
+          _prefill_restarted),
     Probe("prefill_frozen", "the prefill is SIGSTOPped between its leg and the decode's pull",
-          _prefill_frozen, disruptive=True),
+          _prefill_frozen),
 )
+
+
+async def run_each(probes: Iterable[Any], names: list[str] | None,
+                   run: Callable[[Any, ProbeResult], Awaitable[None]],
+                   say: Callable[[str], None]) -> list[ProbeResult]:
+    """`run(probe, result)` for each probe (those in `names`, or all), in order; a probe that raises
+    says so as a fact."""
+    out: list[ProbeResult] = []
+    for p in [p for p in probes if names is None or p.name in names]:
+        r = ProbeResult(p.name, p.question)
+        start = time.monotonic()
+        try:
+            await run(p, r)
+        except Exception as exc:
+            r.add("probe error", f"{type(exc).__name__}: {exc}")
+        say(f"  {p.name}: {len(r.facts)} facts in {time.monotonic() - start:.1f} s")
+        out.append(r)
+    return out
 
 
 async def run_probes(pair: PairControl, names: list[str] | None = None,
                      say: Callable[[str], None] = lambda _line: None) -> list[ProbeResult]:
-    chosen = [p for p in PROBES if names is None or p.name in names]
-    out: list[ProbeResult] = []
     async with aiohttp.ClientSession() as http:
-        for p in chosen:
-            r = ProbeResult(p.name, p.question)
-            start = time.monotonic()
-            try:
-                await p.run(http, pair, r)
-            except Exception as exc:
-                r.add("probe error", f"{type(exc).__name__}: {exc}")
-            say(f"  {p.name}: {len(r.facts)} facts in {time.monotonic() - start:.1f} s")
-            out.append(r)
-    return out
-
-
-SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "cont": signal.SIGCONT}
+        return await run_each(PROBES, names, lambda p, r: p.run(http, pair, r), say)

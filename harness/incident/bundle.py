@@ -124,7 +124,7 @@ def read_bundle(paths: list[Path]) -> Bundle:
         elif text.strip():
             b.notes.skipped.append(f"{path.name}: not a log this reads (no gateway, engine or event lines)")
     year = options.get("year") or _year(b.facts)
-    if engine_logs and year is None and any(f for f in engine_logs):
+    if engine_logs and year is None:
         year = time.gmtime().tm_year
         b.notes.assumed.append(f"vLLM log times have no year: read as {year}")
     gateway_files = {name for name, kind, _ in b.files if kind == "gateway log"}

@@ -118,12 +118,10 @@ def _plan(args: argparse.Namespace) -> tuple[Plan, str]:
     return infer(bundle), " ".join(str(p) for p in args.bundle)
 
 
-def _summary(plan: Plan) -> list[str]:
-    return [
-        f"gateway {plan.release or plan.gateway or '?'}; {plan.topology} {plan.connector}/{plan.transport}; "
-        f"{len(plan.faults)} fault(s); symptom: {', '.join(s.checker for s in plan.symptoms)}; "
-        f"{len(plan.defaults)} named default(s)",
-    ]
+def _summary(plan: Plan) -> str:
+    return (f"gateway {plan.release or plan.gateway or '?'}; {plan.topology} "
+            f"{plan.connector}/{plan.transport}; {len(plan.faults)} fault(s); "
+            f"symptom: {', '.join(s.checker for s in plan.symptoms)}; {len(plan.defaults)} named default(s)")
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -135,8 +133,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     text = render(plan, label, desc)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
-    for line in _summary(plan):
-        print(f"pdchaos: incident: {line}")
+    print(f"pdchaos: incident: {_summary(plan)}")
     print(f"pdchaos: incident: scenario written: {out}")
     print(f"  replay: pdchaos run {out} --router {plan.release or 'RELEASE'}          (real time, scaled)")
     print(
@@ -181,8 +178,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     scenario_path = out / f"{scenario_name(plan, label)}.py"
     scenario_path.write_text(render(plan, label, desc))
-    for line in _summary(plan):
-        print(f"pdchaos: incident: {line}")
+    print(f"pdchaos: incident: {_summary(plan)}")
     scenario = build_scenario(plan, label)
     # Every process of the runs carries this marker (one fork server for all; nothing left after).
     mark_processes(out)

@@ -248,10 +248,8 @@ def _fault_lines(b: Bundle, eng: _Engines) -> list[PlanFault]:
         if action in ("restart", "slow_start"):
             down = float(ch.get("down_s", ch.get("refuse_s", 0.0)) or 0.0)
             up = float((ch.get("started_at") or {}).get("new", t))
-            if action == "restart":
-                out.append(PlanFault(up - down, "Restart", name, {"down_s": round(down, 3)}, f.cite))
-            else:
-                out.append(PlanFault(up - down, "SlowStart", name, {"refuse_s": round(down, 3)}, f.cite))
+            kind, key = ("Restart", "down_s") if action == "restart" else ("SlowStart", "refuse_s")
+            out.append(PlanFault(up - down, kind, name, {key: round(down, 3)}, f.cite))
         elif action == "crash":
             out.append(PlanFault(t, "Crash", name, {}, f.cite))
         elif action == "die":

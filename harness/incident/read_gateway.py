@@ -28,6 +28,9 @@ _TARGET = re.compile(
 _KV = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^\s,}]+)')
 _BANNER_VERSION = re.compile(r"\bversion\s+(\d+\.\d+\.\d+\S*)")
 GATEWAY_TARGETS = {"smg": "smg", "vllm_router_rs": "vllm-router"}
+# The keys of a JSON line that are the line's own, not the event's fields.
+_LINE_KEYS = ("timestamp", "level", "target", "span", "spans", "filename", "line_number", "threadId",
+              "threadName")
 
 
 def _fields(text: str) -> dict[str, str]:
@@ -64,26 +67,7 @@ def _parse_json(line: str) -> tuple[str, str, str, str, dict[str, str]] | None:
             fields.update({k: str(v) for k, v in span.items() if k != "name"})
     # tracing-subscriber's JSON puts the event's fields under "fields"; smg flattens them to the top level.
     nested = obj.get("fields")
-    raw_fields = (
-        nested
-        if isinstance(nested, dict)
-        else {
-            k: v
-            for k, v in obj.items()
-            if k
-            not in (
-                "timestamp",
-                "level",
-                "target",
-                "span",
-                "spans",
-                "filename",
-                "line_number",
-                "threadId",
-                "threadName",
-            )
-        }
-    )
+    raw_fields = nested if isinstance(nested, dict) else {k: v for k, v in obj.items() if k not in _LINE_KEYS}
     event = {k: str(v) for k, v in raw_fields.items() if k != "message"}
     # As the text form writes them: the event's fields after its message.
     msg = " ".join([str(raw_fields.get("message", "")), *(f"{k}={v}" for k, v in event.items())])

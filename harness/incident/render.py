@@ -10,6 +10,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from harness.incident.infer import GATEWAY_DEFAULTS
 from harness.incident.plan import Plan, PlanFault
 from harness.scenario import (
     At,
@@ -32,26 +33,11 @@ from harness.scenario.defaults import SCALED_ROUTER, SCALED_WORKLOAD
 from harness.scenario.presets import ACTION_TIMES
 from harness.search.source import module_head, to_source
 
-_ACTIONS: dict[str, Any] = {
-    "Restart": Restart,
-    "SlowStart": SlowStart,
-    "Crash": Crash,
-    "Respawn": Respawn,
-    "Die": Die,
-    "GracefulStop": GracefulStop,
-    "Wedge": Wedge,
-    "Heal": Heal,
-    "EngineFault": EngineFault,
-}
-ROUTER_FIELDS = (
-    "health_interval_s",
-    "health_timeout_s",
-    "failure_threshold",
-    "success_threshold",
-    "request_timeout_s",
-    "circuit_breaker_failures",
-    "circuit_breaker_open_s",
-)
+# A PlanFault's `action` is the class's name.
+_ACTIONS: dict[str, Any] = {a.__name__: a for a in (Restart, SlowStart, Crash, Respawn, Die, GracefulStop,
+                                                     Wedge, Heal, EngineFault)}
+# The gateway settings a plan holds (what the gateway's flags set).
+ROUTER_FIELDS = tuple(GATEWAY_DEFAULTS)
 
 
 def _scaled(v: Any, k: float) -> Any:
@@ -63,16 +49,18 @@ def _action(f: PlanFault, k: float) -> Any:
     return _ACTIONS[f.action](f.target, **params)
 
 
+def _own_router(plan: Plan) -> dict[str, Any]:
+    """The plan's gateway settings; none of the breaker's when the gateway keeps its own."""
+    own = {name: plan.router[name] for name in ROUTER_FIELDS if name in plan.router}
+    if own.get("circuit_breaker_failures") is None:
+        own.pop("circuit_breaker_open_s", None)
+        own.pop("circuit_breaker_failures", None)
+    return own
+
+
 def _router(plan: Plan, k: float) -> RouterSettings:
-    values = {name: plan.router[name] for name in ROUTER_FIELDS if name in plan.router}
-    scaled = {
-        name: (_scaled(float(v), k) if name.endswith("_s") and v is not None else v)
-        for name, v in values.items()
-    }
-    if scaled.get("circuit_breaker_failures") is None:
-        scaled.pop("circuit_breaker_open_s", None)
-        scaled.pop("circuit_breaker_failures", None)
-    return RouterSettings(**scaled)
+    return RouterSettings(**{name: (_scaled(float(v), k) if name.endswith("_s") and v is not None else v)
+                             for name, v in _own_router(plan).items()})
 
 
 def scenario_name(plan: Plan, label: str) -> str:
@@ -103,10 +91,7 @@ def build_scenario(plan: Plan, label: str) -> Scenario:
         )
         for s in plan.symptoms
     )
-    own_router = {name: plan.router[name] for name in ROUTER_FIELDS if name in plan.router}
-    if own_router.get("circuit_breaker_failures") is None:
-        own_router.pop("circuit_breaker_open_s", None)
-        own_router.pop("circuit_breaker_failures", None)
+    own_router = _own_router(plan)
     # No gateway flag sets the reference router's identity check: it keeps its scaled ratio to the probes
     # (the production preset's 30 s would let it mint a stale id far longer than the replay allows).
     scaled_identity = SCALED_ROUTER.identity_check_interval_s

@@ -102,14 +102,9 @@ def replay(
             folder = out / world / ("reference" if router == REFERENCE else "release")
             say(f"incident: {world}: running {router} ...")
             rec = asyncio.run(_run(scenario, plan, router, world, folder, seed, repeat))
-            say(
-                f"incident: {world}: {router}: {rec.status}"
-                + (
-                    f" ({', '.join(c for c in symptoms if rec.checkers.get(c) != 'pass')} not passed)"
-                    if any(rec.checkers.get(c) != "pass" for c in symptoms)
-                    else ""
-                )
-            )
+            not_passed = [c for c in symptoms if rec.checkers.get(c) != "pass"]
+            say(f"incident: {world}: {router}: {rec.status}"
+                + (f" ({', '.join(not_passed)} not passed)" if not_passed else ""))
             runs.append(rec)
             pair.append(rec)
         judged[world] = judge_world(world, symptoms, pair[0].checkers, pair[1].checkers)

@@ -41,8 +41,6 @@ from harness.scenario.links import (
     toxics_for,
 )
 
-VERBS = ("apply", "delete", "wait", "exec", "http", "sleep", "router")
-
 
 class Unsupported(Exception):
     """The backend cannot do this action faithfully."""

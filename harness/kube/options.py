@@ -65,14 +65,11 @@ def parse_options(table: Mapping[str, Any]) -> KubeOptions:
                 overrides[k] = v
             else:
                 values[k] = v
-    if "router" in table and table["router"] not in ROUTER_PLACEMENTS:
-        problems.append(f"router must be one of {', '.join(ROUTER_PLACEMENTS)}")
-    elif "router" in table:
-        values["router"] = table["router"]
-    if "service_type" in table and table["service_type"] not in SERVICE_TYPES:
-        problems.append(f"service_type must be one of {', '.join(SERVICE_TYPES)}")
-    elif "service_type" in table:
-        values["service_type"] = table["service_type"]
+    for key, allowed in (("router", ROUTER_PLACEMENTS), ("service_type", SERVICE_TYPES)):
+        if key in table and table[key] not in allowed:
+            problems.append(f"{key} must be one of {', '.join(allowed)}")
+        elif key in table:
+            values[key] = table[key]
     gpus = table.get("gpus", preset.gpus)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
         problems.append("gpus must be a whole number >= 0")

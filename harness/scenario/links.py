@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeGuard
+from typing import Any, TypeGuard
 
 from harness.topology import CONNECTORS
 
-LinkName = Literal["serve", "bootstrap", "side_channel"]
 LINKS: tuple[str, ...] = ("serve", "bootstrap", "side_channel")
 STREAMS: tuple[str, ...] = ("upstream", "downstream")
 PARTITION_MODES: tuple[str, ...] = ("down", "timeout")
@@ -240,12 +239,8 @@ def _link_problems(action: NetworkAction, scenario: Any) -> list[str]:
     if link not in LINKS:
         return [f"unknown link {link!r} (known: {', '.join(LINKS)})"]
     connectors = tuple(getattr(scenario, "connectors", ()) or CONNECTORS)
-    out = []
-    for c in connectors:
-        why = link_applies(action.target, link, c)
-        if why is not None:
-            out.append(why)
-    return out
+    whys = (link_applies(action.target, link, c) for c in connectors)
+    return [why for why in whys if why is not None]
 
 
 def _stream_problems(stream: str) -> list[str]:

@@ -230,35 +230,25 @@ def validate(scenario: Scenario) -> None:
             shapes.append(parse_topology(t))
         except ValueError as e:
             problems.append(str(e))
-    for c in scenario.connectors:
-        if c not in CONNECTORS:
-            problems.append(f"bad connector {c!r}")
-    for tr in scenario.transports:
-        if tr not in TRANSPORTS:
-            problems.append(f"bad transport {tr!r}")
-    for world in scenario.worlds:
-        if world not in WORLDS:
-            problems.append(f"unknown world {world!r} (known: {', '.join(WORLDS)})")
-    for world in scenario.suite_worlds:
-        if world not in WORLDS:
-            problems.append(f"suite_worlds names unknown world {world!r} (known: {', '.join(WORLDS)})")
-    for name in scenario.preset_overrides:
-        if name not in PRESETS:
-            problems.append(f"preset_overrides names unknown preset {name!r} (known: {', '.join(PRESETS)})")
-    for bug in scenario.catches:
-        if bug not in INJECTABLE_BUGS:
-            problems.append(f"catches unknown bug {bug!r} (known: {', '.join(INJECTABLE_BUGS)})")
+    problems += [f"bad connector {c!r}" for c in scenario.connectors if c not in CONNECTORS]
+    problems += [f"bad transport {tr!r}" for tr in scenario.transports if tr not in TRANSPORTS]
+    problems += [f"unknown world {world!r} (known: {', '.join(WORLDS)})"
+                 for world in scenario.worlds if world not in WORLDS]
+    problems += [f"suite_worlds names unknown world {world!r} (known: {', '.join(WORLDS)})"
+                 for world in scenario.suite_worlds if world not in WORLDS]
+    problems += [f"preset_overrides names unknown preset {name!r} (known: {', '.join(PRESETS)})"
+                 for name in scenario.preset_overrides if name not in PRESETS]
+    problems += [f"catches unknown bug {bug!r} (known: {', '.join(INJECTABLE_BUGS)})"
+                 for bug in scenario.catches if bug not in INJECTABLE_BUGS]
     for name, cut, whole in (("suite_topologies", scenario.suite_topologies, scenario.topologies),
                              ("suite_connectors", scenario.suite_connectors, scenario.connectors)):
         extra = [x for x in cut if x not in whole]
         if extra:
             problems.append(f"{name} {extra} not among the scenario's own {list(whole)}")
-    for bug in scenario.router.inject_bugs:
-        if bug not in ROUTER_BUGS:
-            problems.append(f"router.inject_bugs: unknown router bug {bug!r}")
-    for bug in scenario.engines.inject_bugs:
-        if bug not in ENGINE_BUGS:
-            problems.append(f"engines.inject_bugs: unknown engine bug {bug!r}")
+    problems += [f"router.inject_bugs: unknown router bug {bug!r}"
+                 for bug in scenario.router.inject_bugs if bug not in ROUTER_BUGS]
+    problems += [f"engines.inject_bugs: unknown engine bug {bug!r}"
+                 for bug in scenario.engines.inject_bugs if bug not in ENGINE_BUGS]
     for engine, over in scenario.engines.per_engine.items():
         own = over.get("inject_bugs", ()) if isinstance(over, Mapping) else ()
         for bug in own if isinstance(own, tuple | list) else ():

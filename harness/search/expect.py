@@ -94,22 +94,11 @@ def windows(faults: Sequence[FaultSpec]) -> list[Window]:
 def isolated_after(i: int, ws: Sequence[Window], window_s: float, same_engine_only: bool = False) -> bool:
     """No other fault (on the same engine only, when asked) is on from fault i's heal until `window_s`
     after it."""
-    w = ws[i]
-    return not any(
-        j != i and o.overlaps(w.end, w.end + window_s)
-        and (not same_engine_only or o.fault.target in (w.fault.target, ROUTER))
-        for j, o in enumerate(ws)
-    )
+    return not _near(i, ws, ws[i].end, ws[i].end + window_s, same_engine_only)
 
 
 def _alone(i: int, ws: Sequence[Window], margin_s: float) -> bool:
-    w = ws[i]
-    return not any(j != i and o.overlaps(w.start - margin_s, w.end + margin_s) for j, o in enumerate(ws))
-
-
-def _sole(case: SearchCase, target: str) -> bool:
-    shape = parse_topology(case.topology)
-    return (shape.prefills if target.startswith("prefill") else shape.decodes) == 1
+    return not _near(i, ws, ws[i].start - margin_s, ws[i].end + margin_s)
 
 
 def _holds_transfers(f: FaultSpec) -> bool:
@@ -163,7 +152,7 @@ def expectations(case: SearchCase) -> tuple[Expect, ...]:
             out.append(Expect("reported_engine_id", {"max_lag_s": bound}))
     outages = [
         step_name(i, f) for i, f in enumerate(faults)
-        if f.kind in DOWN_KINDS and f.link in (None, "serve") and _sole(case, f.target)
+        if f.kind in DOWN_KINDS and f.link in (None, "serve") and _role_size(case, f.target) == 1
         and _alone(i, ws, bound)
     ]
     if outages:
@@ -215,7 +204,7 @@ def _retried(f: FaultSpec) -> bool:
 def _retry_availability(case: SearchCase, ws: Sequence[Window], bound: float) -> list[Expect]:
     names = [step_name(i, w.fault) for i, w in enumerate(ws)
              if _retried(w.fault) and _role_size(case, w.fault.target) >= 2
-             and not _near(i, ws, w.start - bound, w.end + bound)]
+             and _alone(i, ws, bound)]
     if not names:
         return []
     return [Expect("availability", {"before": None, "during": 1.0, "after": None, "faults": names,
@@ -240,7 +229,7 @@ def _held_availability(case: SearchCase, ws: Sequence[Window], bound: float,
     names = [step_name(i, w.fault) for i, w in enumerate(ws)
              if _holds_one_engine(w.fault) and _role_size(case, w.fault.target) >= 2
              and step_name(i, w.fault) not in judged
-             and not _near(i, ws, w.start - bound, w.end + bound)]
+             and _alone(i, ws, bound)]
     if not names:
         return []
     return [Expect("availability", {"before": None, "during": HELD_AVAILABILITY, "after": None,
@@ -258,7 +247,7 @@ def _ejection_availability(case: SearchCase, ws: Sequence[Window], bound: float)
              if w.fault.kind == "wedge" and w.fault.param.get("surface") == "generate"
              and _role_size(case, w.fault.target) >= 2
              and w.fault.length_s >= REQUEST_TIMEOUT_S + EJECTION_MARGIN_S
-             and not _near(i, ws, w.start - bound, w.end + bound)]
+             and _alone(i, ws, bound)]
     if not names:
         return []
     return [Expect("availability", {"before": None, "during": EJECTION_AVAILABILITY, "after": None,

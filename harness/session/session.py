@@ -228,7 +228,6 @@ class ScenarioSession:
         self.completed = 0
         self.ok = 0
         self._load_end = 0.0
-        self._load_noted = False
         self._handoffs_seen = 0
         self._calls_seen = 0
 
@@ -273,8 +272,7 @@ class ScenarioSession:
         self._tick(now)
         if self.phase in (Phase.NEW, Phase.DONE):
             return []
-        cmds = self._on(event, now)
-        return cmds + self._advance(now)
+        return self._on(event, now) + self._advance(now)
 
     def poll(self, now: float) -> list[c.Command]:
         self._tick(now)
@@ -319,21 +317,18 @@ class ScenarioSession:
     def interrupt(self, now: float, reason: str = "interrupted") -> list[c.Command]:
         """The run is cut short (Ctrl-C, SIGTERM): tear down at once."""
         self._tick(now)
-        if self.phase in (Phase.NEW, Phase.DONE):
-            self.reason = reason
-            return []
         self.reason = reason
+        if self.phase in (Phase.NEW, Phase.DONE):
+            return []
         return self._teardown(now)
 
     def abandon(self, reason: str) -> None:
         """The world stopped answering for good (it broke, or the run was cancelled past its teardown): end
         the history as it stands."""
-        if self.phase in (Phase.NEW, Phase.DONE):
-            self.phase = Phase.DONE
-            return
-        self.reason = reason
-        self._h.run_ended(reason)
-        self._h.close()
+        if self.phase not in (Phase.NEW, Phase.DONE):
+            self.reason = reason
+            self._h.run_ended(reason)
+            self._h.close()
         self.phase = Phase.DONE
 
     def result(self) -> SessionResult:
@@ -606,12 +601,9 @@ class ScenarioSession:
             cmds.append(c.CheckRoutable())
         return cmds
 
-    def _next_plan(self) -> RequestPlan:
-        self._seq += 1
-        return plan_request(self._seq, self.run_id, self._rng, self.scenario.workload)
-
     def _send(self, client: int | None) -> c.Command:
-        plan = self._next_plan()
+        self._seq += 1
+        plan = plan_request(self._seq, self.run_id, self._rng, self.scenario.workload)
         self._plans[plan.seq] = (plan, client)
         self.invoked += 1
         extra = {} if plan.mistake is None else {"mistake": plan.mistake}

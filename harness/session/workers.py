@@ -25,9 +25,7 @@ def status_changes(
         now[wid] = key
         if previous.get(wid) != key:
             changed.append(w)
-    for wid in previous:
-        if wid not in now:
-            changed.append({"id": wid, "status": "absent", "kv_engine_id": None})
+    changed += [{"id": wid, "status": "absent", "kv_engine_id": None} for wid in previous if wid not in now]
     return changed, now
 
 
@@ -38,8 +36,6 @@ class WorkerWatch:
         self.history = history
         self.supported: bool | None = None  # None until the first read
         self.problem = ""  # why the first unreadable read was unreadable, when the world said
-        self.polls = 0
-        self.failed_polls = 0
         self.status: dict[str, str] = {}
         self._snap: Snapshot = {}
         self._urls: dict[str, str] = {}
@@ -49,9 +45,7 @@ class WorkerWatch:
 
     def seen(self, workers: Sequence[Mapping[str, Any]] | None, engines: Mapping[str, str],
              problem: str = "") -> None:
-        self.polls += 1
         if workers is None:
-            self.failed_polls += 1
             if self.supported is None:
                 self.supported = False
                 self.problem = problem

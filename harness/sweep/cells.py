@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.run_folder import READABLE_SCHEMAS, REPORT_JSON, SCHEMA
 from harness.sweep.keys import CellKey
+from harness.value_checks import number_or_none
 from pdchaos.jsonl import read_jsonl
 
 SWEEP_JSON = "sweep.json"
@@ -117,10 +118,6 @@ def record_from_result(key: CellKey, res: Mapping[str, Any], root: Path) -> Cell
     return rec
 
 
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
-
-
 def recovery_times(verdicts: Sequence[Mapping[str, Any]]) -> tuple[float | None, float | None]:
     """The slowest heal -> Ready and heal -> first correct handoff over the faults the recovery checker
     judged (the slowest: one slow recovery is what a regression looks like)."""
@@ -135,11 +132,11 @@ def read_history(rec: CellRecord, records: Iterable[Mapping[str, Any]]) -> None:
     for r in records:
         kind = r.get("type")
         if kind == "request_completed":
-            t = _num(r.get("ttft_s"))
+            t = number_or_none(r.get("ttft_s"))
             if r.get("ok") and t is not None:
                 rec.ttft_s.append(t)
         elif kind == "run_started":
             rec.time_unit = str(r.get("time_unit") or "seconds")
-            settings = r.get("settings") or {}
-            rec.probe_interval_s = _num(settings.get("health_interval_s")) if isinstance(settings, Mapping) \
-                else None
+            settings = r.get("settings")
+            interval = settings.get("health_interval_s") if isinstance(settings, Mapping) else None
+            rec.probe_interval_s = number_or_none(interval)

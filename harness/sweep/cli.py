@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     from harness.suite import UsageError, out_folder_problem
-    from harness.sweep.spec import load_sweep
+    from harness.sweep.spec import LOCAL_ENGINES, load_sweep
 
     if args.compare_only is not None:
         if args.baseline is None:
@@ -91,8 +91,6 @@ def _main(args: argparse.Namespace) -> int:
     from harness.sweep.plan import plan_sweep
 
     plan = plan_sweep(spec)
-    from harness.sweep.spec import LOCAL_ENGINES
-
     real_local = set(spec.worlds) == {"real"} and set(spec.engines) == {LOCAL_ENGINES}
     jobs = args.jobs or spec.jobs or default_jobs(real_time=real_local)
     if args.dry_run:

@@ -128,9 +128,8 @@ def compare(baseline: Mapping[CellKey, CellRecord], current: Mapping[CellKey, Ce
             thresholds: Thresholds | None = None, baseline_dir: str | Path = "",
             current_dir: str | Path = "") -> SweepComparison:
     th = thresholds or Thresholds()
-    rows = []
-    for key in sorted(set(baseline) | set(current)):
-        rows.append(compare_cell(key, baseline.get(key), current.get(key), th))
+    rows = [compare_cell(key, baseline.get(key), current.get(key), th)
+            for key in sorted(set(baseline) | set(current))]
     return SweepComparison(str(baseline_dir), str(current_dir), th, rows)
 
 

@@ -48,12 +48,6 @@ class SweepPlan:
     cells: list[SweepCell] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
 
-    def groups(self) -> dict[str, list[SweepCell]]:
-        out: dict[str, list[SweepCell]] = {}
-        for c in self.cells:
-            out.setdefault(c.key.group, []).append(c)
-        return out
-
 
 def _origin(s: Scenario) -> str:
     return str(Path(s.source).resolve()) if s.source else ""

@@ -228,14 +228,6 @@ def _table(data: Mapping[str, Any], key: str, problems: list[str]) -> Mapping[st
     return v
 
 
-def _int(table: Mapping[str, Any], key: str, default: int, problems: list[str]) -> int:
-    v = table.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int):
-        problems.append(f"{key} must be a whole number, not {v!r}")
-        return default
-    return v
-
-
 def _seed(table: Mapping[str, Any], problems: list[str]) -> int:
     v = table.get("seed", 0)
     problem = seed_problem(v)
@@ -248,7 +240,10 @@ def _seed(table: Mapping[str, Any], problems: list[str]) -> int:
 def _jobs(table: Mapping[str, Any], problems: list[str]) -> int | None:
     if "jobs" not in table:
         return None
-    n = _int(table, "jobs", 1, problems)
+    n = table["jobs"]
+    if isinstance(n, bool) or not isinstance(n, int):
+        problems.append(f"jobs must be a whole number, not {n!r}")
+        return 1
     if n < 1:
         problems.append(f"jobs must be at least 1, not {n}")
     return n

@@ -9,7 +9,7 @@ import socket
 import socketserver
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from harness.toxiproxy.server import EmbeddedToxiproxy, configure_client
 
@@ -20,14 +20,12 @@ def echo_handler(timeout_s: float, *, nodelay: bool = False) -> type[socketserve
     class _Echo(socketserver.BaseRequestHandler):
         def handle(self) -> None:
             self.request.settimeout(timeout_s)
-            try:
+            # A peer reset by a toxic is an expected outcome, not a server fault.
+            with suppress(OSError):
                 if nodelay:
                     self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 while data := self.request.recv(65536):
                     self.request.sendall(data)
-            except OSError:
-                # A peer reset by a toxic is an expected outcome, not a server fault.
-                pass
 
     return _Echo
 

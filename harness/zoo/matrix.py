@@ -109,7 +109,6 @@ def build_matrix(
         raise ValueError("one result per run")
     cells: list[str] = []
     transport: dict[str, str] = {}
-    baseline_fail: dict[str, set[str]] = {}
     # Per cell, the checkers that passed in every baseline run, and every verdict any baseline run gave.
     # Only a checker that passed every time, or a verdict no baseline gave at all (one the harness adds only
     # when it has something to say, e.g. `engine_conduct`), can catch a switch there.
@@ -131,7 +130,6 @@ def build_matrix(
         baseline_seen.setdefault(run.cell_key, set()).update(v.name for v in res.verdicts)
         for v in res.verdicts:
             if v.status == FAIL:
-                baseline_fail.setdefault(run.cell_key, set()).add(v.name)
                 false_alarms.setdefault(run.cell_key, []).append(f"{v.name} (run {run.repeat}): {v.reason}")
     outcomes: dict[str, dict[str, CellOutcome]] = {name: {} for name in switches}
     caught_results: dict[str, list[ScenarioResult]] = {}

@@ -54,6 +54,3 @@ class HealthConfig:
         """Longest a probe may hold its slot: the probe plus its engine-id re-read, each bounded by the probe
         timeout. Past this the planner frees the slot whatever the probe task is doing."""
         return 2 * self.probe_timeout_s
-
-    def has_bug(self, name: str) -> bool:
-        return name in self.bugs

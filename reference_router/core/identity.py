@@ -38,8 +38,6 @@ class IdentityVerdict:
     kind: IdentityKind
     engine_id: str | None
     uptime_s: float | None
-    previous_engine_id: str | None
-    previous_uptime_s: float | None
     now: float
 
     @property
@@ -121,7 +119,7 @@ def observe_identity(
         kind = IdentityKind.FIRST
     else:
         kind = IdentityKind.SAME
-    return IdentityVerdict(kind, new_id, uptime_s, prev_id, prev_up, now)
+    return IdentityVerdict(kind, new_id, uptime_s, now)
 
 
 def apply_identity(worker: Worker, verdict: IdentityVerdict) -> None:

@@ -99,6 +99,12 @@ def _check_port(value: Any, what: str) -> int:
     return value
 
 
+def _check_priority(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"priority must be an integer, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
     """What the operator configured. Build with make_worker_spec() / spec_from_json(), which validate.
@@ -179,8 +185,7 @@ def make_worker_spec(
         bootstrap_port = MOONCAKE_DEFAULT_BOOTSTRAP_PORT
     if isinstance(dp_size, bool) or not isinstance(dp_size, int) or dp_size < 1:
         raise ValueError(f"dp_size must be an integer >= 1, got {dp_size!r}")
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ValueError(f"priority must be an integer, got {priority!r}")
+    _check_priority(priority)
     lab = _check_labels(labels)
     if engine_id is not None and (not isinstance(engine_id, str) or not engine_id):
         raise ValueError("engine_id must be a non-empty string when given")
@@ -352,10 +357,7 @@ def apply_property_update(spec: WorkerSpec, update: Any, bugs: frozenset[str] = 
     if "labels" in update:
         changes["labels"] = _check_labels(update["labels"])
     if "priority" in update:
-        prio = update["priority"]
-        if isinstance(prio, bool) or not isinstance(prio, int):
-            raise ValueError(f"priority must be an integer, got {prio!r}")
-        changes["priority"] = prio
+        changes["priority"] = _check_priority(update["priority"])
     if PATCH_DROPS_KV_CONFIG in bugs:
         changes.update(connector=Connector.NONE, bootstrap_port=None)
     return dataclasses.replace(spec, **changes)

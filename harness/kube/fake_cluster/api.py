@@ -20,7 +20,7 @@ from harness.kube.fake_cluster.execws import handle_exec
 from harness.kube.fake_cluster.kubelet import NODE_NAME, Kubelet
 from harness.kube.fake_cluster.proxy import ServiceProxy
 from harness.kube.fake_cluster.resources import Resources
-from harness.kube.fake_cluster.store import RESOURCES, ApiError, Store, bad_request, rfc3339
+from harness.kube.fake_cluster.store import RESOURCES, ApiError, Store, bad_request, not_found, rfc3339
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -137,8 +137,7 @@ class Api:
                     "metadata": {"resourceVersion": self.store.resource_version}, "items": [self.node()]})
             case ["nodes", name] if core:
                 if name != NODE_NAME:
-                    raise ApiError(404, "NotFound", f'nodes "{name}" not found',
-                                   {"name": name, "kind": "nodes"})
+                    raise not_found("nodes", name)
                 return self._read_only(request, self.node())
             case ["namespaces"] if core:
                 return await self._collection(request, "namespaces", "")

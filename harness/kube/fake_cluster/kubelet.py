@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import signal
 from collections.abc import Callable
@@ -197,9 +198,6 @@ class Kubelet:
     async def _probe(self, rt: PodRuntime, c: ContainerRun) -> None:
         ports = {str(p["name"]): int(p["containerPort"]) for p in c.spec.get("ports") or () if p.get("name")}
 
-        async def run_exec(argv: list[str], timeout: float) -> int:
-            return await self.run_command(rt, c, argv, timeout)
-
         def set_started() -> None:
             c.started = True
             self._render(rt)
@@ -212,7 +210,7 @@ class Kubelet:
             if c.proc is not None and c.proc.returncode is None:
                 killpg(c.proc.pid, signal.SIGKILL)
 
-        target = ProbeTarget(rt.ip, ports, self._session(), run_exec)
+        target = ProbeTarget(rt.ip, ports, self._session(), functools.partial(self.run_command, rt, c))
         await run_probes(c.spec, target, set_started, set_ready, startup_failed)
 
     async def _watch(self, rt: PodRuntime, c: ContainerRun) -> None:

@@ -25,18 +25,17 @@ _FIRST_OCTET3 = range(100, 250)
 
 def loopback_addresses_in_use() -> set[str]:
     """Local addresses of every TCP socket on the host (listening or connected); empty if unreadable."""
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return set()
     used: set[str] = set()
-    for table in ("/proc/net/tcp",):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 1:
-                # The kernel prints the big-endian address as a host-order integer.
-                raw = int(fields[1].split(":")[0], 16)
-                used.add(socket.inet_ntoa(struct.pack("=I", raw)))
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 1:
+            # The kernel prints the big-endian address as a host-order integer.
+            raw = int(fields[1].split(":")[0], 16)
+            used.add(socket.inet_ntoa(struct.pack("=I", raw)))
     return used
 
 
@@ -78,9 +77,9 @@ class ClusterIpPool:
 
 
 def reserve_port(host: str, port: int = 0) -> socket.socket:
-    """A socket bound to host:port (0: a port the OS picks) and never listening: it holds the port so that
-    nothing else binds it, while a connection to it is refused (the kernel answers RST when no socket
-    listens). A listener bound later with SO_REUSEADDR shares the port with it."""
+    """A socket bound to host:port (0: a port the OS picks) with SO_REUSEADDR. Left without listening, it
+    holds the port so that nothing else binds it, while a connection to it is refused (the kernel answers
+    RST when no socket listens); a listener bound later with SO_REUSEADDR shares the port with it."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -161,10 +161,8 @@ class _Listener:
                 self.server = None
 
     async def _listen(self) -> asyncio.AbstractServer:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = reserve_port(self.owner.host, self.node_port)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.owner.host, self.node_port))
             sock.setblocking(False)
             return await asyncio.start_server(self._handle, sock=sock)
         except BaseException:

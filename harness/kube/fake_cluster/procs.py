@@ -11,20 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from pdchaos.forkserver import die_with_parent
-
-
-def _preexec(parent_pid: int) -> Callable[[], None]:
-    def run() -> None:
-        die_with_parent(parent_pid)
-
-    return run
 
 
 async def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: Path,
@@ -32,7 +26,7 @@ async def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: Path,
     """Start argv (resolved on env's PATH) in its own session. Raises OSError when it cannot be run."""
     return await asyncio.create_subprocess_exec(
         *argv, env=dict(env), cwd=str(cwd), stdin=asyncio.subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-        start_new_session=True, preexec_fn=_preexec(os.getpid()))
+        start_new_session=True, preexec_fn=functools.partial(die_with_parent, os.getpid()))
 
 
 def killpg(pgid: int, sig: int = signal.SIGKILL) -> None:

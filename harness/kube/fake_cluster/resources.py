@@ -20,7 +20,7 @@ from harness.kube.fake_cluster.network import ClusterIpPool, PodIpPool
 from harness.kube.fake_cluster.nodeports import NodePorts
 from harness.kube.fake_cluster.pods import validate_pod
 from harness.kube.fake_cluster.services import NODE_PORT_TYPES, normalize_service
-from harness.kube.fake_cluster.store import ApiError, Store, bad_request, rfc3339, success_status
+from harness.kube.fake_cluster.store import ApiError, Store, bad_request, not_found, rfc3339, success_status
 
 Obj = dict[str, Any]
 NAMESPACE_DRAIN_S = 120.0
@@ -55,8 +55,7 @@ class Resources:
             return
         ns = self.store.find("namespaces", "", namespace)
         if ns is None:
-            raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found',
-                           {"name": namespace, "kind": "namespaces"})
+            raise not_found("namespaces", namespace)
         if ns["metadata"].get("deletionTimestamp"):
             raise ApiError(403, "Forbidden", f"unable to create new content in namespace {namespace} because "
                            "it is being terminated")

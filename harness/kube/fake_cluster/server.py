@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 import os
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from aiohttp import web
 
 from harness.kube.fake_cluster.api import Api
 from harness.kube.fake_cluster.kubelet import Kubelet
+from harness.kube.fake_cluster.network import reserve_port
 from harness.kube.fake_cluster.nodeports import NodePorts
 from harness.kube.fake_cluster.proxy import ServiceProxy
 from harness.kube.fake_cluster.resources import Resources
@@ -70,9 +70,7 @@ class FakeCluster:
         app.router.add_route("*", "/{tail:.*}", api.dispatch)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock = reserve_port("127.0.0.1")
         site = web.SockSite(self._runner, sock)
         await site.start()
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"

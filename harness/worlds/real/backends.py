@@ -36,12 +36,6 @@ from harness.topology import Topology
 from harness.worlds.real.engines import EngineFleet
 from harness.worlds.real.processes import ProcessSupervisor
 
-BACKENDS = ("fake", "vllm", "command", "k8s")
-ENGINES_HELP = ("engine backend: fake (the fake engines, the default), vllm (real vLLM on this machine; "
-                "`pdchaos engines install vllm` first), command:FILE (start/stop/kill/pause/resume command "
-                "templates, see harness/worlds/real/command_engines.py) or k8s:FILE (engines as pods on a "
-                "Kubernetes cluster: FILE is a TOML table as a sweep's [engines.NAME], see "
-                "harness/worlds/real/kube_engines.py)")
 # How long the load goes on after the last fault ends, on engines that take seconds to come back.
 REAL_AFTER_HEAL_S = 6.0
 # At least this much load after availability's after-window opens.

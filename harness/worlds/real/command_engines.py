@@ -144,9 +144,6 @@ class CommandFleet(EngineFleet):
     def control(self, name: str, timeout_s: float = 5.0) -> Any:
         raise NoControlApi(f"{name} is driven by command templates: it has no fault control API")
 
-    async def clear_faults(self, name: str, kind: str | None) -> None:
-        return None
-
     def values(self, name: str) -> dict[str, str]:
         spec = self.topo.engine(name)
         raw = {

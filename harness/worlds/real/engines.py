@@ -162,8 +162,11 @@ class EngineFleet:
         return True
 
     async def clear_faults(self, name: str, kind: str | None) -> None:
-        """Clear one fault kind, or every fault (None), through the control API; an engine that does not
-        answer keeps whatever it has (the caller reads the state afterwards)."""
+        """Clear one fault kind, or every fault (None), through the control API (engines without one carry no
+        injected protocol fault); an engine that does not answer keeps whatever it has (the caller reads the
+        state afterwards)."""
+        if not self.has_control():
+            return
         client = self.control(name)
         with contextlib.suppress(ControlError, aiohttp.ClientError, TimeoutError):
             await (client.clear() if kind is None else client.clear_fault(kind))

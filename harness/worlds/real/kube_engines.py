@@ -241,9 +241,6 @@ class KubeFleet(EngineFleet):
 
     # ------------------------------------------------------------ engines
 
-    def has_control(self) -> bool:
-        return True
-
     async def start(self, name: str, first_start: bool = True) -> ManagedProcess:
         ctx = self.cell_context()
         if not first_start:

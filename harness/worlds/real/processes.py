@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import json
 import os
 import re
@@ -84,11 +85,7 @@ class ProcessStartError(RuntimeError):
 def _make_preexec(parent_pid: int) -> Any:
     """Runs in the forked child before exec: only async-signal-safe work (a syscall, a compare, an exit).
     The parent may die between fork and prctl: then no death signal will ever come, so the child exits."""
-
-    def _preexec() -> None:
-        die_with_parent(parent_pid)
-
-    return _preexec
+    return functools.partial(die_with_parent, parent_pid)
 
 
 def log_tail(path: Path, max_bytes: int = _LOG_TAIL_BYTES) -> str:
@@ -297,10 +294,7 @@ class ProcessSupervisor:
 
     def get(self, name: str) -> ManagedProcess | None:
         """The most recent process started under this name."""
-        for proc in reversed(self._procs):
-            if proc.name == name:
-                return proc
-        return None
+        return next((proc for proc in reversed(self._procs) if proc.name == name), None)
 
     async def spawn(
         self,
@@ -320,10 +314,7 @@ class ProcessSupervisor:
         if not _NAME_RE.match(name):
             raise ValueError(f"process name {name!r} must match {_NAME_RE.pattern}")
         log_path = self._fresh_log_path(name)
-        child_env = dict(os.environ)
-        if env:
-            child_env.update(env)
-        child_env[MARKER_ENV] = self.marker
+        child_env = {**os.environ, **(env or {}), MARKER_ENV: self.marker}
         child_env.setdefault("PYTHONUNBUFFERED", "1")
         module = forkable(argv)
         server = None if module is None else await self._fork_server(child_env)
@@ -546,28 +537,19 @@ def _read_proc_file(pid: int, name: str) -> bytes:
         return b""
 
 
+def _all_pids() -> list[int]:
+    try:
+        return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+    except OSError:
+        return []
+
+
 def find_marked_processes(marker: str) -> list[int]:
     """Live pids (zombies excluded) whose environment or argv contains marker. Linux /proc only."""
-    needle = marker.encode()
-    found: list[int] = []
-    me = os.getpid()
-    proc_dir = Path("/proc")
-    if not proc_dir.is_dir():
-        return found
-    for entry in proc_dir.iterdir():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        if pid == me:
-            continue
-        if needle not in _read_proc_file(pid, "environ") and needle not in _read_proc_file(pid, "cmdline"):
-            continue
-        stat = _read_proc_file(pid, "stat")
-        # State is the field after the ")" closing the command name; Z = zombie (dead, waiting to be reaped).
-        state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] if stat else b""
-        if state and state != b"Z":
-            found.append(pid)
-    return sorted(found)
+    needle, me = marker.encode(), os.getpid()
+    return sorted(pid for pid in _all_pids() if pid != me
+                  and (needle in _read_proc_file(pid, "environ") or needle in _read_proc_file(pid, "cmdline"))
+                  and pid_alive(pid))
 
 
 def pids_from_pid_file(path: Path) -> list[dict[str, Any]]:
@@ -580,28 +562,20 @@ def pids_from_pid_file(path: Path) -> list[dict[str, Any]]:
 
 
 def pid_alive(pid: int) -> bool:
-    """True when pid exists and is not a zombie."""
+    """True when pid exists and is not a zombie (dead, waiting to be reaped)."""
     stat = _read_proc_file(pid, "stat")
-    if not stat:
-        return False
-    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
-    return state != b"Z"
+    # State is the field after the ")" closing the command name.
+    return bool(stat) and stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
 
 
 def pids_in_group(pgid: int) -> list[int]:
     """The non-zombie processes of process group pgid (a zombie holds nothing; PID 1 may never reap it)."""
     found: list[int] = []
-    with contextlib.suppress(OSError):
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            stat = _read_proc_file(int(entry.name), "stat")
-            if not stat:
-                continue
-            fields = stat[stat.rfind(b")") + 2 :].split()
-            # After the name: state ppid pgrp ...
-            if len(fields) >= 3 and fields[0] != b"Z" and int(fields[2]) == pgid:
-                found.append(int(entry.name))
+    for pid in _all_pids():
+        stat = _read_proc_file(pid, "stat")
+        fields = stat[stat.rfind(b")") + 2 :].split()  # after the name: state ppid pgrp ...
+        if len(fields) >= 3 and fields[0] != b"Z" and int(fields[2]) == pgid:
+            found.append(pid)
     return found
 
 

@@ -85,9 +85,6 @@ class VllmFleet(EngineFleet):
     def control(self, name: str, timeout_s: float = 5.0) -> Any:
         raise NoControlApi(f"{name} is a real vLLM engine: it has no fault control API")
 
-    async def clear_faults(self, name: str, kind: str | None) -> None:
-        return None  # nothing to clear: a real engine carries no injected protocol fault
-
     @property
     def serves_grpc(self) -> bool:
         return self.topo.transport == "grpc"
@@ -130,13 +127,10 @@ class VllmFleet(EngineFleet):
         path.write_text(json.dumps(logging_config(self.nixl_log(name)), indent=1), encoding="utf-8")
         return path
 
-    def _health_url(self, name: str) -> str:
-        return f"http://{self.topo.engine(name).host}:{self.backend_port(name)}/health"
-
     async def _health(self, name: str, timeout_s: float) -> str:
         if self.serves_grpc:
             return await grpc_health_probe(self.grpc_target(name), timeout_s)
-        return await http_probe(self._health_url(name), timeout_s)
+        return await http_probe(f"{self.direct_url(name)}/health", timeout_s)
 
     def _position(self, name: str) -> int:
         return [s.name for s in self.topo.engines].index(name)
@@ -226,7 +220,7 @@ class VllmFleet(EngineFleet):
         if self.serves_grpc:
             await self._warm_up_grpc(name, proc)
             return
-        url = f"http://{self.topo.engine(name).host}:{self.backend_port(name)}/v1/completions"
+        url = f"{self.direct_url(name)}/v1/completions"
         body = {"model": SERVED_MODEL, "prompt": WARM_UP_PROMPT, "max_tokens": 2}
         timeout = aiohttp.ClientTimeout(total=WARM_UP_TIMEOUT_S)
         try:

@@ -65,16 +65,14 @@ class StreamMarks:
     never does)."""
 
     reach: Callable[[float], float | None]
-    started_at: float | None = None
     started_reached: float | None = None
-    first_token_at: float | None = None
     first_token_reached: float | None = None
 
     def started(self, now: float) -> None:
-        self.started_at, self.started_reached = now, self.reach(now)
+        self.started_reached = self.reach(now)
 
     def first_token(self, now: float) -> None:
-        self.first_token_at, self.first_token_reached = now, self.reach(now)
+        self.first_token_reached = self.reach(now)
 
 
 # The links a call reaches an engine's servers by (`SimNetwork.call`).

@@ -813,6 +813,3 @@ def _identity_evidence(before: dict[str, Any], after: dict[str, Any]) -> dict[st
         "generation": after.get("generation"),
         "side_channel_port": after.get("side_channel_port"),
     }
-
-
-WorldFactory = Callable[[CellPlan, Path], World]

@@ -131,7 +131,7 @@ def test_mooncake_prefill_holds_kv_and_returns_no_params() -> None:
 
     assert isinstance(done, Finish)
     assert done.result.kv_transfer_params is None
-    block = state.store.peek("xfer-7", clock.now)
+    block = state.store.pull("xfer-7", clock.now)
     assert block is not None and block.prompt_digest == prompt_digest(req.prompt_ids)
     assert block.created_at == clock.now  # held from when the prefill finished, not when it arrived
     rec = done.result.record

@@ -480,11 +480,6 @@ def test_probe_counters_by_outcome() -> None:
     assert bad.effects.metrics == [MetricInc(PROBES_TOTAL, {"outcome": "failed"})]
 
 
-def test_has_bug() -> None:
-    cfg = HealthConfig(bugs=frozenset({STALE_ENGINE_ID}))
-    assert cfg.has_bug(STALE_ENGINE_ID) and not HEALTH.has_bug(STALE_ENGINE_ID)
-
-
 # ---- policies and picking ----------------------------------------------------------------------------------
 
 
