@@ -12,6 +12,8 @@ the working tree is never touched. Not part of the default test run; needs the `
     python bench/mutation.py --judge suite --core router --max-mutants 300 --seed 1 --results r.json
                                                       # judged by the default suite in simulation, then a
                                                       # 60 s search (bench/mutation_suite.py); hours
+    python bench/mutation.py --judge suite --core router --seed 3 --resume r.json --stop-after 3600
+                                                      # an hour more of the same sample, kept in r.json
 
 Prints per core: mutants total, killed, survived, timeout, skipped (mutmut's skipped plus the mutants no
 test reaches), other (suspicious, segfault, not checked), the score killed / (total - skipped), and the wall
@@ -29,9 +31,9 @@ candidates (survivors the unit tests miss too), and the two scores.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -178,6 +180,13 @@ def _rejudged(results_file: Path, core: str, names: list[tuple[str, str]]) -> li
     return chosen
 
 
+def source_revision() -> str:
+    """The checkout's commit, marked when its working tree differs (what a resumed sample's parts ran on)."""
+    done = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
+                          text=True, check=False)
+    return done.stdout.strip() or "unknown"
+
+
 def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> int:
     """Sample each core's mutants and judge them with the scenario suite, then the search."""
     from mutation_suite import (
@@ -185,8 +194,10 @@ def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> in
         TIME_LIMIT_FLOOR_S,
         SuiteTally,
         print_tally,
+        resumed,
         run_presets,
         run_search,
+        seeded_sample,
         switch_only,
         unit_tests_pass,
     )
@@ -204,22 +215,41 @@ def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> in
               file=sys.stderr)
         return 2
     limit = max(TIME_LIMIT_FLOOR_S, TIME_LIMIT_FACTOR * clean.wall_s)
+    cores_done: dict[str, object] = {}
+    if args.resume is not None:  # the cores not judged this time stay in the file as they were
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            cores_done = dict(json.loads(args.resume.read_text()).get("cores", {}))
     report: dict[str, object] = {"seed": args.seed, "clean_suite_s": clean.wall_s, "presets": list(presets),
-                                 "cores": {}}
+                                 "cores": cores_done}
+
+    def save(tally: SuiteTally) -> None:
+        cores_done[tally.core] = {"mutants": tally.results, "counts": dict(tally.counts()),
+                                  "scores": tally.scores()}
+        if args.results:
+            args.results.write_text(json.dumps(report, indent=1, sort_keys=True))
+
     survivors_text: list[str] = []
+    judged_at = source_revision()
+    started = time.monotonic()
     for core in cores:
         t0 = time.monotonic()
         names = sorted((path, n) for path, codes in by_file.items() if core_of(path) == core for n in codes)
+        tally = SuiteTally(core)
         if args.rejudge is not None:
             chosen = _rejudged(args.rejudge, core, names)
         else:
-            random.Random(args.seed).shuffle(names)
-            chosen = names[: args.max_mutants or 300]
-        tally = SuiteTally(core)
+            chosen = seeded_sample(names, args.seed, args.max_mutants or 300)
+            if args.resume is not None:
+                tally.results.update(resumed(args.resume, core, args.seed, presets, chosen))
+                chosen = [(path, name) for path, name in chosen if name not in tally.results]
         for i, (path, name) in enumerate(chosen, 1):
+            if args.stop_after is not None and time.monotonic() - started > args.stop_after:
+                print(f"--stop-after {args.stop_after:g} s: {len(chosen) - i + 1} of {core}'s sample left "
+                      "unjudged (--resume the results file to go on)", flush=True)
+                break
             suite = run_presets(copy, name, limit, presets)
             tally.add(name, path=path, suite=suite.outcome, suite_detail=suite.detail,
-                      suite_s=f"{suite.wall_s:.1f}")
+                      suite_s=f"{suite.wall_s:.1f}", judged_at=judged_at)
             if suite.outcome == "pass" and args.search_budget > 0:
                 search = run_search(copy, name, args.search_budget, args.jobs)
                 tally.add(name, search=search.outcome, search_detail=search.detail)
@@ -235,10 +265,8 @@ def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> in
             print(f"[{core} {i}/{len(chosen)}] {name}: suite {suite.outcome} ({suite.wall_s:.0f} s)"
                   + (f", search {facts['search']}" if "search" in facts else "")
                   + (f", unit tests {facts['unit_tests']}" if "unit_tests" in facts else ""), flush=True)
-            report["cores"][core] = {"mutants": tally.results, "counts": dict(tally.counts()),  # type: ignore[index]
-                                     "scores": tally.scores()}
-            if args.results:
-                args.results.write_text(json.dumps(report, indent=1, sort_keys=True))
+            save(tally)
+        save(tally)
         print_tally(tally, time.monotonic() - t0)
     if args.survivors:
         args.survivors.write_text("\n".join(survivors_text))
@@ -264,11 +292,18 @@ def main() -> int:
                     help="mutate only these files (globs relative to the checkout, e.g. "
                          "'reference_router/core/breaker.py'); default: every file of the chosen cores")
     ap.add_argument("--max-mutants", type=int, metavar="N",
-                    help="run a random sample of N mutants (seeded by --seed) instead of all of them")
+                    help="run a sample of N mutants instead of all of them: those first by a hash of --seed "
+                         "and the mutant's name (a code change adds or drops only its own mutants)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rejudge", type=Path, metavar="RESULTS",
                     help="--judge suite: judge again only the survivors a --results file of an earlier run "
                          "recorded (its sample, after a change to the checkers or scenarios)")
+    ap.add_argument("--resume", type=Path, metavar="RESULTS",
+                    help="--judge suite: go on with the sample a --results file of the same seed and presets "
+                         "holds, judging only the mutants it lacks (the file is rewritten unless --results "
+                         "names another)")
+    ap.add_argument("--stop-after", type=float, metavar="S",
+                    help="--judge suite: start no new mutant after S seconds of judging (--resume goes on)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="parallel workers (default: cpus)")
     ap.add_argument("--timeout-multiplier", type=float, default=5.0,
                     help="per-mutant CPU limit factor over its tests' clean time (default 5)")
@@ -284,6 +319,13 @@ def main() -> int:
     except ImportError:
         print("mutmut is not installed: pip install -e '.[mutation]'", file=sys.stderr)
         return 2
+    for flag in ("rejudge", "resume", "stop_after"):
+        if getattr(args, flag) is not None and args.judge != "suite":
+            ap.error(f"--{flag.replace('_', '-')} needs --judge suite")
+    if args.rejudge is not None and args.resume is not None:
+        ap.error("--rejudge and --resume are two different samples: give one")
+    if args.resume is not None and args.results is None:
+        args.results = args.resume
     cores = list(CORES) if args.core == "both" else [args.core]
     if args.paths:
         bad = [p for p in args.paths if core_of(p) not in cores]
@@ -302,17 +344,15 @@ def main() -> int:
         copy_checkout(copy)
         configure(copy, cores, args.paths, args)
         run_argv = ["run", "--max-children", str(args.jobs)]
-        if args.rejudge is not None and args.judge != "suite":
-            ap.error("--rejudge needs --judge suite")
         if args.judge == "suite":
             run_mutmut(copy, [*run_argv, "pdchaos_no_such_mutant*"], log, args.wall_limit)
             return judge_by_suite(copy, cores, args)
         if args.max_mutants is not None:
             # Generate every mutant and the test map first (naming a mutant that matches nothing does it).
             run_mutmut(copy, [*run_argv, "pdchaos_no_such_mutant*"], log, args.wall_limit)
-            names = sorted(n for codes in results(copy).values() for n in codes)
-            random.Random(args.seed).shuffle(names)
-            run_argv += sorted(names[: args.max_mutants])
+            from mutation_suite import seeded_sample
+            pairs = [(path, n) for path, codes in results(copy).items() for n in codes]
+            run_argv += sorted(n for _, n in seeded_sample(pairs, args.seed, args.max_mutants))
         rc = run_mutmut(copy, run_argv, log, max(1.0, args.wall_limit - (time.monotonic() - t0)))
         wall = time.monotonic() - t0
         by_file = results(copy)

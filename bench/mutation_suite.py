@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -296,6 +297,37 @@ class SuiteTally:
         if judged <= 0:
             return None, None
         return n["killed_suite"] / judged, (n["killed_suite"] + n["killed_search"]) / judged
+
+
+def seeded_sample(names: Iterable[tuple[str, str]], seed: int, n: int) -> list[tuple[str, str]]:
+    """The `n` (path, mutant) pairs that rank first by a hash of the seed and the mutant's name. A mutant's
+    rank does not depend on the others, so a change to the code adds or drops only its own mutants: a
+    sample judged over several sittings (`--resume`) stays one sample."""
+    def rank(item: tuple[str, str]) -> bytes:
+        return hashlib.sha256(f"{seed}:{item[1]}".encode()).digest()
+    return sorted(names, key=rank)[:n]
+
+
+def resumed(results_file: Path, core: str, seed: int, presets: Sequence[str],
+            sample: Sequence[tuple[str, str]]) -> dict[str, dict[str, str]]:
+    """What a `--results` file already judged of this core's `sample` (to be kept, not run again). The file
+    must be of the same seed and presets; recorded mutants outside the sample (the code changed) are left
+    out and named."""
+    try:
+        report = json.loads(results_file.read_text())
+        recorded = report.get("cores", {}).get(core, {}).get("mutants", {})
+        theirs = (report["seed"], list(report["presets"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SystemExit(f"--resume {results_file}: not a --results file ({exc})") from exc
+    if theirs != (seed, list(presets)):
+        raise SystemExit(f"--resume {results_file}: judged with seed {theirs[0]} and presets "
+                         f"{','.join(theirs[1])}, not seed {seed} and presets {','.join(presets)}")
+    wanted = {name for _, name in sample}
+    kept = {name: dict(facts) for name, facts in recorded.items() if name in wanted and "suite" in facts}
+    gone = sorted(set(recorded) - wanted)
+    print(f"{core}: resuming {results_file}: {len(kept)} of the {len(sample)} sampled already judged"
+          + (f"; left out, no longer sampled: {', '.join(gone)}" if gone else ""), flush=True)
+    return kept
 
 
 def print_tally(tally: SuiteTally, wall_s: float) -> None:
