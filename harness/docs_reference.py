@@ -16,6 +16,7 @@ import inspect
 import os
 import sys
 import typing
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -93,14 +94,17 @@ def checker_reference() -> str:
              f"{', '.join(f'`{c}`' for c in DEFAULT_CHECKS if c not in CONTRACT_CHECKS)}.\n",
              "A finding's tier decides what leads when several checkers fail in one cell "
              f"(symptoms, strongest first: {', '.join(SYMPTOMS)}).\n"]
+    modules = Counter(spec.fn.__module__ for spec in CHECKERS.values())
     for name in sorted(CHECKERS):
         spec = CHECKERS[name]
-        module = sys.modules[spec.fn.__module__]
+        # A module that holds several checkers says what they share; each one's own function says what it is.
+        shared = modules[spec.fn.__module__] > 1 and spec.fn.__doc__
+        about = spec.fn.__doc__ if shared else sys.modules[spec.fn.__module__].__doc__
         tier_name = tiers[tier(name)]
         explains = EXPLAINS.get(name)
         if explains is not None:
             tier_name += f"; explains {', '.join(sorted(explains)) or 'nothing else'}"
-        lines += [f"## `{name}`\n", _first_paragraph(module.__doc__) + "\n",
+        lines += [f"## `{name}`\n", _first_paragraph(about) + "\n",
                   f"- Finding: {STATEMENTS.get(name, '(stated by its reason)')} ({tier_name}).",
                   f"- Needs the engines' handoff records: {'yes' if 'handoffs' in spec.needs else 'no'}.",
                   f"- Parameters (`{spec.params.__name__}`): {_first_paragraph(spec.params.__doc__)}\n"]

@@ -103,6 +103,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--pdchaos-router: {e}") from None
         if isinstance(adapter, CommandRouter) and (problem := adapter.executable_problem()) is not None:
             raise pytest.UsageError(f"--pdchaos-router: {problem}")
+        if config.getoption("--pdchaos-repeat") > 1 and config.getoption("--pdchaos-world") == "sim":
+            raise pytest.UsageError("--pdchaos-repeat: a simulated run replays exactly (real time only)")
         given = config.getoption("--pdchaos-out")
         # As `pdchaos run --out`: a folder with an earlier run in it would mix the two in one report.
         if given and (problem := out_folder_problem(Path(given), "--pdchaos-out folder")) is not None:
@@ -228,8 +230,6 @@ class ScenarioItem(pytest.Item):
         if why:
             pytest.skip(why)
         repeat = cfg.getoption("--pdchaos-repeat")
-        if repeat > 1 and cfg.getoption("--pdchaos-world") == "sim":
-            raise pytest.UsageError("--pdchaos-repeat: a simulated run replays exactly (real time only)")
         runs = []
         for i in range(1, repeat + 1):
             out = _run_dir(cfg) / repeat_dir_name(cell_dir_name(self.scenario.name, self.cell), i, repeat)

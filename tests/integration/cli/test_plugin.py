@@ -131,6 +131,14 @@ def test_an_out_folder_holding_an_earlier_run_is_a_usage_error(
     result.stderr.fnmatch_lines(["*already exists and is not empty*"])
 
 
+def test_repeating_a_simulated_run_is_a_usage_error_before_any_cell(pytester: pytest.Pytester) -> None:
+    """A simulated run replays exactly: `--pdchaos-repeat` with it is refused at start, not per cell."""
+    result = pytester.runpytest("--pdchaos", "--pdchaos-world", "sim", "--pdchaos-repeat", "3",
+                                "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--pdchaos-repeat: a simulated run replays exactly*"])
+
+
 def test_bare_option_collects_the_shipped_default_suite(pytester: pytest.Pytester) -> None:
     from harness.runner import expand_matrix
     from harness.scenario import load_scenarios
