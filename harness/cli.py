@@ -340,6 +340,7 @@ def _apply_log_cap(mb: float | None) -> None:
 
 def plan_run(args: argparse.Namespace) -> RunPlan:
     """Everything that can be wrong with a run, found before any process starts (UsageError)."""
+    from harness.routers.profiles import PREFIX as PROFILE_PREFIX
     from harness.runner import default_settings, expand_matrix
     from harness.scenario.bugs import absent_bug
     from pdchaos.ports import POOL_ENV, pool_from_env
@@ -381,7 +382,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
                         f"{'/'.join(s.transports)}" for s in scenarios[:3])
         more = f" (and {len(scenarios) - 3} more)" if len(scenarios) > 3 else ""
         raise UsageError(f"no selected scenario applies to {wanted or 'any cell'}: {own}{more}")
-    if args.world == "real":
+    if args.world == "real" or args.router.startswith(PROFILE_PREFIX):  # a profile: its release's transports
         cells = drop_skipped(args.router, cells)
         if not cells:
             raise UsageError(f"router {args.router!r} can run none of the selected cells (reasons above)")

@@ -28,6 +28,7 @@ from harness.parallel import run_suite
 from harness.races import exit_code
 from harness.routers import RouterAdapter, RouterAdapterError, make_router_adapter
 from harness.routers.gateways.adapters import GatewayAdapter
+from harness.routers.profiles import ProfileRouter
 from harness.runner import Cell, expand_matrix
 from harness.scenario import Scenario, apply_preset, preset
 from harness.usage_parser import UsageParser, seed_arg
@@ -63,6 +64,8 @@ def skip_reason(adapter: RouterAdapter, scenario: Scenario, cell: Cell) -> str |
     """Why this router cannot run that cell (None: it runs)."""
     if isinstance(adapter, GatewayAdapter):
         return adapter.cannot_run(scenario, cell.topology, cell.connector, cell.transport)
+    if isinstance(adapter, ProfileRouter) and (problem := adapter.transport_problem(cell.transport)):
+        return problem
     if scenario.router.inject_bugs and not adapter.supports_inject_bug:
         return f"injects bug(s) {', '.join(scenario.router.inject_bugs)} into the reference router"
     return None

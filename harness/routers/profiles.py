@@ -149,5 +149,12 @@ class ProfileRouter(ReferenceRouter):
         self.profile = profile
         self.name = PREFIX + profile.name
 
+    def transport_problem(self, transport: str) -> str | None:
+        """Why this profile does not model its release over `transport` (None: it does)."""
+        if transport in self.profile.transports:
+            return None
+        return (f"profile {self.profile.name} models {self.profile.release} over "
+                f"{'/'.join(self.profile.transports)} only (where harness.profile_check compares them)")
+
 
 check_profiles()

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from harness.cli_args import cell_filters
 from harness.jobs import default_jobs, jobs_arg
+from harness.routers.profiles import PREFIX as PROFILE_PREFIX
+from harness.routers.profiles import ProfileRouter, profile_named
 from harness.scenario.presets import PRESET_NAMES
 from harness.search import DEFAULT_EXAMPLES, DEFAULT_SHIFTS_S
 from harness.suite import out_folder_problem
@@ -162,7 +164,7 @@ def _options(args: argparse.Namespace) -> object:
             raise UsageError(str(e)) from None
     presets = PRESET_NAMES if args.settings == "any" else (args.settings,)
     space = space_for(tuple(dict.fromkeys(args.inject_bug)), max_side=args.max_side, presets=presets,
-                      connector=args.connector, transport=args.transport)
+                      connector=args.connector, transport=_profile_transport(router, args.transport))
     absent = absent_bug(args.inject_bug, [(c, t) for c in space.connectors for t in space.transports],
                         "cells searched")
     if absent is not None:
@@ -172,6 +174,19 @@ def _options(args: argparse.Namespace) -> object:
                          jobs=args.jobs or default_jobs(), examples=args.examples, space=space,
                          settings_label=args.settings, stop_at_first=args.stop_at_first, shifts=shifts,
                          ray=ray, jobs_from_cluster=ray not in (None, "local") and args.jobs is None)
+
+
+def _profile_transport(router: str, transport: str | None) -> str | None:
+    """The transport to draw: a gateway profile keeps to those it models its release over."""
+    if not router.startswith(PROFILE_PREFIX):
+        return transport
+    profile = ProfileRouter(profile_named(router))
+    if transport is not None:
+        if (problem := profile.transport_problem(transport)) is not None:
+            raise UsageError(f"--transport {transport}: {problem}")
+        return transport
+    transports = profile.profile.transports
+    return transports[0] if len(transports) == 1 else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
