@@ -1,6 +1,6 @@
 """The reference pages of the docs, generated from the code: the CLI (every argparse parser), the checkers
-(their registry, parameters and findings sentences), the bug zoo (the switch catalogue) and report.json (its
-fields, checked against a document the writer makes). A test fails
+(their registry, parameters and findings sentences), the bug zoo (the switch catalogue), report.json (its
+fields, checked against a document the writer makes) and the scenario format (the dataclasses). A test fails
 when a page on disk is not what the code makes now, so the reference cannot drift.
 
     python -m harness.docs_reference           # write docs/reference/*.md
@@ -14,6 +14,7 @@ import dataclasses
 import importlib
 import inspect
 import os
+import re
 import sys
 import typing
 from collections import Counter
@@ -158,8 +159,82 @@ def report_reference() -> str:
     return "\n".join(lines)
 
 
+def _field_notes(cls: type) -> dict[str, str]:
+    """Each field's comment: the `#` lines right above it in the class body."""
+    lines, _ = inspect.getsourcelines(cls)
+    notes: dict[str, str] = {}
+    comment: list[str] = []
+    for line in lines[1:]:
+        text = line.strip()
+        if text.startswith("#"):
+            comment.append(text.lstrip("# "))
+            continue
+        name = text.split(":", 1)[0]
+        if comment and name.isidentifier() and ":" in text:
+            notes[name] = " ".join(comment)
+        comment = []
+    return notes
+
+
+def _union_members(tp: Any) -> list[type]:
+    args = typing.get_args(tp)
+    return [m for a in args for m in _union_members(a)] if args else [tp]
+
+
+def _dataclass_section(cls: type) -> list[str]:
+    hints, notes = typing.get_type_hints(cls), _field_notes(cls)
+    lines = [f"### `{cls.__name__}`\n"]
+    if cls.__doc__ and not cls.__doc__.startswith(f"{cls.__name__}("):  # not the generated signature
+        lines.append(_first_paragraph(cls.__doc__) + "\n")
+    fields = dataclasses.fields(cls)
+    if not fields:
+        return lines
+    lines += ["| field | type | default | meaning |", "|---|---|---|---|"]
+    for f in fields:
+        value = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        if value is dataclasses.MISSING:
+            default = "required"
+        elif dataclasses.is_dataclass(value):  # its own section gives its fields' defaults
+            default = f"`{type(value).__name__}()`"
+        else:
+            default = f"`{value!r}`"
+        # `harness.scenario.timeline.Step` reads `Step`: every type named here has its section.
+        kind = re.sub(r"\b(?:[a-z_]+\.)+(?=[A-Za-z_])", "", _type_name(hints[f.name])).replace(" | ", " or ")
+        lines.append(f"| `{f.name}` | `{kind}` | {default.replace('|', 'or')} | {notes.get(f.name, '')} |")
+    return [*lines, ""]
+
+
+def scenario_reference() -> str:
+    from harness.scenario import (
+        Action,
+        Condition,
+        EngineSettings,
+        Expect,
+        RouterSettings,
+        Scenario,
+        Step,
+        Workload,
+    )
+
+    lines = [_HEADER, "# Scenario format\n",
+             "Every field of a scenario and of what it holds, from the dataclasses in `harness.scenario`. A "
+             "scenario file defines `SCENARIOS = [Scenario(...), ...]`; [Writing scenarios](../scenarios.md) "
+             "shows one. A required field has no default.\n", "## The scenario\n"]
+    for cls in (Scenario, RouterSettings, EngineSettings, Workload, Step, Expect):
+        lines += _dataclass_section(cls)
+    lines.append("## Conditions (when a step fires)\n")
+    for cls in _union_members(Condition):
+        lines += _dataclass_section(cls)
+    lines.append("## Actions (what a step does)\n")
+    for cls in _union_members(Action):
+        lines += _dataclass_section(cls)
+    return "\n".join(lines)
+
+
 PAGES: dict[str, Callable[[], str]] = {"cli.md": cli_reference, "checkers.md": checker_reference,
-                                      "zoo.md": zoo_reference, "report-json.md": report_reference}
+                                      "zoo.md": zoo_reference, "report-json.md": report_reference,
+                                      "scenario-format.md": scenario_reference}
 
 
 def stale_pages(folder: Path = DOCS) -> list[str]:

@@ -60,16 +60,30 @@ class Expect:
 
 @dataclass(frozen=True)
 class Scenario:
+    """One scenario: the cells it runs in, what the router, engines and clients are told, the faults on its
+    timeline and the checkers that judge each run. It is data: both worlds run the same object."""
+
+    # Unique among the scenarios loaded; letters, digits and `_`.
     name: str
+    # What happens and what a correct router does about it (shown in reports and `pdchaos list`).
     description: str
+    # What it guards: gateway issue numbers, zoo entries, bug names.
     bugs: tuple[str, ...] = ()
+    # The shapes it runs in, NpMd: N prefills, M decodes.
     topologies: tuple[str, ...] = ("1p1d",)
+    # The KV connectors it runs with: mooncake, nixl.
     connectors: tuple[str, ...] = ("mooncake",)
+    # How the router talks to the engines: http, grpc.
     transports: tuple[str, ...] = TRANSPORTS
+    # What the router is told.
     router: RouterSettings = field(default_factory=RouterSettings)
+    # What every engine is told.
     engines: EngineSettings = field(default_factory=EngineSettings)
+    # The client traffic.
     workload: Workload = field(default_factory=Workload)
+    # The faults, in order.
     timeline: tuple[Step, ...] = ()
+    # The checkers that judge each run (none: the default set).
     expect: tuple[Expect, ...] = ()
     # Engines started by a timeline step instead of at set-up (not registered with the router at start).
     deferred_engines: tuple[str, ...] = ()
@@ -79,6 +93,7 @@ class Scenario:
     min_duration_s: float = 0.0
     # Seconds allowed for every worker to be Ready before the timeline starts.
     ready_timeout_s: float = 15.0
+    # `default` puts it in the default suite.
     tags: tuple[str, ...] = ()
     # The cells the default suite runs (a subset, to keep the suite short; empty: all of them). Naming the
     # scenario runs every cell.

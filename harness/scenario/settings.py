@@ -11,20 +11,29 @@ from typing import Any, Literal
 class RouterSettings:
     """What the router under test is told (adapters translate to their own flags)."""
 
+    # Seconds between two health probes of a worker.
     health_interval_s: float = 0.3
+    # How long a probe may take before it counts as failed.
     health_timeout_s: float = 1.0
+    # Failed probes in a row that take a worker out; passed probes in a row that bring it back.
     failure_threshold: int = 1
     success_threshold: int = 1
+    # Probes and engine-id reads open at once, over all workers (None: no limit).
     max_concurrent_health_checks: int | None = None
+    # Seconds between identity checks of a healthy worker (an engine id read); None: none.
     identity_check_interval_s: float | None = 1.0
+    # How a leg picks its worker: round_robin, random, power_of_two, least_load.
     prefill_policy: str = "round_robin"
     decode_policy: str = "round_robin"
+    # A request's deadline at the router, in seconds.
     request_timeout_s: float = 10.0
     # Test-only router bug switches (reference_router.core.bugs; `--inject-bug`): the reference router only.
     inject_bugs: tuple[str, ...] = ()
+    # More command-line arguments for the router, passed as they are.
     extra_args: tuple[str, ...] = ()
     # None: no circuit breaker (gateways' production setting: 10 failures, 60 s open).
     circuit_breaker_failures: int | None = None
+    # Seconds an open breaker keeps its worker out before a trial request.
     circuit_breaker_open_s: float = 60.0
     # False: over gRPC the router is not told the KV connector and learns it from each engine's
     # GetServerInfo (HTTP workers are always told: nothing there says it). The reference router honours it.
@@ -75,14 +84,20 @@ class EngineSettings:
 class Workload:
     """Client traffic through the router. Times are seconds from the timeline's zero (all workers Ready)."""
 
+    # open: requests arrive at `rate_rps` whatever the answers; closed: `concurrency` clients, each sending
+    # its next request when the last one ended (after `think_time_s`).
     mode: Literal["open", "closed"] = "closed"
     rate_rps: float = 20.0
     concurrency: int = 4
+    # Seconds of traffic.
     duration_s: float = 4.0
+    # The shares of requests that stream, and that use /v1/chat/completions (the rest: /v1/completions).
     stream_fraction: float = 0.3
     chat_fraction: float = 0.2
+    # A prompt's length in words: drawn between the two.
     prompt_words: tuple[int, int] = (6, 30)
     max_tokens: int = 8
+    # A client gives up on a request after this many seconds.
     deadline_s: float = 6.0
     think_time_s: float = 0.02
     # The share of requests carrying a client's mistake only an engine can refuse: a model name no engine
