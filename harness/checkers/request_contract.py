@@ -6,7 +6,8 @@ the client's answer, for any router:
   prefill legs plus one for the decode leg (a client that waits longer must not be the one that ends it);
 - a client error is the client's: a leg an engine refused as the client's mistake (4xx), with no leg after
   it, is answered to the client as a 4xx, never as a server error or a success; a request carrying a
-  client's mistake (the workload's `mistake_fraction`) never gets a server error.
+  client's mistake (the workload's `mistake_fraction`) never gets a server error. Not judged where a fault
+  on the engine (its link cut, its process stopped or gone) may have kept the refusal from the router.
 Time the harness had the router's process stopped (`PauseRouter`) is not counted as the router's.
 (Legs run once and in order: `legs_once`, `legs_sequenced`.)
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 from harness.checkers._common import cap, judged_from_engines
 from harness.contract.evidence import REFUSED, EngineView, Leg
-from harness.contract.reach import paused_within
+from harness.contract.reach import EDGE_S, paused_within
 from harness.history import History, RequestView
 from harness.verdict import Verdict
 
@@ -70,7 +71,15 @@ def _over_deadline(history: History, view: EngineView, exp: RequestContractExpec
     return judged, out
 
 
-def _client_errors(history: History, legs: dict[str, list[Leg]]) -> tuple[int, list[str]]:
+def _answer_may_be_lost(view: EngineView, leg: Leg) -> bool:
+    """Whether a fault on the engine (its link cut, the process stopped or gone) may have kept its answer
+    to `leg` from the router: then the router never heard the refusal, and a 502 is what it knew."""
+    end = leg.ended if leg.ended is not None else leg.at
+    return any(w.start - EDGE_S <= end and leg.at <= w.end + EDGE_S for w in view.windows(leg.engine))
+
+
+def _client_errors(view: EngineView, legs: dict[str, list[Leg]]) -> tuple[int, list[str]]:
+    history = view.history
     judged, out = 0, []
     for req in history.request_list():
         if req.mistake is None or not req.completed or req.timed_out:
@@ -79,6 +88,8 @@ def _client_errors(history: History, legs: dict[str, list[Leg]]) -> tuple[int, l
         if not mine or any(leg.kind != REFUSED or not 400 <= (leg.status or 0) < 500 for leg in mine):
             # No engine saw the mistake (refused before any leg, or gRPC carries no model name): nothing
             # says the answer had to be the client's.
+            continue
+        if any(_answer_may_be_lost(view, leg) for leg in mine):
             continue
         judged += 1
         if (req.status or 0) >= 500:
@@ -89,7 +100,7 @@ def _client_errors(history: History, legs: dict[str, list[Leg]]) -> tuple[int, l
         if last.kind != REFUSED or last.status is None or not 400 <= last.status < 500 or last.status == 499:
             continue
         req: RequestView | None = history.request_by_tag(tag)
-        if req is None or not req.completed or req.timed_out:
+        if req is None or not req.completed or req.timed_out or _answer_may_be_lost(view, last):
             continue
         judged += 1
         if not 400 <= (req.status or 0) < 500:
@@ -111,7 +122,7 @@ def check_request_contract(view: EngineView, exp: RequestContractExpect) -> Verd
     refusals = sum(1 for r in history.request_list() if r.status == 503 and r.tag not in legs)
     deadlines, found = _over_deadline(history, view, exp)
     evidence += found
-    client, found = _client_errors(history, legs)
+    client, found = _client_errors(view, legs)
     evidence += found
     numbers = {"requests": len(history.requests), "refusals": refusals, "deadline_judged": deadlines,
                "client_errors": client, "refusal_s": exp.refusal_s,

@@ -542,6 +542,20 @@ def test_a_client_error_an_engine_refused_reaches_the_client_as_its_own() -> Non
         assert v.numbers["client_errors"] == 1
 
 
+def test_a_refusal_a_cut_link_may_have_lost_is_not_judged() -> None:
+    """An engine refused the client's mistake while its serving link was reset: the router may never have
+    heard the 404, so the 502 it answered is what it knew (found by the search on the reference router)."""
+    for link, judged in (("serve", 0), ("side_channel", 1)):
+        run = healthy_run()
+        run.hb.at(1.9).fault_applied("cut", "link_reset", "prefill-0", {"link": link}, {})
+        run.hb.at(2.4).fault_healed("cut", "link_reset", "prefill-0")
+        tag = run.hb.request(2.0, 0.05, status=502)
+        refused(run, 2.01, "prefill-0", "prefill", tag, 404)
+        v = check_request_contract(run.history())
+        assert v.numbers["client_errors"] == judged, (link, v.evidence)
+        assert v.status == ("pass" if judged == 0 else "fail")
+
+
 def test_an_error_answer_without_the_documented_body_is_a_violation() -> None:
     run = healthy_run()
     run.hb.request(1.0, 0.02, status=503)
