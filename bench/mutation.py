@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -314,6 +315,9 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, metavar="DIR",
                     help="work in DIR and keep it (then `cd DIR && mutmut show NAME` / `mutmut browse`)")
     args = ap.parse_args()
+    # A SIGTERM unwinds like Ctrl-C: each judge kills its suite's process group and the copy is removed
+    # (the results file keeps what was judged; --resume goes on).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         import mutmut
     except ImportError:
