@@ -1,7 +1,7 @@
 """Real vLLM engines (`pdchaos engines install vllm` first): the fidelity probes against a real NIXL pair,
 and the 1p1d NIXL outage scenarios on real vLLM with the reference router, over HTTP and gRPC, judged per
-checker like the fakes. Minutes per test and about 2.5 GB of memory per engine: `real_engines` marker, run with
-PDCHAOS_REAL_ENGINES=1 (never in the default run or CI)."""
+checker like the fakes. Minutes per test and about 2.5 GB of memory per engine: `real_engines` marker, run
+with PDCHAOS_REAL_ENGINES=1 (never in the default run or CI)."""
 
 from __future__ import annotations
 
