@@ -17,6 +17,7 @@ import secrets
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fake_engines import registry
@@ -162,7 +163,9 @@ def build_parser(entrypoint: str) -> argparse.ArgumentParser:
         "Environment: VLLM_MOONCAKE_BOOTSTRAP_PORT (a Mooncake prefill's bootstrap port, default 8998), "
         "VLLM_NIXL_SIDE_CHANNEL_PORT (default 5600), VLLM_NIXL_ABORT_REQUEST_TIMEOUT / "
         "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT (seconds before a prefill frees unread KV, default 480), "
-        "PDCHAOS_ENGINE_NAME (the name `pdchaos fault` knows it by), PDCHAOS_ENGINES_REGISTRY.",
+        "PDCHAOS_ENGINE_NAME (the name `pdchaos fault` knows it by), PDCHAOS_ENGINES_REGISTRY, "
+        "PDCHAOS_SHIM_PYTHON (the Python to run the fake engine under, when the caller's python3 lacks "
+        "pdchaos's dependencies).",
     )
     if entrypoint == "serve":
         p.add_argument("model_tag", metavar="MODEL", help="the model name or path (any string)")
@@ -272,9 +275,46 @@ def fake_argv(v: VllmArgs, name: str, control_port: int, records: str) -> list[s
     return out
 
 
+# The modules each entrypoint is started as, for a handover to pdchaos's own Python.
+ENTRY_MODULES = {
+    "grpc_server": "vllm.entrypoints.grpc_server",
+    "api_server": "vllm.entrypoints.openai.api_server",
+    "serve": "vllm.entrypoints.cli.main",
+}
+# Set to the Python that has pdchaos's dependencies: a shim started by another Python (a gateway's test suite
+# whose `python3` must have the gateway's own packages) runs the fake engine under that one instead.
+SHIM_PYTHON_ENV = "PDCHAOS_SHIM_PYTHON"
+_HANDED_OVER_ENV = "PDCHAOS_SHIM_HANDED_OVER"
+
+
+def handover_argv(
+    argv: Sequence[str], entrypoint: str, env: Mapping[str, str], executable: str
+) -> list[str] | None:
+    """The command line that runs this shim under `$PDCHAOS_SHIM_PYTHON`, or None to run here (unset, already
+    that Python, or already handed over once)."""
+    target = env.get(SHIM_PYTHON_ENV, "")
+    if not target or env.get(_HANDED_OVER_ENV) or os.path.abspath(target) == os.path.abspath(executable):
+        return None
+    return [target, "-m", ENTRY_MODULES[entrypoint], *argv]
+
+
 def main(argv: Sequence[str] | None, entrypoint: str) -> int:
     """Start a fake engine from vLLM's command line, registered for `pdchaos fault` while it runs."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    handover = handover_argv(argv, entrypoint, os.environ, sys.executable)
+    if handover is not None:
+        if not os.access(handover[0], os.X_OK):
+            print(f"pdchaos vllm shim: {SHIM_PYTHON_ENV}={handover[0]} is not an executable", file=sys.stderr)
+            return 2
+        os.environ[_HANDED_OVER_ENV] = "1"
+        # `vllm serve` put the shim on its own sys.path only: the other Python needs it on PYTHONPATH.
+        shim = str(Path(__file__).resolve().parent / "vllm_shim")
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if shim not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([shim, *paths])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(handover[0], handover)
     if entrypoint == "serve":
         if not argv or argv[0] != "serve":
             print("usage: vllm serve MODEL [options]  (the pdchaos shim runs `serve` only)", file=sys.stderr)
@@ -292,7 +332,8 @@ def main(argv: Sequence[str] | None, entrypoint: str) -> int:
         from pdchaos.ports import free_port
     except ImportError as exc:
         print(f"pdchaos vllm shim: {sys.executable} lacks pdchaos's dependencies ({exc}); put pdchaos's "
-              'environment first: eval "$(pdchaos engines shim --env)"', file=sys.stderr)
+              'environment first: eval "$(pdchaos engines shim --env)", or name its Python in '
+              f"{SHIM_PYTHON_ENV}", file=sys.stderr)
         return 2
     control_port, token = free_port(), secrets.token_hex(16)
     entry = registry.register(

@@ -14,7 +14,14 @@ import pytest
 from helpers.vllm_worker_args import smg_e2e_worker_args
 
 from fake_engines import registry
-from fake_engines.vllm_cli import VllmUsageError, build_parser, fake_argv, read_args
+from fake_engines.vllm_cli import (
+    SHIM_PYTHON_ENV,
+    VllmUsageError,
+    build_parser,
+    fake_argv,
+    handover_argv,
+    read_args,
+)
 from harness.vllm.cli import shim_folder, shim_text
 
 pytestmark = pytest.mark.unit
@@ -132,3 +139,54 @@ def test_the_shim_is_never_on_the_path_by_accident() -> None:
     assert os.access(folder / "bin" / "vllm", os.X_OK)
     assert shim_text(False) == str(folder)
     assert f"PYTHONPATH={folder}" in shim_text(True)
+
+
+@pytest.mark.parametrize(
+    "entrypoint, module",
+    [
+        ("grpc_server", "vllm.entrypoints.grpc_server"),
+        ("api_server", "vllm.entrypoints.openai.api_server"),
+        ("serve", "vllm.entrypoints.cli.main"),
+    ],
+)
+def test_handover_to_pdchaos_python(entrypoint: str, module: str) -> None:
+    env = {SHIM_PYTHON_ENV: "/opt/pdchaos/bin/python"}
+    assert handover_argv(["--port", "1"], entrypoint, env, "/opt/gateway/bin/python3") == [
+        "/opt/pdchaos/bin/python", "-m", module, "--port", "1",
+    ]
+    # Unset, already that Python, or already handed over once: run here.
+    assert handover_argv(["--port", "1"], entrypoint, {}, "/opt/gateway/bin/python3") is None
+    assert handover_argv([], entrypoint, env, "/opt/pdchaos/bin/python") is None
+    assert handover_argv([], entrypoint, {**env, "PDCHAOS_SHIM_HANDED_OVER": "1"}, "/x/python") is None
+
+
+@pytest.mark.parametrize("how", ["module", "vllm serve"])
+def test_a_gateways_python_hands_the_engine_to_pdchaos_python(how: str, tmp_path: Path) -> None:
+    # smg's e2e suite runs `python3 -m vllm.entrypoints.grpc_server ...` with its own python3 (the one with
+    # smg installed): the shim re-executes itself under $PDCHAOS_SHIM_PYTHON, the shim still on its path.
+    stand_in = tmp_path / "python"
+    stand_in.write_text('#!/bin/sh\necho "ARGS $*"\necho "PYTHONPATH $PYTHONPATH"\n')
+    stand_in.chmod(0o755)
+    folder = shim_folder()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PDCHAOS_SHIM_HANDED_OVER")}
+    env[SHIM_PYTHON_ENV] = str(stand_in)
+    if how == "module":
+        argv = [sys.executable, "-m", "vllm.entrypoints.grpc_server", "--port", "7"]
+        env["PYTHONPATH"] = str(folder)
+        expected = "ARGS -m vllm.entrypoints.grpc_server --port 7"
+    else:
+        argv = [sys.executable, str(folder / "bin" / "vllm"), "serve", "m", "--port", "7"]
+        expected = "ARGS -m vllm.entrypoints.cli.main serve m --port 7"
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == expected
+    assert lines[1].split(" ", 1)[1].split(os.pathsep)[0] == str(folder)
+
+
+def test_a_handover_to_a_missing_python_is_refused(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PDCHAOS_SHIM_HANDED_OVER"}
+    env.update({SHIM_PYTHON_ENV: str(tmp_path / "nope"), "PYTHONPATH": str(shim_folder())})
+    argv = [sys.executable, "-m", "vllm.entrypoints.grpc_server"]
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "is not an executable" in r.stderr
