@@ -146,6 +146,7 @@ def probe_windows(history: History, engine: str, contract: RouterContract) -> li
 
 
 _GENERATE_SURFACES = (None, "all", "generate")
+_HOLDING_LINKS = ("link_timeout", "link_latency", "link_bandwidth", "link_flap")
 
 
 def leg_windows(history: History, engine: str, contract: RouterContract) -> list[Window]:
@@ -156,9 +157,14 @@ def leg_windows(history: History, engine: str, contract: RouterContract) -> list
            *pause_windows(history, contract, contract.request_timeout_s)]
     for f in history.fault_list():
         kind = (f.kind or "").split(":")[-1]
-        if f.target != engine or f.applied_t is None or kind not in ("wedge", "latency"):
+        if f.target != engine or f.applied_t is None:
             continue
-        if f.params.get("surface", "all") in _GENERATE_SURFACES:
+        surface = f.params.get("surface", "all")
+        stalls_generate = kind in ("wedge", "latency") and surface in _GENERATE_SURFACES
+        # A leg sent into a link that holds it (no answer, a slow one) fails when its request timeout runs
+        # out, after the link healed: the router counts that failure then.
+        holds_legs = kind in _HOLDING_LINKS and f.params.get("link") in _SERVING_LINKS
+        if stalls_generate or holds_legs:
             start, end = f.window(history.end_t)
             out.append(Window(start, end + contract.request_timeout_s, MURKY, f"{f.fault} ({kind})"))
     return merge(out)

@@ -613,6 +613,28 @@ def test_the_breaker_model_opens_on_own_failures_and_admits_a_trial_after_its_pe
     assert not surely_admits(hidden, 4.5, rules) and not surely_refuses(hidden, 4.5, rules)
 
 
+@pytest.mark.parametrize(("kind", "link", "held"), [
+    ("link_timeout", "serve", True), ("link_latency", "serve", True), ("link_reset", "serve", False),
+    ("link_timeout", "side_channel", False),
+])
+def test_a_link_that_holds_legs_bends_their_outcomes_until_a_request_timeout_after_it(
+    kind: str, link: str, held: bool
+) -> None:
+    """A leg sent into a link that holds it fails when its request timeout runs out, after the heal: the
+    router counts that failure then (a breaker it opens then is the contract's; found by the search)."""
+    from harness.contract.evidence import EngineView
+    from harness.contract.reach import leg_windows
+
+    run = Run(circuit_breaker_failures=2, circuit_breaker_open_s=0.5)
+    run.hb.at(1.0).fault_applied("cut", kind, "prefill-0", {"link": link}, {})
+    run.hb.at(1.5).fault_healed("cut", kind, "prefill-0")
+    history = run.history(end=10.0)
+    view = EngineView.of(history)
+    assert view is not None
+    last = max((w.end for w in leg_windows(history, "prefill-0", view.contract)), default=0.0)
+    assert (last >= 1.5 + view.contract.request_timeout_s) == held, last
+
+
 def breaker_run(decode_answers: list[int], refused_at: float | None = None) -> Any:
     """A 1p1d run with a breaker of 2 failures kept open 5 s; the decode refuses legs with these statuses."""
     run = Run(circuit_breaker_failures=2, circuit_breaker_open_s=5.0)
