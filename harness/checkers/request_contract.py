@@ -78,6 +78,11 @@ def _answer_may_be_lost(view: EngineView, leg: Leg) -> bool:
     return any(w.start - EDGE_S <= end and leg.at <= w.end + EDGE_S for w in view.windows(leg.engine))
 
 
+def _refused_as_the_clients(leg: Leg) -> bool:
+    """The engine refused the leg as the client's mistake: a 4xx, but not 499 (the router hung up on it)."""
+    return leg.kind == REFUSED and leg.status is not None and 400 <= leg.status < 500 and leg.status != 499
+
+
 def _client_errors(view: EngineView, legs: dict[str, list[Leg]]) -> tuple[int, list[str]]:
     history = view.history
     judged, out = 0, []
@@ -85,7 +90,7 @@ def _client_errors(view: EngineView, legs: dict[str, list[Leg]]) -> tuple[int, l
         if req.mistake is None or not req.completed or req.timed_out:
             continue
         mine = legs.get(req.tag or "", [])
-        if not mine or any(leg.kind != REFUSED or not 400 <= (leg.status or 0) < 500 for leg in mine):
+        if not mine or not all(_refused_as_the_clients(leg) for leg in mine):
             # No engine saw the mistake (refused before any leg, or gRPC carries no model name): nothing
             # says the answer had to be the client's.
             continue
@@ -97,7 +102,7 @@ def _client_errors(view: EngineView, legs: dict[str, list[Leg]]) -> tuple[int, l
                        f"{req.status}, a server error")
     for tag, mine in legs.items():
         last = mine[-1]
-        if last.kind != REFUSED or last.status is None or not 400 <= last.status < 500 or last.status == 499:
+        if not _refused_as_the_clients(last):
             continue
         req: RequestView | None = history.request_by_tag(tag)
         if req is None or not req.completed or req.timed_out or _answer_may_be_lost(view, last):

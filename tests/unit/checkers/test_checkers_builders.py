@@ -122,11 +122,14 @@ class HB:
         timed_out: bool = False,
         complete: bool = True,
         body_problem: str | None = None,
+        mistake: str | None = None,
     ) -> str:
-        """One request (invoked at t, completed at t + latency); returns its tag."""
+        """One request (invoked at t, completed at t + latency); returns its tag. `mistake`: the client's
+        mistake it carries (the workload's `mistake_fraction`)."""
         self.seq += 1
         tag = f"[pdchaos:run:{self.seq}]"
-        self.at(t).request_invoked(self.seq, tag, deadline_s=deadline, prompt_chars=40)
+        self.at(t).request_invoked(self.seq, tag, deadline_s=deadline, prompt_chars=40,
+                                   **({"mistake": mistake} if mistake else {}))
         if complete:
             self.at(t + latency).request_completed(
                 self.seq,

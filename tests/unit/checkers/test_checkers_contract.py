@@ -542,6 +542,17 @@ def test_a_client_error_an_engine_refused_reaches_the_client_as_its_own() -> Non
         assert v.numbers["client_errors"] == 1
 
 
+def test_a_leg_the_router_hung_up_on_is_no_refusal_of_the_clients_mistake() -> None:
+    """A 499 is the router letting go of a leg (its timeout on a wedged engine), not the engine refusing
+    the client's mistake: the 504 that follows is no server error for a client's mistake (found by the
+    search on the reference router)."""
+    run = healthy_run()
+    tag = run.hb.request(2.0, 2.0, status=504, mistake="unknown_model")
+    refused(run, 2.01, "prefill-0", "prefill", tag, 499)
+    v = check_request_contract(run.history())
+    assert v.status == "pass" and v.numbers["client_errors"] == 0, v.evidence
+
+
 def test_a_refusal_a_cut_link_may_have_lost_is_not_judged() -> None:
     """An engine refused the client's mistake while its serving link was reset: the router may never have
     heard the 404, so the 502 it answered is what it knew (found by the search on the reference router)."""
