@@ -84,7 +84,7 @@ def fault_windows(fault: FaultView, history: History, contract: RouterContract) 
     if kind in _PROCESS_DOWN:
         return [Window(start, end, DOWN, why), edge]
     if kind == "graceful_stop" or kind == "die":
-        # It answers its probes itself (unhealthy) until the process ends, then it is gone.
+        # It answers its probes itself (unhealthy) until the process ends, or refuses them, then it is gone.
         if kind == "die":
             after = float(params.get("exit_after_s") or 0.0)
         else:
@@ -92,7 +92,12 @@ def fault_windows(fault: FaultView, history: History, contract: RouterContract) 
             after = exited_after(history, fault)
             after = float(params.get("grace_s") or 0.0) if after is None else after
         exit_at = min(start + after, end)
-        return [Window(exit_at, end, DOWN, why), edge] if exit_at < end else [edge]
+        out = [Window(exit_at, end, DOWN, why), edge] if exit_at < end else [edge]
+        if kind == "graceful_stop" and exit_at > start:
+            # Draining, its server stops taking connections as it likes: a probe may be refused unseen, or
+            # an answer written as the listener closed may never reach the router.
+            out.append(Window(start, exit_at, MURKY, f"{why}: draining"))
+        return out
     if kind.startswith("link_"):
         if params.get("link") not in _SERVING_LINKS:
             return []

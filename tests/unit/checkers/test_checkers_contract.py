@@ -738,6 +738,21 @@ def test_a_router_is_held_to_its_own_probe_and_status_events() -> None:
     assert "counted prefill-0 healthy" in v.evidence[0] and "moved prefill-0 to ready" in v.evidence[1]
 
 
+def test_a_failed_probe_while_an_engine_drains_is_no_contradiction() -> None:
+    """After a SIGTERM the engine's server stops taking connections: a probe it refused left no record, and
+    the healthy answer it gave just before is not that probe's (found by the search on the reference
+    router)."""
+    for stopped in (True, False):
+        run = Run()
+        run.probe(5.2, "prefill-0")
+        router_event(run, 5.202, "probe", ok=True, duration_s=0.002)
+        if stopped:
+            run.hb.at(5.2).fault_applied("stop", "graceful_stop", "prefill-0", {"grace_s": 0.25}, {})
+        router_event(run, 5.26, "probe", ok=False, duration_s=0.0002)
+        v = check_router_events(run.history(), RouterEventsExpect())
+        assert (v.status == "pass") == stopped, v.evidence
+
+
 def test_a_probe_or_status_change_the_router_leaves_out_of_its_events_is_a_violation() -> None:
     run = Run()
     run.probe(1.0, "prefill-0")
