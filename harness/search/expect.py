@@ -15,7 +15,8 @@ draw, each included only where its own conditions hold.
 - `reported_engine_id` (Mooncake): every id change on a prefill is shown by the router within the recovery
   bound, when nothing else happens to that prefill meanwhile.
 - `prompt_503`: a sole prefill or decode taken down (crash, death, graceful stop, refused serving link)
-  with no other fault around: requests meanwhile get a prompt 503 (or a success).
+  longer than the router's detection, with no other fault around: requests from the router's notice (or
+  the detection bound) to the heal get a prompt 503 (or a success).
 - `probe_schedule`: wedges and freezes that overlap no fault on another engine that can hold a probe: every
   worker keeps being probed on schedule.
 - `legs_once`: always. A correct router runs a leg again only where its engine never saw it (a refused
@@ -150,13 +151,17 @@ def expectations(case: SearchCase) -> tuple[Expect, ...]:
                    if f.kind in NEW_ID_KINDS and f.target.startswith("prefill")]
         if changes and all(isolated_after(i, ws, bound, same_engine_only=True) for i in changes):
             out.append(Expect("reported_engine_id", {"max_lag_s": bound}))
+    # A correct router cannot answer 503 for a worker it has not taken out yet: an outage shorter than its
+    # detection may pass unnoticed (requests meanwhile fail on the leg), and a longer one is judged from
+    # the router's notice, or from the detection bound where no notice was seen.
+    detect = _detection_s(case)
     outages = [
         step_name(i, f) for i, f in enumerate(faults)
         if f.kind in DOWN_KINDS and f.link in (None, "serve") and _role_size(case, f.target) == 1
-        and _alone(i, ws, bound)
+        and _alone(i, ws, bound) and f.length_s > detect
     ]
     if outages:
-        out.append(Expect("prompt_503", {"max_503_latency_s": 1.0, "faults": outages}))
+        out.append(Expect("prompt_503", {"max_503_latency_s": 1.0, "faults": outages, "settle_s": detect}))
     wedges = [i for i, f in enumerate(faults) if f.kind in ("wedge", "freeze")]
     # A hold on the wedged engine itself only holds its own probes, each for a probe timeout at most (the
     # shipped metadata_wedged slows its health meanwhile); one on another engine may hold a probe slot too.
@@ -290,12 +295,17 @@ def _probes_see(f: FaultSpec) -> bool:
     return f.kind == "freeze" or (f.kind == "wedge" and f.param.get("surface") == "all")
 
 
+def _detection_s(case: SearchCase) -> float:
+    """How long a correct router may take to take out a worker whose probes all fail."""
+    return case.failure_threshold * (SCALED_ROUTER.health_interval_s + SCALED_ROUTER.health_timeout_s)
+
+
 def _latency(case: SearchCase, ws: Sequence[Window], bound: float) -> list[Expect]:
     """A hold the probes see, long enough that every request sent to the held engine before they did has
     ended with the request timeout before the heal (none is released by it to succeed late): a request that
     succeeds meanwhile went to another engine and took no longer than an untouched request. A router that
     holds everything behind the held requests makes those successes wait up to a request timeout."""
-    detect = case.failure_threshold * (SCALED_ROUTER.health_interval_s + SCALED_ROUTER.health_timeout_s)
+    detect = _detection_s(case)
     names = [step_name(i, w.fault) for i, w in enumerate(ws)
              if _probes_see(w.fault) and w.fault.length_s >= detect + REQUEST_TIMEOUT_S + SLACK_S
              and not _near(i, ws, w.start - bound, w.end + SLACK_S)]

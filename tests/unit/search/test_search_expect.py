@@ -29,6 +29,21 @@ def test_legs_once_is_always_judged() -> None:
     assert _params(case, "legs_once") == [{}]
 
 
+def test_a_sole_worker_outage_is_held_to_prompt_503s_only_past_the_routers_detection() -> None:
+    """A correct router answers 503 for a worker it took out; a sole decode cut for less time than its
+    failed probes take to take it out (here 3 probes) may pass unnoticed, requests failing on the leg
+    meanwhile (found by the search on the reference router)."""
+    def prompt(length_s: float, threshold: int) -> list[dict[str, Any]]:
+        cut = FaultSpec("partition_down", "decode-0", 1.0, length_s, "serve")
+        return _params(SearchCase(failure_threshold=threshold, faults=(cut,)), "prompt_503")
+
+    assert prompt(0.5, 3) == []
+    (judged,) = prompt(4.0, 3)
+    assert judged["faults"] == ["f0_partition_down"] and judged["settle_s"] == pytest.approx(2.4)
+    (one,) = prompt(1.5, 1)
+    assert one["settle_s"] == pytest.approx(0.8)
+
+
 def test_retries_are_judged_only_where_another_prefill_serves() -> None:
     crash = FaultSpec("crash", "prefill-1", 1.0, 1.5)
     two = _params(SearchCase(topology="2p1d", faults=(crash,)), "availability")
