@@ -111,6 +111,22 @@ def breaker_timeline(view: EngineView, engine: str, legs: list[Leg], rules: Brea
     for leg in legs:
         events.append((leg.at, 1, "pick", leg))
         events.append((leg.ended if leg.ended is not None else leg.at, 2, "end", leg))
+    if view.roles.get(engine) == "decode":
+        # A request's decode is picked with its prefill, before the prefill leg: a half-open decode may give
+        # its trial to a request whose prefill leg then fails or hangs, and keep it until that request ends,
+        # with no leg any decode saw.
+        seen = {leg.tag for leg in view.legs() if view.roles.get(leg.engine) == "decode"}
+        with_legs = {leg.tag for leg in view.legs()}
+        hiding = [w for e, role in view.roles.items() if role == "prefill"
+                  for w in leg_windows(view.history, e, contract)]
+        for req in view.history.request_list():
+            if req.tag in seen or req.invoked_t is None:
+                continue
+            start, end = req.invoked_t, req.completed_t if req.completed_t is not None else view.history.end_t
+            if req.tag not in with_legs and not any(w.start <= end and start <= w.end for w in hiding):
+                continue  # no leg anywhere and none could hide: refused before any pick
+            events.append((start, 1, "pick", None))
+            events.append((end, 2, "unseen_end", None))
     status = view.timeline(engine)
     for prev, cur in zip(status.epochs, status.epochs[1:], strict=False):
         was = {s.status for s in prev.states}
@@ -129,6 +145,8 @@ def breaker_timeline(view: EngineView, engine: str, legs: list[Leg], rules: Brea
                 states = hidden_failures(states, item.start, item.end, rules)
         elif what == "pick":
             states = on_pick(states, t, rules)
+        elif what == "unseen_end":
+            states = on_outcome(states, NEUTRAL, t, rules)
         elif what == "end":
             assert isinstance(item, Leg)
             inside = any(w.start <= t <= w.end for w in windows)

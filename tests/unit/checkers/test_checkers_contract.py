@@ -676,6 +676,32 @@ def test_a_refusal_while_the_breaker_surely_admits_kept_a_worker_out() -> None:
     assert v.status == "fail", "its open period was over: it admits a trial"
 
 
+def test_a_half_open_decode_may_have_given_its_trial_to_a_request_no_decode_saw() -> None:
+    """A request's decode is picked with its prefill: the trial may go to a request whose prefill leg hangs
+    in a cut link, and be held until it ends, with no decode leg anywhere (found by the search)."""
+    from harness.checkers.breaker_contract import breaker_timeline
+    from harness.contract.evidence import EngineView
+
+    for cut, verdict in ((True, "pass"), (False, "fail")):
+        run = Run(circuit_breaker_failures=2, circuit_breaker_open_s=5.0)
+        run.probes("prefill-0", 0.1, 9.9)
+        run.probes("decode-0", 0.1, 9.9)
+        for t in (1.0, 1.2):
+            tag = run.hb.request(t, 0.05, status=502)
+            run.leg(t, "prefill-0", "prefill", tag, {"stream": False, "max_tokens": 1})
+            refused(run, t + 0.02, "decode-0", "decode", tag, 500)
+        if cut:
+            run.hb.at(6.3).fault_applied("cut", "link_timeout", "prefill-0", {"link": "serve"}, {})
+            run.hb.at(6.5).fault_healed("cut", "link_timeout", "prefill-0")
+        run.hb.request(6.4, 2.0, status=504)  # its prefill leg hung: no engine saw it
+        history = run.history(end=10.0)
+        view = EngineView.of(history)
+        assert view is not None
+        legs = [leg for leg in view.legs() if leg.engine == "decode-0"]
+        decode = breaker_timeline(view, "decode-0", legs, BreakerRules(2, 5.0))
+        assert decode.admitted_all_along(7.0, 7.01) == (verdict == "fail"), cut
+
+
 def test_probes_a_wedged_health_surface_answered_late_are_failures_the_router_saw() -> None:
     def run(shown: str) -> Any:
         r = Run()
