@@ -153,6 +153,38 @@ def _removed_lines(diff: str) -> list[str]:
     return [line[1:] for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
 
 
+def _removed_with_context(diff: str) -> list[tuple[str, list[str]]]:
+    """Each `-` line of a mutant's diff with the original lines just above it in its hunk."""
+    out: list[tuple[str, list[str]]] = []
+    before: list[str] = []
+    for line in diff.splitlines():
+        if line.startswith(("---", "+++")):
+            continue
+        if line.startswith("@@"):
+            before = []
+        elif line.startswith("-"):
+            out.append((line[1:], list(before)))
+            before.append(line[1:])
+        elif line.startswith(" "):
+            before.append(line[1:])
+    return out
+
+
+def _places(body: list[str], old: str, before: list[str]) -> list[int]:
+    """Where in `body` the line `old` stands: by its text, and where that text is there more than once, by
+    the lines above it too (mutmut's line numbers are its own)."""
+    same = [i for i, line in enumerate(body) if line.strip() == old.strip()]
+    context = [c.strip() for c in before if c.strip()][-3:]
+    if len(same) < 2:
+        return same
+    # The most lines above that still fit (the function's own `def` line is renamed in mutmut's diffs).
+    for k in range(len(context), 0, -1):
+        fitting = [i for i in same if [b.strip() for b in body[:i] if b.strip()][-k:] == context[-k:]]
+        if fitting:
+            return fitting
+    return same
+
+
 def _function(tree: ast.Module, mutant: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The function a mutmut mutant name stands for: `x_func__mutmut_N` or `xǁClassǁmethod__mutmut_N`."""
     leaf = mutant.rsplit(".", 1)[-1].split("__mutmut_")[0]
@@ -216,8 +248,7 @@ def switch_only(source: Path, bugs_file: Path, mutant: str, diff: str) -> bool:
     # mutmut numbers a method's lines in its own rendering of the function (not always the file's): find
     # each changed line by its text within the function instead.
     body = text.splitlines()[func.lineno - 1:func.end_lineno]
-    lines = sorted({i + 1 for old in _removed_lines(diff) for i, line in enumerate(body)
-                    if line.strip() == old.strip()})
+    lines = sorted({i + 1 for old, before in _removed_with_context(diff) for i in _places(body, old, before)})
     if not lines:
         return False
     switches = _switch_names(bugs_file)

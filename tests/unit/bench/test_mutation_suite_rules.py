@@ -52,6 +52,18 @@ def test_a_mutation_inside_a_switch_branch_is_switch_only(tmp_path: Path) -> Non
     assert not suite.switch_only(src, bugs, "m.core.x_missing__mutmut_1", inside)
 
 
+def test_a_line_written_twice_is_told_apart_by_the_lines_above_it(tmp_path: Path) -> None:
+    """`return False` stands under the switch and after it: the diff's context says which one changed."""
+    src, bugs = tmp_path / "core.py", tmp_path / "bugs.py"
+    src.write_text("from .bugs import SWITCH\n\n\ndef own(x, bugs):\n    if SWITCH in bugs and x == 504:\n"
+                   "        return False\n    if x is None:\n        return False\n    return True\n")
+    bugs.write_text(BUGS)
+    under = _diff(2, "        return False", "        return True", ("    if SWITCH in bugs and x == 504:",))
+    assert suite.switch_only(src, bugs, "m.core.x_own__mutmut_5", under)
+    after = _diff(4, "        return False", "        return True", ("    if x is None:",))
+    assert not suite.switch_only(src, bugs, "m.core.x_own__mutmut_6", after)
+
+
 def test_the_switch_names_are_the_catalogs_string_constants(tmp_path: Path) -> None:
     bugs = tmp_path / "bugs.py"
     bugs.write_text(BUGS)
