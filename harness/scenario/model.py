@@ -98,6 +98,7 @@ class Scenario:
     # The cells the default suite runs (a subset, to keep the suite short; empty: all of them). Naming the
     # scenario runs every cell.
     suite_topologies: tuple[str, ...] = ()
+    # Likewise for the connectors.
     suite_connectors: tuple[str, ...] = ()
     # Router bugs (`--inject-bug` names) this scenario must fail under: the proof that it guards them.
     catches: tuple[str, ...] = ()
