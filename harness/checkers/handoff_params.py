@@ -4,11 +4,12 @@ prefill that computed the request (docs/DESIGN.md §2), judged request by reques
 Mooncake (the router mints): the decode's `transfer_id` is the one its prefill leg carried; its
 `remote_engine_id` is an id that prefill reported (a metadata read or its bootstrap `/query`), and the
 prefill's id in force once the router had time to learn it: a restart must be noticed within the
-identity-check bound (`identity_check_interval_s` plus two probe timeouts and a probe interval's tick), else
-the dead id goes on being minted. A router that knows an id (some read of it returned one) must mint: a
-read never clears a known id. NIXL (the router relays): the decode gets the prefill's answer verbatim, so its
-`remote_engine_id` and `remote_request_id` name that prefill's computation (an engine id of "" where the
-harness had the prefill report none, fault `no_engine_id`: that is what its answer said).
+identity-check bound (`identity_check_interval_s` plus two probe timeouts and a probe interval's tick),
+counted from when a read could give the new id (after a fault that hid it), else the dead id goes on being
+minted. A router that knows an id (some read of it returned one) must mint: a read never clears a known id.
+NIXL (the router relays): the decode gets the prefill's answer verbatim, so its `remote_engine_id` and
+`remote_request_id` name that prefill's computation (an engine id of "" where the harness had the prefill
+report none, fault `no_engine_id`: that is what its answer said).
 """
 
 from __future__ import annotations
@@ -52,6 +53,29 @@ def _id_since(view: EngineView, engine: str, engine_id: str) -> float | None:
         if state.engine_id == engine_id:
             return state.t
     return None
+
+
+# Faults that keep the router from reading an engine's id: it reports none, its read fails or is held.
+_ID_HIDDEN = ("no_engine_id", "fail_server_info")
+_READ_SURFACES = ("all", "metadata", "server_info")
+
+
+def _id_readable_since(history: History, engine: str, since: float | None, until: float) -> float | None:
+    """When the router could first read the id `engine` has served since `since`: the refresh bound runs from
+    the end of the last fault meanwhile that hid it (a router keeps minting the id it knows until a read
+    gives it another)."""
+    if since is None:
+        return None
+    for f in history.fault_list():
+        kind = (f.kind or "").split(":")[-1]
+        hides = kind in _ID_HIDDEN or (
+            kind in ("wedge", "latency") and f.params.get("surface", "all") in _READ_SURFACES)
+        if f.target != engine or f.applied_t is None or not hides:
+            continue
+        start, end = f.window(history.end_t)
+        if start <= until and end >= since:
+            since = max(since, end)
+    return since
 
 
 def refresh_bound_s(view: EngineView) -> float | None:
@@ -104,7 +128,7 @@ def _mooncake(view: EngineView, tag: str, p: Leg, d: Leg, slack: float) -> list[
         out.append(f"{tag}: minted engine id {minted}, which {p.engine} never had nor reported")
         return out
     if p.engine_id and base != p.engine_id:
-        since = _id_since(view, p.engine, p.engine_id)
+        since = _id_readable_since(view.history, p.engine, _id_since(view, p.engine, p.engine_id), d.at)
         bound = refresh_bound_s(view)
         lied = misreported(view.history, p.engine, base)
         if lied is not None:

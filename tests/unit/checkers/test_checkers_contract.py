@@ -745,6 +745,24 @@ def test_an_id_the_prefill_itself_reported_while_serving_as_another_is_blamed_on
     assert blame(hist, d, "failed").side == "router"
 
 
+def test_the_refresh_bound_runs_from_when_the_new_id_could_be_read() -> None:
+    """A prefill restarts as B, then reports no id until t=5.0: the router keeps minting A, the one it knows,
+    and the refresh bound (2.03 s here) runs from t=5.0, not from the restart (found by the search)."""
+    def run(hidden: bool) -> Any:
+        r = healthy_run()
+        r.hb.at(2.0).engine_state("prefill-0", "B", 2, 4001, role="prefill", url="http://p0")
+        if hidden:
+            r.hb.at(2.1).fault_applied("mute", "no_engine_id", "prefill-0", {}, {})
+            r.hb.at(5.0).fault_healed("mute", "no_engine_id", "prefill-0")
+        r.pd(5.2, decode_leg={"stream": False, "max_tokens": 6, "kv_transfer_params": {
+            "do_remote_prefill": True, "transfer_id": "xfer-[pdchaos:run:1]", "remote_engine_id": "A"}},
+            decode_fields={"outcome": "failed"}, prefill_id="B")
+        return r.history()
+    assert check_handoff_params(run(hidden=True)).status == "pass"
+    v = check_handoff_params(run(hidden=False))
+    assert v.status == "fail" and "serves as B since t=2.000" in v.evidence[0], v.evidence
+
+
 # ------------------------------------------------------------------------------------ router_events
 
 
