@@ -39,7 +39,7 @@ from .identity import (
     observe_identity,
 )
 from .planner import plan_probes
-from .probes import ProbeResult, begin_probe, expire_probe, finish_probe, finish_reread
+from .probes import begin_probe, expire_probe, finish_probe, finish_reread
 from .workers import Worker
 
 
@@ -71,9 +71,9 @@ class TickPlan:
 
 @dataclass(frozen=True)
 class ProbeDone:
-    """A probe's answer applied. When `reread_due` the slot stays held until on_reread_done()."""
+    """A probe's answer applied (no effects: a stale token, or the worker went Draining meanwhile). When
+    `reread_due` the slot stays held until on_reread_done()."""
 
-    result: ProbeResult | None  # None: a stale token, or the worker went Draining meanwhile
     effects: Effects
     reread_due: bool = False
     reread_timeout_s: float | None = None  # when reread_due; None: no deadline (bug metadata_no_deadline)
@@ -130,13 +130,13 @@ def on_probe_done(
     result = finish_probe(worker, token, ok, now, cfg)
     out = Effects()
     if result is None:
-        return ProbeDone(None, out)
+        return ProbeDone(out)
     record_probe(out, worker, result, duration_s)
     if recovered(result.status_before, result.status_after) and BREAKER_NO_READMIT not in cfg.bugs:
         out.extend(breaker_readmit(worker))
     if not result.reread_due:
-        return ProbeDone(result, out)
-    return ProbeDone(result, out, reread_due=True, reread_timeout_s=reread_timeout_s(cfg))
+        return ProbeDone(out)
+    return ProbeDone(out, reread_due=True, reread_timeout_s=reread_timeout_s(cfg))
 
 
 def on_reread_done(

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from reference_router.core import (
+    Effects,
     HealthConfig,
     MetadataRead,
-    ProbeResult,
     WorkerRegistry,
     on_identity_done,
     on_probe_done,
@@ -27,9 +27,9 @@ def tick(
     healthy: bool,
     read: Callable[[float], MetadataRead],
     reads: list[float] | None = None,
-) -> list[ProbeResult | None]:
+) -> list[Effects]:
     """Run one tick at `now`: probes answer `healthy`, metadata reads answer `read(now)` (their times go to
-    `reads`). Returns each probe's result, in plan order."""
+    `reads`). Returns each probe's effects, in plan order (a status change among them)."""
 
     def answer() -> MetadataRead:
         if reads is not None:
@@ -37,10 +37,10 @@ def tick(
         return read(now)
 
     plan = start_tick(reg, now, cfg)
-    results: list[ProbeResult | None] = []
+    results: list[Effects] = []
     for p in plan.probes:
         done = on_probe_done(p.worker, p.token, healthy, 0.0, now, cfg)
-        results.append(done.result)
+        results.append(done.effects)
         if done.reread_due:
             on_reread_done(p.worker, p.token, answer(), now, cfg)
     for i in plan.identity:

@@ -94,7 +94,7 @@ def test_probe_that_overruns_its_slot_is_a_failed_probe_and_frees_the_slot() -> 
     assert [s.worker for s in plan.probes] == [b]
     # The hung probe's answer, should it ever come, changes nothing and tells nothing.
     late = on_probe_done(a, hung.token, True, 9.0, CFG.probe_slot_s + 0.1, CFG)
-    assert late.result is None and late.effects == Effects() and not late.reread_due
+    assert late.effects == Effects() and not late.reread_due
     assert a.status is Status.NOT_READY
 
 
@@ -103,7 +103,7 @@ def test_success_after_not_ready_makes_a_reread_due_and_the_read_takes_force() -
     w = add(reg, 7001, status=Status.NOT_READY)
     (probe,) = start_tick(reg, 0.0, CFG).probes
     done = on_probe_done(w, probe.token, True, 0.02, 0.02, CFG)
-    assert done.result is not None and done.result.status_after is Status.READY
+    assert w.status is Status.READY
     assert done.reread_due and done.reread_timeout_s == CFG.probe_timeout_s
     assert done.effects.of_type("status_change") == [
         {"worker": w.id, "url": w.spec.url, "from": "not_ready", "to": "ready"}

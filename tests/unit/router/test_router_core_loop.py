@@ -58,10 +58,8 @@ def run(script: Script, until: float, cfg: HealthConfig = CFG, step: float = 0.0
     w = reg.add(make_worker_spec("grpc://127.0.0.1:7000", "prefill"))
     now = 0.0
     while now <= until:
-        for res in tick(reg, now, cfg, script.healthy(now), script.read, script.reads):
-            assert res is not None
-            if res.changed:
-                script.statuses.append((now, res.status_after))
+        for effects in tick(reg, now, cfg, script.healthy(now), script.read, script.reads):
+            script.statuses += [(now, Status(c["to"])) for c in effects.of_type("status_change")]
         now = round(now + step, 6)
     return w
 
