@@ -37,6 +37,8 @@ from harness.verdict import Verdict
 
 NAME = "breaker_contract"
 _EPS = 1e-6
+# A leg that ended this close to the router's request timeout may have been given up on, or answered.
+_NEAR_TIMEOUT_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class BreakerContractExpect:
 
 def outcome_of(leg: Leg, leg_timeout_s: float, transport: str) -> str:
     """How a leg the engine recorded counts against its worker, as the router saw it end."""
+    if leg.ended is not None and abs(leg.ended - leg.at - leg_timeout_s) <= _NEAR_TIMEOUT_S:
+        return EITHER
     if leg.ended is not None and leg.ended - leg.at > leg_timeout_s:
         return FAILURE  # the router gave up on it first
     if leg.kind == REFUSED and transport == "http" and leg.leg.get("stream"):
@@ -63,6 +67,23 @@ def outcome_of(leg: Leg, leg_timeout_s: float, transport: str) -> str:
     if leg.kind == "decode" and leg.outcome in ("failed", "timed_out"):
         return NEUTRAL  # its KV load failed: the prefill's or the path's failure, not the decode's
     return SUCCESS
+
+
+def _requests_in_flight(view: EngineView, start: float, end: float) -> bool:
+    history = view.history
+    for req in history.request_list():
+        done = req.completed_t if req.completed_t is not None else history.end_t
+        if req.invoked_t is not None and req.invoked_t <= end and done >= start:
+            return True
+    return False
+
+
+def router_end(leg: Leg, leg_timeout_s: float) -> float:
+    """When the router saw the leg end: its answer, or its request timeout if that came first (a slow leg
+    counts when the router gives up on it, not when the engine finally answers)."""
+    if leg.ended is None:
+        return leg.at
+    return min(leg.ended, leg.at + leg_timeout_s)
 
 
 class BreakerTimeline:
@@ -110,7 +131,7 @@ def breaker_timeline(view: EngineView, engine: str, legs: list[Leg], rules: Brea
         events.append((w.start, 0, "window", w))
     for leg in legs:
         events.append((leg.at, 1, "pick", leg))
-        events.append((leg.ended if leg.ended is not None else leg.at, 2, "end", leg))
+        events.append((router_end(leg, contract.request_timeout_s), 2, "end", leg))
     if view.roles.get(engine) == "decode":
         # A request's decode is picked with its prefill, before the prefill leg: a half-open decode may give
         # its trial to a request whose prefill leg then fails or hangs, and keep it until that request ends,
@@ -139,9 +160,11 @@ def breaker_timeline(view: EngineView, engine: str, legs: list[Leg], rules: Brea
     for t, _, what, item in events:
         if what == "window":
             assert isinstance(item, Window)
-            # Legs fail unseen only where the router sends them: to a worker it may have had Ready when it
-            # picked it (a leg picked up to a request timeout before may land in the window).
-            if READY in status.statuses_in(item.start - contract.request_timeout_s, item.end):
+            # Legs fail unseen only where the router sends them: for a client's request, to a worker it may
+            # have had Ready when it picked it (a leg picked up to a request timeout before may land in the
+            # window).
+            if READY in status.statuses_in(item.start - contract.request_timeout_s, item.end) \
+                    and _requests_in_flight(view, item.start, item.end):
                 states = hidden_failures(states, item.start, item.end, rules)
         elif what == "pick":
             states = on_pick(states, t, rules)

@@ -58,18 +58,22 @@ def _id_since(view: EngineView, engine: str, engine_id: str) -> float | None:
 # Faults that keep the router from reading an engine's id: it reports none, its read fails or is held.
 _ID_HIDDEN = ("no_engine_id", "fail_server_info")
 _READ_SURFACES = ("all", "metadata", "server_info")
+# The links a router reads an engine's id over: its serving port (GetServerInfo, /v1/models, /version) and the
+# Mooncake bootstrap server (`/query`).
+_ID_LINKS = (None, "serve", "bootstrap")
 
 
 def _id_readable_since(history: History, engine: str, since: float | None, until: float) -> float | None:
     """When the router could first read the id `engine` has served since `since`: the refresh bound runs from
-    the end of the last fault meanwhile that hid it (a router keeps minting the id it knows until a read
-    gives it another)."""
+    the end of the last fault meanwhile that hid it, on the engine or on a link the id is read over (a router
+    keeps minting the id it knows until a read gives it another)."""
     if since is None:
         return None
     for f in history.fault_list():
         kind = (f.kind or "").split(":")[-1]
         hides = kind in _ID_HIDDEN or (
-            kind in ("wedge", "latency") and f.params.get("surface", "all") in _READ_SURFACES)
+            kind in ("wedge", "latency") and f.params.get("surface", "all") in _READ_SURFACES) or (
+            kind.startswith("link_") and f.params.get("link") in _ID_LINKS)
         if f.target != engine or f.applied_t is None or not hides:
             continue
         start, end = f.window(history.end_t)

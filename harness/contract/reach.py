@@ -137,13 +137,17 @@ def pause_windows(history: History, contract: RouterContract, after_s: float) ->
             for start, end in router_pauses(history)]
 
 
-def probe_windows(history: History, engine: str, contract: RouterContract) -> list[Window]:
-    """Every window on `engine`'s probes, merged where they overlap (DOWN only where all merged are)."""
+def probe_windows(history: History, engine: str, contract: RouterContract,
+                  before_start: bool = True) -> list[Window]:
+    """Every window on `engine`'s probes, merged where they overlap (DOWN only where all merged are).
+    `before_start`: with the window before it first served."""
     out: list[Window] = pause_windows(history, contract, contract.probe_timeout_s + EDGE_S)
     states = history.engines.get(engine, [])
     first = next((s.t for s in states if s.serving is not False), None)
-    # Before it first served (loading, started late) a probe of it failed unseen.
-    out.append(Window(0.0, (first if first is not None else history.end_t) + EDGE_S, MURKY, "not started"))
+    if before_start:
+        # Before it first served (loading, started late) a probe of it failed unseen.
+        until = (first if first is not None else history.end_t) + EDGE_S
+        out.append(Window(0.0, until, MURKY, "not started"))
     for f in history.fault_list():
         if f.target == engine:
             out.extend(fault_windows(f, history, contract))
@@ -156,16 +160,19 @@ _HOLDING_LINKS = ("link_timeout", "link_latency", "link_bandwidth", "link_flap")
 
 def leg_windows(history: History, engine: str, contract: RouterContract) -> list[Window]:
     """When what the engine recorded of a leg may not be what the router saw of it: the probe windows (the
-    engine or its link down or bent), and a stalled or slowed generate surface (a leg the router gave up on
-    may still end well on the engine's side)."""
-    out = [*probe_windows(history, engine, contract),
+    engine or its link down or bent), and a stalled generate surface (a leg the router gave up on may still
+    end well on the engine's side). An engine's added latency is no such window: the router sees each slow
+    answer, or gives up at its request timeout (`breaker_contract.router_end`)."""
+    # No leg goes to an engine before it first served: the router sends one only to a worker whose probe it
+    # answered (a leg sent to a worker not yet Ready is the status contract's to judge).
+    out = [*probe_windows(history, engine, contract, before_start=False),
            *pause_windows(history, contract, contract.request_timeout_s)]
     for f in history.fault_list():
         kind = (f.kind or "").split(":")[-1]
         if f.target != engine or f.applied_t is None:
             continue
         surface = f.params.get("surface", "all")
-        stalls_generate = kind in ("wedge", "latency") and surface in _GENERATE_SURFACES
+        stalls_generate = kind == "wedge" and surface in _GENERATE_SURFACES
         # A leg sent into a link that holds it (no answer, a slow one) fails when its request timeout runs
         # out, after the link healed: the router counts that failure then.
         holds_legs = kind in _HOLDING_LINKS and f.params.get("link") in _SERVING_LINKS

@@ -30,6 +30,7 @@ from harness.checkers import (
 )
 from harness.checkers.attribution import blame
 from harness.contract.breaker_model import (
+    EITHER,
     FAILURE,
     INITIAL,
     NEUTRAL,
@@ -497,10 +498,11 @@ def test_metadata_reads_from_the_engines_allow_the_identity_checks_on_top() -> N
 # ------------------------------------------------------------------------- request_contract, legs_once
 
 
-def refused(run: Run, t: float, engine: str, role: str, tag: str | None, status: int) -> None:
-    run.hb.at(t + 0.01).engine_call({
+def refused(run: Run, t: float, engine: str, role: str, tag: str | None, status: int,
+            duration: float = 0.005) -> None:
+    run.hb.at(t + duration + 0.005).engine_call({
         "record": "engine_call", "ts": WALL0 + t, "engine": engine, "engine_id": "A", "generation": 1,
-        "role": role, "call": "generate", "status": status, "duration_s": 0.005, "caller": "router",
+        "role": role, "call": "generate", "status": status, "duration_s": duration, "caller": "router",
         "detail": {"request_id": f"r-{tag}", "tag": tag, "leg": {"stream": False, "max_tokens": 1},
                    "error": f"status {status}"}})
 
@@ -676,6 +678,85 @@ def test_a_refusal_while_the_breaker_surely_admits_kept_a_worker_out() -> None:
     assert v.status == "fail", "its open period was over: it admits a trial"
 
 
+def slow_failures_run(trial_at: float) -> Any:
+    """A 1p1d run with a breaker of 2 failures kept open 1 s. The decode is slowed (an engine latency fault):
+    each of its legs fails with 500 0.4 s after it arrived. The second failure comes back at 1.62."""
+    run = Run(circuit_breaker_failures=2, circuit_breaker_open_s=1.0)
+    run.probes("prefill-0", 0.1, 5.9)
+    run.probes("decode-0", 0.1, 5.9)
+    run.hb.at(0.9).fault_applied("slow", "latency", "decode-0", {"surface": "generate", "ms": 400}, {})
+    for t in (1.0, 1.2, trial_at):
+        tag = run.hb.request(t - 0.02, 0.45, status=502)
+        run.leg(t - 0.02, "prefill-0", "prefill", tag, {"stream": False, "max_tokens": 1})
+        refused(run, t, "decode-0", "decode", tag, 500, duration=0.4)
+    return run.history()
+
+
+@pytest.mark.parametrize(("trial_at", "verdict"), [(2.4, "fail"), (2.8, "pass")])
+def test_a_slow_failure_opens_the_breaker_when_its_answer_comes_back(trial_at: float, verdict: str) -> None:
+    """Open from the answer (1.62 to 2.62), not from when the leg was sent (a router that starts the open
+    period at the request's start lets a trial through 0.4 s early). An engine's added latency hides no
+    outcome from the router: it sees each slow answer."""
+    v = check_breaker_contract(slow_failures_run(trial_at))
+    assert v.status == verdict, v
+    if verdict == "fail":
+        assert "sent a refused leg to decode-0 at t=2.400 while its circuit breaker surely kept it out" \
+            in v.evidence[0]
+
+
+def test_a_leg_the_router_gave_up_on_counts_at_its_request_timeout() -> None:
+    from harness.checkers.breaker_contract import outcome_of, router_end
+    from harness.contract.evidence import EngineView
+
+    run = healthy_run()
+    tag = run.hb.request(0.98, 12.0, status=504)
+    refused(run, 1.0, "decode-0", "decode", tag, 500, duration=11.0)
+    view = EngineView.of(run.history(end=13.0))
+    assert view is not None
+    (leg,) = [leg for leg in view.legs() if leg.engine == "decode-0"]
+    assert router_end(leg, view.contract.request_timeout_s) == pytest.approx(9.0)  # 1.0 + the 8 s timeout
+    assert outcome_of(leg, view.contract.request_timeout_s, "http") == FAILURE
+    assert outcome_of(leg, 11.0, "http") == EITHER, "ended at the timeout: given up on, or answered"
+
+
+@pytest.mark.parametrize(("in_flight", "verdict"), [(False, "fail"), (True, "pass")])
+def test_a_window_with_no_request_in_flight_hides_no_failure(in_flight: bool, verdict: str) -> None:
+    """Legs fail unseen only for a client's request: a link that held nothing hides no breaker move, so a
+    503 once it healed, with every worker Ready, kept routable workers out."""
+    run = Run(circuit_breaker_failures=2, circuit_breaker_open_s=5.0)
+    run.probes("prefill-0", 0.1, 11.9)
+    run.probes("decode-0", 0.1, 11.9)
+    run.hb.at(0.5).fault_applied("cut", "link_timeout", "decode-0", {"link": "serve"}, {})
+    run.hb.at(0.7).fault_healed("cut", "link_timeout", "decode-0")
+    if in_flight:
+        run.hb.request(0.6, 8.0, status=504)  # its legs may have failed unseen in the cut link
+    run.hb.request(9.0, 0.01, status=503)
+    v = check_breaker_contract(run.history(end=12.0))
+    assert v.status == verdict, v
+
+
+def test_no_leg_fails_unseen_before_an_engine_first_served() -> None:
+    """The router sends a leg only to a worker whose probe it answered: the time before an engine first
+    served hides probes, not legs. A 503 just after, with every worker Ready, kept them out (in real time the
+    load starts within that edge, and any of its breakers might have opened unseen; found by the agreement of
+    the two worlds)."""
+    from harness.contract.evidence import EngineView
+    from harness.contract.reach import leg_windows
+
+    run = Run(circuit_breaker_failures=2, circuit_breaker_open_s=5.0)
+    for engine in ("prefill-0", "decode-0"):
+        run.probe(0.01, engine)  # both serve from t=0 (their first record): Ready at once
+        run.probes(engine, 0.1, 5.9)
+    run.hb.request(0.05, 0.5, status=504)  # in flight within the edge after their start: no leg seen
+    run.hb.request(2.0, 0.01, status=503)
+    history = run.history()
+    view = EngineView.of(history)
+    assert view is not None
+    assert [w.why for w in view.windows("decode-0")] == ["not started"]
+    assert leg_windows(history, "decode-0", view.contract) == []
+    assert check_breaker_contract(history).status == "fail"
+
+
 def test_a_half_open_decode_may_have_given_its_trial_to_a_request_no_decode_saw() -> None:
     """A request's decode is picked with its prefill: the trial may go to a request whose prefill leg hangs
     in a cut link, and be held until it ends, with no decode leg anywhere (found by the search)."""
@@ -745,15 +826,19 @@ def test_an_id_the_prefill_itself_reported_while_serving_as_another_is_blamed_on
     assert blame(hist, d, "failed").side == "router"
 
 
-def test_the_refresh_bound_runs_from_when_the_new_id_could_be_read() -> None:
-    """A prefill restarts as B, then reports no id until t=5.0: the router keeps minting A, the one it knows,
-    and the refresh bound (2.03 s here) runs from t=5.0, not from the restart (found by the search)."""
+@pytest.mark.parametrize(("kind", "params"), [
+    ("no_engine_id", {}), ("link_down", {"link": "bootstrap", "mode": "down"}),
+])
+def test_the_refresh_bound_runs_from_when_the_new_id_could_be_read(kind: str, params: dict[str, Any]) -> None:
+    """A prefill restarts as B, then its id cannot be read until t=5.0 (it reports none, or the link to its
+    Mooncake bootstrap server is down): the router keeps minting A, the one it knows, and the refresh bound
+    (2.03 s here) runs from t=5.0, not from the restart (both found by the search)."""
     def run(hidden: bool) -> Any:
         r = healthy_run()
         r.hb.at(2.0).engine_state("prefill-0", "B", 2, 4001, role="prefill", url="http://p0")
         if hidden:
-            r.hb.at(2.1).fault_applied("mute", "no_engine_id", "prefill-0", {}, {})
-            r.hb.at(5.0).fault_healed("mute", "no_engine_id", "prefill-0")
+            r.hb.at(2.1).fault_applied("mute", kind, "prefill-0", params, {})
+            r.hb.at(5.0).fault_healed("mute", kind, "prefill-0")
         r.pd(5.2, decode_leg={"stream": False, "max_tokens": 6, "kv_transfer_params": {
             "do_remote_prefill": True, "transfer_id": "xfer-[pdchaos:run:1]", "remote_engine_id": "A"}},
             decode_fields={"outcome": "failed"}, prefill_id="B")
