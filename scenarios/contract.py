@@ -29,9 +29,10 @@ SCENARIOS = [
         catches=("retry_failed_requests", "error_as_200"),
         tags=("default",),
         suite_worlds=("sim",),
-        description="One of two decodes answers its next 12 requests with HTTP 500, under a circuit breaker "
-        "of 3 failures kept open 1 s. Its breaker opens, then lets one trial request through each time its "
-        "open period ends; each failed trial opens it again, until a trial succeeds and closes it. Meanwhile "
+        description="One of two decodes answers its next 12 requests with HTTP 500, each 0.4 s late, under "
+        "a circuit breaker of 3 failures kept open 1 s. Its breaker opens when the third failure comes back "
+        "(not when that request was sent), then lets one trial request through each time its open period "
+        "ends; each failed trial opens it again, until a trial succeeds and closes it. Meanwhile "
         "the other decode serves everything else, and only the requests the breaker let through fail. One "
         "request in five names a model no engine serves (over HTTP the prefill answers 404): the client's "
         "mistake, relayed as such and never counted against an engine's breaker.",
@@ -41,6 +42,7 @@ SCENARIOS = [
         engines=SCALED_ENGINES,
         workload=replace(SCALED_WORKLOAD, duration_s=16.0, mistake_fraction=0.2),
         timeline=(
+            Step("slow", EngineFault("decode-0", "latency", {"surface": "generate", "ms": 400}), At(1.0)),
             Step("fail", EngineFault("decode-0", "fail_requests", {"count": 12, "status": 500}), At(1.0)),
         ),
         expect=(

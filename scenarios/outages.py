@@ -50,6 +50,28 @@ _LONGER = replace(SCALED_WORKLOAD, duration_s=8.0)
 
 
 
+# Open-loop load over two workers of a role, for the policy workouts.
+_OPEN_LOAD = replace(SCALED_WORKLOAD, mode="open", rate_rps=40.0, duration_s=3.0)
+
+
+def _spread_expect(max_skew: float) -> tuple[Expect, ...]:
+    """No fault: every request handed off correctly, each worker of a role within `max_skew` of its share."""
+    return (*CORE_EXPECT, STRICT_LOCAL, Expect("balance", {"max_skew": max_skew}), Expect("handoff_strict"),
+            Expect("availability", {"before": 1.0}))
+
+
+# One of two prefills down (crashed, respawned): only the legs on it when it died may fail (at most the
+# workload's concurrency, 3): those are counted apart; every request sent after the crash must succeed.
+_ONE_PREFILL_DOWN_EXPECT = (
+    *BASE_EXPECT,
+    Expect("availability", {"during": 1.0, "after": 0.95, "settle_s": 1.0, "kinds": ["crash"],
+                            "exclude_in_flight_at_fault": True}),
+    Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["crash"]}),
+    Expect("handoff", {"grace_s": 2.5}),
+    Expect("transfer_timeout"),
+)
+
+
 def _crash_and_respawn(engine: str) -> tuple[Step, ...]:
     """SIGKILL at 1.5 s, started again on the same address at 3.5 s (marked Failed by then)."""
     return (Step("crash", Crash(engine), At(1.5)), Step("respawn", Respawn(engine), At(3.5)))
@@ -89,16 +111,7 @@ SCENARIOS = [
         engines=SCALED_ENGINES,
         workload=_LONGER,
         timeline=_crash_and_respawn("prefill-1"),
-        expect=(
-            *BASE_EXPECT,
-            # Only the legs on the engine when it died may fail (at most the workload's concurrency, 3): those
-            # are counted apart; every request sent after the crash must succeed.
-            Expect("availability", {"during": 1.0, "after": 0.95, "settle_s": 1.0, "kinds": ["crash"],
-                                    "exclude_in_flight_at_fault": True}),
-            Expect("recovery", {"max_recovery_s": 3.0, "kinds": ["crash"]}),
-            Expect("handoff", {"grace_s": 2.5}),
-            Expect("transfer_timeout"),
-        ),
+        expect=_ONE_PREFILL_DOWN_EXPECT,
     ),
     Scenario(
         name="sole_prefill_down",
@@ -370,14 +383,8 @@ SCENARIOS = [
         connectors=("mooncake", "nixl"),
         router=SCALED_ROUTER,
         engines=SCALED_ENGINES,
-        workload=replace(SCALED_WORKLOAD, mode="open", rate_rps=40.0, duration_s=3.0),
-        expect=(
-            *CORE_EXPECT,
-            STRICT_LOCAL,
-            Expect("balance", {"max_skew": 0.3}),
-            Expect("handoff_strict"),
-            Expect("availability", {"before": 1.0}),
-        ),
+        workload=_OPEN_LOAD,
+        expect=_spread_expect(0.3),
     ),
     Scenario(
         name="steady_load_aware",
@@ -394,15 +401,44 @@ SCENARIOS = [
         router=replace(SCALED_ROUTER, prefill_policy="power_of_two", decode_policy="least_load"),
         engines=SCALED_ENGINES,
         # Half the chat requests cap their length as current OpenAI clients do (max_completion_tokens).
-        workload=replace(SCALED_WORKLOAD, mode="open", rate_rps=40.0, duration_s=3.0,
-                         completion_tokens_fraction=0.5),
-        expect=(
-            *CORE_EXPECT,
-            STRICT_LOCAL,
-            Expect("balance", {"max_skew": 0.3}),
-            Expect("handoff_strict"),
-            Expect("availability", {"before": 1.0}),
-        ),
+        workload=replace(_OPEN_LOAD, completion_tokens_fraction=0.5),
+        expect=_spread_expect(0.3),
+    ),
+    Scenario(
+        name="steady_random",
+        # A contract workout for the random policy (the rest of the suite runs round robin): simulated suite.
+        tags=("default",),
+        suite_worlds=("sim",),
+        suite_connectors=("mooncake",),
+        description="No fault, open-loop load (40 requests/s) over two workers of a role, picked at "
+        "random on both legs. Random picks must still reach every Ready worker (each within 50% of its fair "
+        "share), with every request handed off correctly.",
+        bugs=("zoo-10",),
+        topologies=("1p2d", "2p1d"),
+        connectors=("mooncake", "nixl"),
+        router=replace(SCALED_ROUTER, prefill_policy="random", decode_policy="random"),
+        engines=SCALED_ENGINES,
+        workload=_OPEN_LOAD,
+        expect=_spread_expect(0.5),
+    ),
+    Scenario(
+        name="random_prefill_down",
+        # one_of_two_prefills_down under the random policy: a random pick must skip a worker that is not
+        # Ready, and a retry must go to the other prefill. Simulated suite.
+        tags=("default",),
+        suite_worlds=("sim",),
+        suite_connectors=("mooncake",),
+        description="One of two prefills crashes and is respawned 2 s later, with both legs picked at "
+        "random. The other prefill carries the load with no client error: a leg refused before the probes "
+        "see the crash is retried on the other prefill, and no leg goes to the dead one once it is out.",
+        bugs=("zoo-6",),
+        topologies=("2p1d",),
+        connectors=("mooncake", "nixl"),
+        router=replace(SCALED_ROUTER, prefill_policy="random", decode_policy="random"),
+        engines=SCALED_ENGINES,
+        workload=_LONGER,
+        timeline=_crash_and_respawn("prefill-1"),
+        expect=_ONE_PREFILL_DOWN_EXPECT,
     ),
     Scenario(
         name="worker_api_add_remove",
