@@ -82,6 +82,7 @@ def _type_name(tp: Any) -> str:
 
 
 def checker_reference() -> str:
+    from harness.checker_examples import load_examples
     from harness.checkers import CHECKERS, CONTRACT_CHECKS, DEFAULT_CHECKS
     from harness.findings.group import EXPLAINS, SYMPTOMS, tier
     from harness.findings.statements import STATEMENTS
@@ -94,7 +95,10 @@ def checker_reference() -> str:
              f"{', '.join(f'`{c}`' for c in CONTRACT_CHECKS)}. A scenario that names no checker also gets "
              f"{', '.join(f'`{c}`' for c in DEFAULT_CHECKS if c not in CONTRACT_CHECKS)}.\n",
              "A finding's tier decides what leads when several checkers fail in one cell "
-             f"(symptoms, strongest first: {', '.join(SYMPTOMS)}).\n"]
+             f"(symptoms, strongest first: {', '.join(SYMPTOMS)}).\n",
+             "Each checker's example is a real run that fails it, with the reason and the first evidence "
+             "lines it printed. `python -m harness.checker_examples` replays them all.\n"]
+    examples = load_examples()
     modules = Counter(spec.fn.__module__ for spec in CHECKERS.values())
     for name in sorted(CHECKERS):
         spec = CHECKERS[name]
@@ -120,23 +124,54 @@ def checker_reference() -> str:
                 # A table cell cannot hold a pipe: `float | None` reads `float or None`.
                 lines.append("| " + " | ".join(f"`{c.replace(' | ', ' or ')}`" for c in cells) + " |")
             lines.append("")
+        lines += _checker_example(examples.get(name))
     return "\n".join(lines)
 
 
+def _checker_example(example: dict[str, Any] | None) -> list[str]:
+    if example is None:
+        return ["Example: none yet. No bug switch of the zoo and no documented gateway finding fails it; its "
+                "unit tests show its evidence.\n"]
+    source = example["source"]
+    how = (f"with bug switch `{source.split(' ', 1)[1]}` on, in simulation" if source.startswith("switch ")
+           else "against a real gateway release, in real time (its times vary from run to run)")
+    body = [example["reason"], *(e for e in example["evidence"] if e != example["reason"])]
+    if example["more_evidence"]:
+        body.append(f"... {example['more_evidence']} more evidence line(s)")
+    return [f"Example: this cell, {how}, fails it with this reason and evidence.\n",
+            "```bash", example["replay"], "```\n", "```text", *body, "```\n"]
+
+
+def _caught_by(entry: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The scenarios whose cells caught a switch in the stored zoo run, and the checkers that did."""
+    cells = [entry["cells"][key] for key in entry.get("caught_by", ())]
+    scenarios = sorted({key.split("[", 1)[0] for key in entry.get("caught_by", ())})
+    return scenarios, sorted({c for cell in cells for c in cell["checkers"]})
+
+
 def zoo_reference() -> str:
+    import json
+
+    from harness.checker_examples import ZOO_JSON
     from harness.findings import known_signatures
     from harness.scenario.bugs import SWITCHES
 
+    stored = json.loads(ZOO_JSON.read_text(encoding="utf-8"))
     lines = [_HEADER, "# Bug zoo\n",
              "Every `--inject-bug` switch: a known bug put back into the reference router or the fake "
-             "engines (`pdchaos zoo --list`). Signatures are the findings its catching verdicts gave in the "
-             "stored zoo run; a run's finding names the switches it matches.\n"]
+             "engines (`pdchaos zoo --list`). What caught it, and its signatures, come from the stored zoo "
+             f"run (`tests/data/zoo.json`: the default suite in simulation, {stored['settings']} settings). "
+             "Signatures are the findings its catching verdicts gave; a run's finding names the switches it "
+             "matches.\n"]
     known = known_signatures()
     for name in sorted(SWITCHES):
         sw = SWITCHES[name]
+        scenarios, checkers = _caught_by(stored["switches"].get(name, {}))
         lines += [f"## `{name}`\n", f"{sw.symptom[:1].upper()}{sw.symptom[1:]}.\n",
                   f"- Side: {sw.side}; zoo entry: {sw.zoo}; documented: {sw.reference}.",
                   f"- Occurs on: {', '.join(sw.transports)}; {', '.join(sw.connectors)}.",
+                  "- Caught by: " + (", ".join(f"`{s}`" for s in scenarios) or "no scenario yet")
+                  + (f"; checkers {', '.join(f'`{c}`' for c in checkers)}" if checkers else "") + ".",
                   "- Known signatures: " + ("; ".join(f"`{s}`" for s in known.get(name, ())) or "none yet")
                   + "\n"]
     return "\n".join(lines)
