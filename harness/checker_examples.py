@@ -29,6 +29,7 @@ from typing import Any
 
 from harness.checkers import CHECKERS
 from harness.topology import parse_topology
+from harness.zoo.plan import parse_cell_key
 
 EXAMPLES_JSON = Path(__file__).with_name("checker_examples.json")
 ZOO_JSON = Path(__file__).resolve().parent.parent / "tests" / "data" / "zoo.json"
@@ -52,9 +53,9 @@ class Source:
 
 def _cell_rank(cell: str, checkers: Sequence[str], checker: str) -> tuple[int, int, int, str]:
     """The smallest cell where the checker leads: fewer engines, HTTP before gRPC, then by name."""
-    shape = cell[cell.index("[") + 1:-1].split("/")
-    size = parse_topology(shape[0])
-    return (checkers.index(checker), size.prefills + size.decodes, shape[2] != "http", cell)
+    _, topology, _, transport = parse_cell_key(cell)
+    size = parse_topology(topology)
+    return (checkers.index(checker), size.prefills + size.decodes, transport != "http", cell)
 
 
 def zoo_sources(zoo: Mapping[str, Any]) -> dict[str, Source]:

@@ -144,8 +144,10 @@ def _checker_example(example: dict[str, Any] | None) -> list[str]:
 
 def _caught_by(entry: dict[str, Any]) -> tuple[list[str], list[str]]:
     """The scenarios whose cells caught a switch in the stored zoo run, and the checkers that did."""
+    from harness.zoo.plan import parse_cell_key
+
     cells = [entry["cells"][key] for key in entry.get("caught_by", ())]
-    scenarios = sorted({key.split("[", 1)[0] for key in entry.get("caught_by", ())})
+    scenarios = sorted({parse_cell_key(key)[0] for key in entry.get("caught_by", ())})
     return scenarios, sorted({c for cell in cells for c in cell["checkers"]})
 
 

@@ -11,6 +11,13 @@ from harness.scenario import Scenario
 from pdchaos.bugs import BugSwitch
 
 
+def parse_cell_key(key: str) -> tuple[str, str, str, str]:
+    """`scenario[topology/connector/transport]` (a `ZooRun.cell_key`) as its four parts."""
+    scenario, rest = key.split("[", 1)
+    topology, connector, transport = rest.rstrip("]").split("/")
+    return scenario, topology, connector, transport
+
+
 @dataclass(frozen=True)
 class ZooRun:
     """One run of one cell: `switch` None is the baseline (run `repeat` 0, 1, ...)."""

@@ -9,12 +9,13 @@ from pathlib import Path
 
 from harness.findings import signatures_from_zoo
 from harness.zoo.matrix import ZooMatrix
+from harness.zoo.plan import parse_cell_key
 
 _EVIDENCE_CHARS = 160
 
 
 def _scenario_of(cell_key: str) -> str:
-    return cell_key.split("[", 1)[0]
+    return parse_cell_key(cell_key)[0]
 
 
 def _short(text: str, n: int = _EVIDENCE_CHARS) -> str:

@@ -21,6 +21,7 @@ from harness.runner import run_scenario
 from harness.scenario import load_scenarios
 from harness.scenario.bugs import SWITCHES, with_bugs
 from harness.suite import default_suite
+from harness.zoo.plan import parse_cell_key
 
 ZOO = ROOT / "tests" / "data" / "zoo.json"
 SCENARIOS = {s.name: s for s in default_suite(load_scenarios())}
@@ -47,10 +48,7 @@ def _catching_cells() -> list[tuple[str, str]]:
     return out
 
 
-def _parse(key: str) -> tuple[str, str, str, str]:
-    scenario, rest = key.split("[", 1)
-    topology, connector, transport = rest.rstrip("]").split("/")
-    return scenario, topology, connector, transport
+_parse = parse_cell_key
 
 
 def test_the_stored_matrix_covers_every_switch_with_no_hole_and_no_false_alarm() -> None:
