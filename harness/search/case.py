@@ -13,7 +13,7 @@ from harness.scenario import EngineSettings, Expect, RouterSettings, Scenario, W
 from harness.scenario.bugs import with_bugs
 from harness.scenario.model import side_channel_restart_problems
 from harness.scenario.presets import PRESETS, SCALED_ENGINES, SCALED_ROUTER
-from harness.search.faults import FaultSpec, effective_windows, to_steps
+from harness.search.faults import NEW_ID_KINDS, FaultSpec, effective_windows, to_steps
 from harness.topology import parse_topology
 
 # The router answers a held leg with an error well before the client gives up (a shipped wedge scenario's
@@ -88,8 +88,13 @@ def _probe_outage(f: FaultSpec) -> bool:
 def identity_checks_optional(faults: tuple[FaultSpec, ...], failure_threshold: int) -> bool:
     """Every engine id change of the schedule is seen by the probes (a promotion re-reads the id), with one
     failed probe taking a worker down (a crash's respawn takes 0.8 s or more): a restart long enough, or one
-    a probe outage of its engine follows at once."""
+    a probe outage of its engine follows at once. Not where an engine whose id changes is also made to report
+    none (`no_engine_id`): the promotion's read may meet it, and a complete read without an id is kept as
+    final (DESIGN §2), so only an identity check brings the new id."""
     if failure_threshold != 1:
+        return False
+    renewed = {f.target for f in faults if f.kind in NEW_ID_KINDS}
+    if any(f.kind == "no_engine_id" and f.target in renewed for f in faults):
         return False
     return all(
         f.length_s >= UNSEEN_RESTART_S or any(

@@ -92,6 +92,7 @@ def test_a_worker_property_update_is_an_instant_api_call_with_nothing_to_heal() 
 @pytest.mark.parametrize(("mistake", "cls", "field"), [
     ("patch_labels", PatchWorker, "labels"), ("add_url", AddWorker, "url"),
     ("add_url_path", AddWorker, "url"), ("add_bootstrap_port", AddWorker, "bootstrap_port"),
+    ("add_again", AddWorker, "url"),
 ])
 def test_a_worker_api_mistake_is_an_instant_call_judged_by_worker_api(
     mistake: str, cls: type, field: str
@@ -178,6 +179,17 @@ def test_identity_checks_go_off_only_where_the_probes_see_every_id_change() -> N
         if not c.identity_checks:
             assert identity_checks_optional(c.faults, c.failure_threshold)
             assert scenario_of(c, ()).router.identity_check_interval_s == IDENTITY_OFF_S
+
+
+def test_identity_checks_stay_on_where_the_new_id_may_be_hidden_at_promotion() -> None:
+    # Search seed 332: a crashed prefill came back while it reported no id; its promotion's read kept the
+    # old id as final, and only an identity check could bring the new one.
+    crash = FaultSpec("crash", "prefill-0", 0.5, 0.5)
+    hidden = FaultSpec("no_engine_id", "prefill-0", 1.4, 0.5)
+    assert identity_checks_optional((crash,), 1)
+    assert not identity_checks_optional((crash, hidden), 1)
+    # An id hidden on another engine than the one whose id changes hides nothing from this promotion.
+    assert identity_checks_optional((crash, FaultSpec("no_engine_id", "prefill-1", 1.4, 0.5)), 1)
 
 
 @pytest.mark.parametrize("bug", INJECTABLE_BUGS)
