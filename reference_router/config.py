@@ -15,7 +15,7 @@ from .core import (
     WorkerSpec,
     make_worker_spec,
 )
-from .worker_urls import url_problem
+from .core.worker_urls import url_problem
 
 
 class WorkerArg(NamedTuple):

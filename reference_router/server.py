@@ -30,6 +30,7 @@ from .core import (
     spec_from_json,
     worker_api_dict,
 )
+from .core.worker_urls import url_problem
 from .dispatch import DEFAULT_MODEL, Dispatcher
 from .errors import RouterError
 from .events import EventLog
@@ -39,7 +40,6 @@ from .openai_format import CHAT, COMPLETIONS, validate_body
 from .prober import Prober
 from .transports import Transports
 from .upstream_grpc import we_are_cancelled
-from .worker_urls import same_engine, url_problem
 
 log = logging.getLogger(__name__)
 
@@ -194,10 +194,6 @@ class RouterServer:
             spec = spec_from_json(body)
         except ValueError as exc:
             raise RouterError(400, "invalid_worker", str(exc)) from exc
-        for other in self.registry.all():
-            if other.spec.role is spec.role and same_engine(other.spec.url, spec.url):
-                raise RouterError(409, "duplicate_worker",
-                                  f"worker {other.id} already has url {other.spec.url} as {spec.role.value}")
         if (spec.role is Role.REGULAR) == self.cfg.pd:
             mode = "PD" if self.cfg.pd else "regular"
             raise RouterError(400, "invalid_worker", f"role {spec.role.value} does not fit {mode} mode")

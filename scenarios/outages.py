@@ -450,7 +450,8 @@ SCENARIOS = [
         "and bootstrap port), then the first one is removed once the new one is Ready. The added worker must "
         "hand off like a configured one, and the removal must drain without a client error. Before that, "
         "three mistaken registrations (a url with a port out of range, a url with a path, a bootstrap port "
-        "out of range) must be refused with a 4xx naming the field, adding nothing.",
+        "out of range) must be refused with a 4xx naming the field, adding nothing; so must the added engine "
+        "registered again under another spelling of its url.",
         bugs=("zoo-7",),
         topologies=("2p1d",),
         connectors=("mooncake", "nixl"),
@@ -466,6 +467,8 @@ SCENARIOS = [
             Step("bad_port", AddWorker("prefill-1", {"bootstrap_port": 70000}, refused="bootstrap_port"),
                  At(0.8)),
             Step("add", AddWorker("prefill-1"), At(1.0)),
+            # The same engine again, its url spelt with a trailing slash: one engine, one worker (409).
+            Step("again", AddWorker("prefill-1", {"url": "{url}/"}, refused="url"), After("add", 0.1)),
             Step("remove", RemoveWorker("prefill-0"), WorkerStatus("prefill-1", "ready"), deadline_s=4.0),
         ),
         expect=(

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 
 from harness.router_metrics import counters_of_text
-from harness.scenario import RouterSettings
+from harness.scenario import RouterSettings, mistaken_body
 from harness.topology import Topology
 from pdchaos.waiting import poll_until
 
@@ -215,8 +215,7 @@ class RouterAdapter:
         body["connector"] = topo.connector
         if spec.role == "prefill" and topo.connector == "mooncake":
             body["bootstrap_port"] = spec.bootstrap_port
-        body.update(mistake or {})
-        return await self._call(session, "POST", f"{topo.router_url}/workers", body)
+        return await self._call(session, "POST", f"{topo.router_url}/workers", mistaken_body(body, mistake))
 
     async def remove_worker(
         self, session: aiohttp.ClientSession, topo: Topology, engine: str

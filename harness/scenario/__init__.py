@@ -26,6 +26,7 @@ from harness.scenario.actions import (
     StartEngine,
     Wedge,
     action_kind,
+    mistaken_body,
 )
 from harness.scenario.conditions import (
     WORKER_STATUSES,
@@ -106,6 +107,7 @@ __all__ = [
     "holds",
     "links_in",
     "load_scenarios",
+    "mistaken_body",
     "preset",
     "scenarios_in_file",
     "validate",

@@ -115,11 +115,22 @@ class PatchWorker:
 class AddWorker:
     """Register the engine with the router through its worker API (the engine need not be up). `mistake`:
     fields laid over the body the router's adapter sends, making the call a mistake in field `refused`, which
-    the router must refuse (a 4xx naming it), adding nothing."""
+    the router must refuse (a 4xx naming it), adding nothing. In a text value of `mistake`, `{url}` stands for
+    the engine's own url: `{"url": "{url}/"}` registers a registered engine again under another spelling."""
 
     target: str
     mistake: Mapping[str, Any] | None = None
     refused: str | None = None
+
+
+OWN_URL = "{url}"
+
+
+def mistaken_body(body: Mapping[str, Any], mistake: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A worker registration `body` with `mistake`'s fields laid over it (`{url}`: the body's own url)."""
+    own = str(body.get("url", ""))
+    laid = {k: v.replace(OWN_URL, own) if isinstance(v, str) else v for k, v in (mistake or {}).items()}
+    return {**body, **laid}
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from .worker_urls import same_engine
 from .workers import READY, Role, Worker, WorkerSpec, apply_property_update
 
 
 class DuplicateWorkerError(ValueError):
-    """A worker with this url and role is already registered (the server answers 409)."""
+    """The engine is already registered in this role, under this url or another spelling of it (the server
+    answers 409)."""
 
 
 class WorkerRegistry:
@@ -23,10 +25,11 @@ class WorkerRegistry:
         self.bugs = bugs  # test-only zoo switches (core.bugs) of the worker API
 
     def add(self, spec: WorkerSpec) -> Worker:
-        """Register a Pending worker; DuplicateWorkerError when the url is registered for the same role."""
+        """Register a Pending worker; DuplicateWorkerError when its engine is registered for the same role
+        (`localhost` for `127.0.0.1`, letter case, a trailing slash: one engine, one worker)."""
         for w in self._workers.values():
-            if w.spec.url == spec.url and w.spec.role is spec.role:
-                raise DuplicateWorkerError(f"worker {w.id} already has url {spec.url} as {spec.role.value}")
+            if w.spec.role is spec.role and same_engine(w.spec.url, spec.url):
+                raise DuplicateWorkerError(f"worker {w.id} already has url {w.spec.url} as {spec.role.value}")
         self._seq += 1
         worker = Worker.new(f"w{self._seq}", spec)
         self._workers[worker.id] = worker

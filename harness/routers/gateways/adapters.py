@@ -31,7 +31,7 @@ from harness.routers.gateways.kv_facts import (
     read_query,
     registration_body,
 )
-from harness.scenario import AddWorker, PatchWorker, RemoveWorker, RouterSettings, Scenario
+from harness.scenario import AddWorker, PatchWorker, RemoveWorker, RouterSettings, Scenario, mistaken_body
 from harness.session.events import WorldNote
 from harness.topology import TRANSPORTS, Topology
 from pdchaos.ports import free_port
@@ -390,7 +390,7 @@ class SmgRouter(GatewayAdapter):
         facts = None
         if self.registers_through_api(topo.transport):
             facts = await self.kv_facts(session, topo, engine, timeout_s)
-        body = {**self.worker_body(topo, engine, facts), **(mistake or {})}
+        body = mistaken_body(self.worker_body(topo, engine, facts), mistake)
         self.registrations.append(body)
         status, answer = await self._call(session, "POST", f"{topo.router_url}/workers", body)
         if status in ACCEPTED and mistake is None:

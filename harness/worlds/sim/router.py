@@ -22,7 +22,7 @@ from fake_engines.core.gen_request import GenRequest, GenResult, RequestError, g
 from fake_engines.core.request_flow import Reject
 from harness.router_metrics import CounterTally
 from harness.routers.reference import reference_config
-from harness.scenario import RouterSettings
+from harness.scenario import RouterSettings, mistaken_body
 from harness.scenario.links import LinkRef
 from harness.session.requests import RequestPlan
 from harness.value_checks import error_body_problem
@@ -37,6 +37,7 @@ from reference_router.core import (
     Backoff,
     Delivery,
     DispatchFlow,
+    DuplicateWorkerError,
     Effects,
     ErrorAnswer,
     IdentityStart,
@@ -169,9 +170,11 @@ class SimRouter:
         }
         if spec.role == "prefill" and self.connector == "mooncake":
             body["bootstrap_port"] = spec.bootstrap_port
-        body.update(mistake or {})
+        body = mistaken_body(body, mistake)
         try:
             worker = self._add(spec_from_json(body))
+        except DuplicateWorkerError as exc:
+            return 409, ErrorAnswer(409, "duplicate_worker", str(exc)).body()
         except ValueError as exc:
             return 400, ErrorAnswer(400, "invalid_worker", str(exc)).body()
         return 201, self._api(worker)

@@ -295,6 +295,11 @@ def test_registry_ids_roles_duplicates_and_removal() -> None:
     assert [p.id, d.id, same_url_other_role.id] == ["w1", "w2", "w3"]
     with pytest.raises(DuplicateWorkerError, match="w1"):
         reg.add(make_worker_spec("http://127.0.0.1:8100", "prefill"))
+    # Another spelling of one engine is the same worker (the sim world and the server both add through here).
+    for spelling in ("http://localhost:8100", "HTTP://127.0.0.1:8100/", "http://LOCALHOST:8100/"):
+        with pytest.raises(DuplicateWorkerError, match=r"has url http://127\.0\.0\.1:8100 as prefill"):
+            reg.add(make_worker_spec(spelling, "prefill"))
+    assert len(reg) == 3
     assert isinstance(DuplicateWorkerError("x"), ValueError)
     assert reg.by_role(Role.DECODE) == [d, same_url_other_role]
     assert reg.ready(Role.DECODE) == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from reference_router.cli import build_parser, config_from_args
-from reference_router.worker_urls import endpoint, same_engine, url_problem
+from reference_router.core.worker_urls import endpoint, same_engine, url_problem
 
 
 @pytest.mark.parametrize(
