@@ -194,6 +194,7 @@ def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> in
         TIME_LIMIT_FACTOR,
         TIME_LIMIT_FLOOR_S,
         SuiteTally,
+        message_only,
         print_tally,
         resumed,
         run_presets,
@@ -259,8 +260,11 @@ def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> in
                 diff = mutant_diff(copy, path, name)
                 unit = unit_tests_pass(copy, name, CORES[core][1])
                 only = switch_only(copy / path, copy / CORES[core][0] / "bugs.py", name, diff)
-                tally.add(name, unit_tests="pass" if unit else "fail", switch_only="yes" if only else "no")
+                wording = message_only(copy / path, name, diff)
+                tally.add(name, unit_tests="pass" if unit else "fail", switch_only="yes" if only else "no",
+                          message_only="yes" if wording else "no")
                 mark = ("switch-only code: set aside" if only else
+                        "message wording: set aside" if wording else
                         "equivalence candidate: the unit tests miss it too" if unit else "unit tests kill it")
                 survivors_text.append(f"# {name}  ({path}): {mark}\n{diff}\n")
             print(f"[{core} {i}/{len(chosen)}] {name}: suite {suite.outcome} ({suite.wall_s:.0f} s)"

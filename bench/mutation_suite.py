@@ -9,8 +9,12 @@ unknown: CI goes red either way) or runs past its time limit (a hang is seen too
 
 The first cell that does not pass ends the suite (its `result.json` is watched as cells finish), so a killed
 mutant costs a fraction of a clean run. Mutants are set aside by two stated rules, never by hand, and both
-are listed for review and shown apart from the score:
+are listed for review and shown apart from the score (three rules):
 - equivalence candidates: the suite, the search and the core's own unit tests all let it through;
+- message wording: the mutant's one change re-cases a string literal or wraps it in `XX`, and the literal is
+  only ever part of an exception's message (it stands in a `raise`, or is passed to a function of its module
+  whose parameter is used only in a `raise`). The contract reads an error message for the field it names,
+  in any letter case (CONTRACTS §2: the worker API's 4xx); such a change keeps the name in it.
 - switch-only code: the mutation sits where only a test-only bug switch leads (the body of an
   `if SWITCH in bugs` branch, or the switch catalog itself). No run without `--inject-bug` executes it: it
   is not the router's behaviour, and the suite runs no switch. Its test, an `if` on a switch, stays in.
@@ -245,17 +249,95 @@ def switch_only(source: Path, bugs_file: Path, mutant: str, diff: str) -> bool:
     func = _function(tree, mutant)
     if func is None:
         return False
-    # mutmut numbers a method's lines in its own rendering of the function (not always the file's): find
-    # each changed line by its text within the function instead.
-    body = text.splitlines()[func.lineno - 1:func.end_lineno]
-    lines = sorted({i + 1 for old, before in _removed_with_context(diff) for i in _places(body, old, before)})
+    lines = _changed_lines(text, func, diff)
     if not lines:
         return False
     switches = _switch_names(bugs_file)
     if _called_only_under_a_switch(tree, func.name, switches) and not _called_elsewhere(source, func.name):
         return True
     guarded = _guarded_lines(func, switches)
-    return all(func.lineno - 1 + line in guarded for line in lines)
+    return lines <= guarded
+
+
+def _changed_lines(text: str, func: ast.FunctionDef | ast.AsyncFunctionDef, diff: str) -> set[int]:
+    """The file's line numbers of the lines the diff changes in `func`. mutmut numbers a method's lines in
+    its own rendering of the function (not always the file's): each is found by its text instead."""
+    body = text.splitlines()[func.lineno - 1:func.end_lineno]
+    changed = _removed_with_context(diff)
+    return {func.lineno + i for old, before in changed for i in _places(body, old, before)}
+
+
+def _one_literal_changed(diff: str) -> tuple[str, str] | None:
+    """(old, new) when the diff changes one line in one string literal only (else None)."""
+    old, new = _removed_lines(diff), _added_lines(diff)
+    if len(old) != 1 or len(new) != 1:
+        return None
+    a, b = _literals(old[0]), _literals(new[0])
+    if a is None or b is None or len(a) != len(b) or a[0] != b[0]:
+        return None
+    changed = [(x, y) for x, y in zip(a[1], b[1], strict=True) if x != y]
+    return changed[0] if len(changed) == 1 else None
+
+
+def _literals(line: str) -> tuple[str, list[str]] | None:
+    """The line with its string literals blanked out, and their values (None: not one parsable line)."""
+    try:
+        tree = ast.parse(line.strip().removesuffix(":") or "pass")
+    except SyntaxError:
+        return None
+    values = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str):
+            n.value = ""
+    return ast.dump(tree), values
+
+
+def _in_raise(func: ast.AST, node: ast.AST) -> bool:
+    return any(isinstance(r, ast.Raise) and any(n is node for n in ast.walk(r)) for r in ast.walk(func))
+
+
+def _param_only_raised(tree: ast.Module, call: ast.Call, node: ast.AST) -> bool:
+    """Whether `node`, an argument of `call` to a function of this module, lands in a parameter used only in
+    that function's `raise` statements."""
+    name = getattr(call.func, "id", None)
+    target = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    if target is None:
+        return False
+    params = [a.arg for a in target.args.args]
+    index = next((i for i, a in enumerate(call.args) if a is node), None)
+    if index is not None:
+        param = params[index] if index < len(params) else None
+    else:
+        param = next((k.arg for k in call.keywords if k.value is node), None)
+    uses = [n for n in ast.walk(target) if isinstance(n, ast.Name) and n.id == param]
+    return bool(uses) and all(_in_raise(target, u) for u in uses)
+
+
+def message_only(source: Path, mutant: str, diff: str) -> bool:
+    """Whether the mutant only re-cases or `XX`-wraps a literal of an exception's message (see the module
+    doc)."""
+    change = _one_literal_changed(diff)
+    if change is None or change[0].lower() not in change[1].lower():
+        return False
+    text = source.read_text()
+    tree = ast.parse(text)
+    func = _function(tree, mutant)
+    if func is None:
+        return False
+    lines = _changed_lines(text, func, diff)
+    places = [n for n in ast.walk(func)
+              if isinstance(n, ast.Constant) and n.value == change[0] and n.lineno in lines]
+    if not places:
+        return False
+    calls = [c for c in ast.walk(func) if isinstance(c, ast.Call)]
+    for node in places:
+        if _in_raise(func, node):
+            continue
+        call = next((c for c in calls if any(a is node for a in (*c.args, *(k.value for k in c.keywords)))),
+                    None)
+        if call is None or not _param_only_raised(tree, call, node):
+            return False
+    return True
 
 
 def _guarded_lines(node: ast.AST, switches: set[str]) -> set[int]:
@@ -315,6 +397,8 @@ class SuiteTally:
                 n["survived"] += 1
                 if facts.get("switch_only") == "yes":
                     n["switch_only"] += 1
+                elif facts.get("message_only") == "yes":
+                    n["message_only"] += 1
                 elif facts.get("unit_tests") == "pass":
                     n["equivalent_candidates"] += 1
             else:
@@ -324,7 +408,8 @@ class SuiteTally:
     def scores(self) -> tuple[float | None, float | None]:
         """(suite, suite + search): killed over the sampled mutants that are not equivalence candidates."""
         n = self.counts()
-        judged = n["sampled"] - n["equivalent_candidates"] - n["switch_only"] - n["not_judged"]
+        judged = (n["sampled"] - n["equivalent_candidates"] - n["switch_only"] - n["message_only"]
+                  - n["not_judged"])
         if judged <= 0:
             return None, None
         return n["killed_suite"] / judged, (n["killed_suite"] + n["killed_search"]) / judged
@@ -368,7 +453,7 @@ def print_tally(tally: SuiteTally, wall_s: float) -> None:
           f"(fail {n['suite_fail']}, unknown {n['suite_unknown']}, timeout {n['suite_timeout']}); "
           f"search killed {n['killed_search']} more; survived {n['survived']} "
           f"({n['equivalent_candidates']} also pass the unit tests: equivalence candidates, set aside; "
-          f"{n['switch_only']} in switch-only code, set aside); "
+          f"{n['switch_only']} in switch-only code, {n['message_only']} message wording: set aside); "
           f"not judged {n['not_judged']}", flush=True)
     print(f"core {tally.core}: score suite {_percent(suite)}, suite + search {_percent(both)}; "
           f"wall {wall_s / 60:.1f} min", flush=True)

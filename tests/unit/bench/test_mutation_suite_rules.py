@@ -118,3 +118,57 @@ def test_a_helper_only_switch_branches_call_is_switch_only(tmp_path: Path) -> No
     # Called from another module too: a run without switches may reach it.
     (pkg / "shell.py").write_text("from .core import alone\n\nprint(alone(1))\n")
     assert not suite.switch_only(src, bugs, "m.core.x_alone__mutmut_1", inside)
+
+
+MESSAGES = '''def _check_port(value, what):
+    if not 1 <= value <= 65535:
+        raise ValueError(f"{what} must be an integer in 1..65535, got {value!r}")
+    return value
+
+
+def _pick(key, default):
+    return {"url port": 1}.get(key, default)
+
+
+def spec(body):
+    if not isinstance(body, dict):
+        raise ValueError("body must be a JSON object")
+    _check_port(body["port"], "url port")
+    _pick("url port", 0)
+    return {"n": 1}
+'''
+
+
+def test_a_message_literal_recased_or_wrapped_is_message_wording(tmp_path: Path) -> None:
+    src = tmp_path / "workers.py"
+    src.write_text(MESSAGES)
+    recased = _diff(13, '        raise ValueError("body must be a JSON object")',
+                    '        raise ValueError("BODY MUST BE A JSON OBJECT")')
+    assert suite.message_only(src, "m.workers.x_spec__mutmut_5", recased)
+    # Passed to a parameter that only an exception's message uses.
+    passed = _diff(14, '    _check_port(body["port"], "url port")',
+                   '    _check_port(body["port"], "XXurl portXX")')
+    assert suite.message_only(src, "m.workers.x_spec__mutmut_35", passed)
+    # The same literal passed where it is looked up, not shown: behaviour.
+    looked_up = _diff(15, '    _pick("url port", 0)', '    _pick("XXurl portXX", 0)')
+    assert not suite.message_only(src, "m.workers.x_spec__mutmut_40", looked_up)
+    # A key of an answer, not a message.
+    key = _diff(16, '    return {"n": 1}', '    return {"N": 1}')
+    assert not suite.message_only(src, "m.workers.x_spec__mutmut_41", key)
+    # A change that is not only the literal's letters (another literal, or more than one line).
+    other = _diff(13, '        raise ValueError("body must be a JSON object")',
+                  '        raise ValueError("")')
+    assert not suite.message_only(src, "m.workers.x_spec__mutmut_6", other)
+    code = _diff(13, '        raise ValueError("body must be a JSON object")',
+                 '        raise TypeError("body must be a JSON object")')
+    assert not suite.message_only(src, "m.workers.x_spec__mutmut_7", code)
+
+
+def test_the_score_sets_message_wording_apart() -> None:
+    tally = suite.SuiteTally("router")
+    tally.add("a", suite="fail")
+    tally.add("b", suite="pass", search="pass", unit_tests="fail", switch_only="no", message_only="yes")
+    tally.add("c", suite="pass", search="pass", unit_tests="fail", switch_only="no", message_only="no")
+    n = tally.counts()
+    assert (n["message_only"], n["survived"]) == (1, 2)
+    assert tally.scores() == (0.5, 0.5)
