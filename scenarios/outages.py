@@ -72,6 +72,29 @@ _ONE_PREFILL_DOWN_EXPECT = (
 )
 
 
+# Registrations the reference router's worker API refuses (CONTRACTS §2), one field wrong in each: the field
+# at fault and the wrong fields laid over a right body. Each reaches another of its checks.
+_WRONG_REGISTRATIONS: tuple[tuple[str, dict[str, object]], ...] = (
+    ("url", {"url": "ftp://127.0.0.1:8000"}),
+    ("url", {"url": "grpc://127.0.0.1"}),
+    ("url", {"url": "http://:8000"}),
+    ("role", {"role": "mixer"}),
+    ("connector", {"connector": "rdma"}),
+    ("labels", {"labels": {"tier": 1}}),
+    ("dp_size", {"dp_size": 0}),
+    ("engine_id", {"engine_id": ""}),
+    ("kv_role", {"kv_role": 5}),
+    ("shard", {"shard": 1}),
+)
+
+
+def _wrong_registrations(engine: str, start_s: float) -> tuple[Step, ...]:
+    """Each of _WRONG_REGISTRATIONS as a call 10 ms after the one before it."""
+    return tuple(
+        Step(f"wrong_{i}_{field}", AddWorker(engine, wrong, refused=field), At(round(start_s + i / 100, 3)))
+        for i, (field, wrong) in enumerate(_WRONG_REGISTRATIONS))
+
+
 def _crash_and_respawn(engine: str) -> tuple[Step, ...]:
     """SIGKILL at 1.5 s, started again on the same address at 3.5 s (marked Failed by then)."""
     return (Step("crash", Crash(engine), At(1.5)), Step("respawn", Respawn(engine), At(3.5)))
@@ -449,9 +472,10 @@ SCENARIOS = [
         description="A second prefill is registered through the worker API mid-traffic (with its connector "
         "and bootstrap port), then the first one is removed once the new one is Ready. The added worker must "
         "hand off like a configured one, and the removal must drain without a client error. Before that, "
-        "three mistaken registrations (a url with a port out of range, a url with a path, a bootstrap port "
-        "out of range) must be refused with a 4xx naming the field, adding nothing; so must the added engine "
-        "registered again under another spelling of its url.",
+        "mistaken registrations (a url with a port out of range, with a path, of another scheme, without a "
+        "host; a bootstrap port out of range; an unknown role, connector or field; labels, dp size, engine "
+        "id or KV role of the wrong kind) must be refused with a 4xx naming the field, adding nothing; so "
+        "must the added engine registered again under another spelling of its url.",
         bugs=("zoo-7",),
         topologies=("2p1d",),
         connectors=("mooncake", "nixl"),
@@ -466,6 +490,7 @@ SCENARIOS = [
                  At(0.7)),
             Step("bad_port", AddWorker("prefill-1", {"bootstrap_port": 70000}, refused="bootstrap_port"),
                  At(0.8)),
+            *_wrong_registrations("prefill-1", 0.81),
             Step("add", AddWorker("prefill-1"), At(1.0)),
             # The same engine again, its url spelt with a trailing slash: one engine, one worker (409).
             Step("again", AddWorker("prefill-1", {"url": "{url}/"}, refused="url"), After("add", 0.1)),

@@ -63,6 +63,8 @@ API_MISTAKES: dict[str, tuple[str, str, Mapping[str, Any]]] = {
     "add_url": ("add", "url", {"url": "http://127.0.0.1:99999"}),
     "add_url_path": ("add", "url", {"url": "http://127.0.0.1:8000/v1"}),
     "add_bootstrap_port": ("add", "bootstrap_port", {"bootstrap_port": 70000}),
+    "add_url_scheme": ("add", "url", {"url": "ftp://127.0.0.1:8000"}),
+    "add_url_host": ("add", "url", {"url": "http://:8000"}),
     # A registered engine again, under another spelling of its url: one engine, one worker.
     "add_again": ("add", "url", {"url": "{url}/"}),
 }

@@ -92,7 +92,7 @@ def test_a_worker_property_update_is_an_instant_api_call_with_nothing_to_heal() 
 @pytest.mark.parametrize(("mistake", "cls", "field"), [
     ("patch_labels", PatchWorker, "labels"), ("add_url", AddWorker, "url"),
     ("add_url_path", AddWorker, "url"), ("add_bootstrap_port", AddWorker, "bootstrap_port"),
-    ("add_again", AddWorker, "url"),
+    ("add_again", AddWorker, "url"), ("add_url_scheme", AddWorker, "url"), ("add_url_host", AddWorker, "url"),
 ])
 def test_a_worker_api_mistake_is_an_instant_call_judged_by_worker_api(
     mistake: str, cls: type, field: str
