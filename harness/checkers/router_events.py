@@ -12,8 +12,9 @@ is matched to the engines' records (`harness.contract`):
 - an `engine_id` names an id the engine reported, never clears a known one, and one that says the id changed
   names another id;
 - a `breaker` move goes to a state the breaker model allows then;
-- a `dispatch` names workers of the roles its legs need, a status that fits its outcome, and the engines
-  that served its minted transfer (and the remote engine id the decode got);
+- a `dispatch` names workers of the roles its legs need, a status that fits its outcome, the error of a
+  failed one (none for one that went well), and the engines that served its minted transfer (and the
+  remote engine id the decode got);
 - and nothing is left out: every probe the engines saw from the router, every status change its worker
   list showed, is in its account, and each worker's status changes and breaker moves chain (each starts
   where the one before it ended).
@@ -156,6 +157,13 @@ class _Judge:
             self.say(ev, f"says {outcome} with status {status} (the client got 200 then)")
         if outcome in ("prefill_failed", "decode_failed") and not (isinstance(status, int) and status >= 400):
             self.say(ev, f"says {outcome} with status {status} (a failed leg is answered as an error)")
+        if "error" in ev.fields and outcome is not None:
+            # What an operator reads for a failed request: the failure, named; none for one that went well.
+            error = ev.get("error")
+            if outcome != "ok" and not (isinstance(error, str) and error):
+                self.say(ev, f"says {outcome} without naming the error ({error!r})")
+            if outcome == "ok" and error is not None:
+                self.say(ev, f"says ok with an error ({error!r})")
         named: dict[str, str | None] = {}
         for role in ("prefill", "decode"):
             url = ev.get(f"{role}_url")
