@@ -206,7 +206,7 @@ def _function(tree: ast.Module, mutant: str) -> ast.FunctionDef | ast.AsyncFunct
     return None
 
 
-def _switch_names(bugs_file: Path) -> set[str]:
+def switch_names(bugs_file: Path) -> set[str]:
     """The switch constants a core's bug catalog defines (UPPER_CASE names bound to strings)."""
     out: set[str] = set()
     for n in ast.parse(bugs_file.read_text()).body:
@@ -252,10 +252,10 @@ def switch_only(source: Path, bugs_file: Path, mutant: str, diff: str) -> bool:
     lines = _changed_lines(text, func, diff)
     if not lines:
         return False
-    switches = _switch_names(bugs_file)
+    switches = switch_names(bugs_file)
     if _called_only_under_a_switch(tree, func.name, switches) and not _called_elsewhere(source, func.name):
         return True
-    guarded = _guarded_lines(func, switches)
+    guarded = guarded_lines(func, switches)
     return lines <= guarded
 
 
@@ -340,7 +340,7 @@ def message_only(source: Path, mutant: str, diff: str) -> bool:
     return True
 
 
-def _guarded_lines(node: ast.AST, switches: set[str]) -> set[int]:
+def guarded_lines(node: ast.AST, switches: set[str]) -> set[int]:
     """The lines inside `node` that only an `if` on a switch leads to."""
     guarded: set[int] = set()
     for sub in ast.walk(node):
@@ -371,7 +371,7 @@ def _called_only_under_a_switch(tree: ast.Module, name: str, switches: set[str])
              and (getattr(n.func, "id", None) == name or getattr(n.func, "attr", None) == name)]
     if not calls:
         return False
-    guarded = _guarded_lines(tree, switches)
+    guarded = guarded_lines(tree, switches)
     return all(c.lineno in guarded for c in calls)
 
 

@@ -67,7 +67,7 @@ def test_a_line_written_twice_is_told_apart_by_the_lines_above_it(tmp_path: Path
 def test_the_switch_names_are_the_catalogs_string_constants(tmp_path: Path) -> None:
     bugs = tmp_path / "bugs.py"
     bugs.write_text(BUGS)
-    assert suite._switch_names(bugs) == {"SWITCH", "OTHER"}
+    assert suite.switch_names(bugs) == {"SWITCH", "OTHER"}
 
 
 def test_a_tally_sets_switch_only_and_equivalence_candidates_apart() -> None:
@@ -172,3 +172,13 @@ def test_the_score_sets_message_wording_apart() -> None:
     n = tally.counts()
     assert (n["message_only"], n["survived"]) == (1, 2)
     assert tally.scores() == (0.5, 0.5)
+
+
+def test_suite_coverage_sets_switch_only_lines_apart(tmp_path: Path) -> None:
+    cov = load_bench("suite_coverage")
+    src, bugs = tmp_path / "core.py", tmp_path / "bugs.py"
+    src.write_text(SOURCE)
+    bugs.write_text(BUGS)
+    # decide(): line 6 (`return "buggy"`) is switch-only; line 7 (`return "right"`) is not.
+    assert cov.switch_guarded(src, bugs) == {6, 13, 14}
+    assert cov.switch_guarded(bugs, bugs) == {1, 2, 3}, "the catalog itself"
