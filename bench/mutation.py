@@ -158,17 +158,25 @@ def write_survivors(copy: Path, by_file: dict[str, dict[str, int]], out: Path) -
     return len(names)
 
 
-def mutant_diff(copy: Path, path: str, name: str) -> str:
-    script = ("import sys\nfrom mutmut.mutation.diff_apply import get_diff_for_mutant\n"
-              "print(get_diff_for_mutant(sys.argv[1], path=sys.argv[2]))\n")
-    done = subprocess.run([sys.executable, "-c", script, name, path], cwd=copy, capture_output=True,
-                          check=False)
-    return done.stdout.decode(errors="replace")
+def mutant_diffs(copy: Path, pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """Each (path, mutant)'s diff, by mutant name (one process for them all)."""
+    script = ("import json, sys\nfrom mutmut.mutation.diff_apply import get_diff_for_mutant\n"
+              "print(json.dumps({n: get_diff_for_mutant(n, path=p) for p, n in json.load(sys.stdin)}))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=copy, input=json.dumps(pairs).encode(),
+                          capture_output=True, check=False)
+    try:
+        diffs = json.loads(done.stdout or b"{}")
+    except ValueError:
+        diffs = {}
+    return {str(k): str(v) for k, v in diffs.items()}
 
 
-def _rejudged(results_file: Path, core: str, names: list[tuple[str, str]]) -> list[tuple[str, str]]:
+def _rejudged(results_file: Path, core: str, names: list[tuple[str, str]],
+              copy: Path) -> tuple[list[tuple[str, str]], dict[str, str]]:
     """The mutants a `--results` file recorded as surviving the suite and the search, where the code still
-    has them (a mutant of a function that changed since is renamed or gone: it is named and skipped)."""
+    has them, and their diffs (a mutant of a function that changed since is gone, or its name stands for
+    another mutation: it is named; the one the name stands for now is judged)."""
+    from mutation_suite import diff_key, renumbered
     try:
         recorded = json.loads(results_file.read_text())["cores"][core]["mutants"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -176,9 +184,12 @@ def _rejudged(results_file: Path, core: str, names: list[tuple[str, str]]) -> li
     wanted = {n for n, f in recorded.items() if f.get("suite") == "pass" and f.get("search") != "fail"}
     chosen = [(path, n) for path, n in names if n in wanted]
     gone = sorted(wanted - {n for _, n in chosen})
+    diffs = mutant_diffs(copy, chosen)
+    other = renumbered({n: recorded[n] for _, n in chosen}, {n: diff_key(d) for n, d in diffs.items()})
     print(f"{core}: rejudging {len(chosen)} survivors of {results_file} ({len(recorded)} judged there)"
-          + (f"; no longer in the code: {', '.join(gone)}" if gone else ""), flush=True)
-    return chosen
+          + (f"; no longer in the code: {', '.join(gone)}" if gone else "")
+          + (f"; now another mutation: {', '.join(other)}" if other else ""), flush=True)
+    return chosen, diffs
 
 
 def source_revision() -> str:
@@ -194,6 +205,7 @@ def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> in
         TIME_LIMIT_FACTOR,
         TIME_LIMIT_FLOOR_S,
         SuiteTally,
+        diff_key,
         message_only,
         print_tally,
         resumed,
@@ -238,11 +250,13 @@ def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> in
         names = sorted((path, n) for path, codes in by_file.items() if core_of(path) == core for n in codes)
         tally = SuiteTally(core)
         if args.rejudge is not None:
-            chosen = _rejudged(args.rejudge, core, names)
+            chosen, diffs = _rejudged(args.rejudge, core, names, copy)
         else:
             chosen = seeded_sample(names, args.seed, args.max_mutants or 300)
+            diffs = mutant_diffs(copy, chosen)
             if args.resume is not None:
-                tally.results.update(resumed(args.resume, core, args.seed, presets, chosen))
+                keys = {n: diff_key(d) for n, d in diffs.items()}
+                tally.results.update(resumed(args.resume, core, args.seed, presets, chosen, keys))
                 chosen = [(path, name) for path, name in chosen if name not in tally.results]
         for i, (path, name) in enumerate(chosen, 1):
             if args.stop_after is not None and time.monotonic() - started > args.stop_after:
@@ -250,14 +264,14 @@ def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> in
                       "unjudged (--resume the results file to go on)", flush=True)
                 break
             suite = run_presets(copy, name, limit, presets)
+            diff = diffs.get(name, "")
             tally.add(name, path=path, suite=suite.outcome, suite_detail=suite.detail,
-                      suite_s=f"{suite.wall_s:.1f}", judged_at=judged_at)
+                      suite_s=f"{suite.wall_s:.1f}", judged_at=judged_at, diff_key=diff_key(diff))
             if suite.outcome == "pass" and args.search_budget > 0:
                 search = run_search(copy, name, args.search_budget, args.jobs)
                 tally.add(name, search=search.outcome, search_detail=search.detail)
             facts = tally.results[name]
             if facts.get("suite") == "pass" and facts.get("search") != "fail":
-                diff = mutant_diff(copy, path, name)
                 unit = unit_tests_pass(copy, name, CORES[core][1])
                 only = switch_only(copy / path, copy / CORES[core][0] / "bugs.py", name, diff)
                 wording = message_only(copy / path, name, diff)

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -415,6 +415,25 @@ class SuiteTally:
         return n["killed_suite"] / judged, (n["killed_suite"] + n["killed_search"]) / judged
 
 
+_MUTANT_NAME = re.compile(r"__mutmut_(?:\d+|orig)\b")
+
+
+def diff_key(diff: str) -> str:
+    """What a mutant changes, as a short hash of its diff's changed lines with mutmut's names taken out (an
+    edit of the lines around it keeps the key). mutmut numbers a function's mutants in order: after a
+    change to the function, a name may stand for another mutation, and its key tells."""
+    changed = "\n".join(f"-{line}" for line in _removed_lines(diff)) + "\n" + "\n".join(
+        f"+{line}" for line in _added_lines(diff))
+    return hashlib.sha256(_MUTANT_NAME.sub("__mutmut", changed).encode()).hexdigest()[:12]
+
+
+def renumbered(recorded: Mapping[str, Mapping[str, str]], keys: Mapping[str, str]) -> list[str]:
+    """The recorded mutants whose name now stands for another mutation (their diff key differs). A record
+    without a key (an older file) cannot tell, and is taken as it is."""
+    return sorted(n for n, facts in recorded.items()
+                  if facts.get("diff_key") and n in keys and keys[n] != facts["diff_key"])
+
+
 def seeded_sample(names: Iterable[tuple[str, str]], seed: int, n: int) -> list[tuple[str, str]]:
     """The `n` (path, mutant) pairs that rank first by a hash of the seed and the mutant's name. A mutant's
     rank does not depend on the others, so a change to the code adds or drops only its own mutants: a
@@ -425,10 +444,12 @@ def seeded_sample(names: Iterable[tuple[str, str]], seed: int, n: int) -> list[t
 
 
 def resumed(results_file: Path, core: str, seed: int, presets: Sequence[str],
-            sample: Sequence[tuple[str, str]]) -> dict[str, dict[str, str]]:
+            sample: Sequence[tuple[str, str]],
+            keys: Mapping[str, str] | None = None) -> dict[str, dict[str, str]]:
     """What a `--results` file already judged of this core's `sample` (to be kept, not run again). The file
     must be of the same seed and presets; recorded mutants outside the sample (the code changed) are left
-    out and named."""
+    out and named, and so are those whose name now stands for another mutation (`keys`: each sampled
+    mutant's `diff_key` now): those are judged again."""
     try:
         report = json.loads(results_file.read_text())
         recorded = report.get("cores", {}).get(core, {}).get("mutants", {})
@@ -439,10 +460,14 @@ def resumed(results_file: Path, core: str, seed: int, presets: Sequence[str],
         raise SystemExit(f"--resume {results_file}: judged with seed {theirs[0]} and presets "
                          f"{','.join(theirs[1])}, not seed {seed} and presets {','.join(presets)}")
     wanted = {name for _, name in sample}
-    kept = {name: dict(facts) for name, facts in recorded.items() if name in wanted and "suite" in facts}
+    stale = set(renumbered(recorded, keys or {}))
+    kept = {name: dict(facts) for name, facts in recorded.items()
+            if name in wanted and "suite" in facts and name not in stale}
     gone = sorted(set(recorded) - wanted)
     print(f"{core}: resuming {results_file}: {len(kept)} of the {len(sample)} sampled already judged"
-          + (f"; left out, no longer sampled: {', '.join(gone)}" if gone else ""), flush=True)
+          + (f"; left out, no longer sampled: {', '.join(gone)}" if gone else "")
+          + (f"; judged again, now another mutation: {', '.join(sorted(stale))}" if stale else ""),
+          flush=True)
     return kept
 
 

@@ -61,3 +61,25 @@ def test_resume_refuses_what_is_not_a_results_file(tmp_path: Path, text: str) ->
 def test_resume_of_a_missing_file_says_so(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="not a --results file"):
         suite.resumed(tmp_path / "none.json", "router", 3, ("scaled",), [])
+
+
+def test_a_name_that_now_stands_for_another_mutation_is_judged_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sample = suite.seeded_sample(NAMES, 3, 3)
+    (_, a), (_, b), (_, c) = sample
+    diff = ("-    def x_f__mutmut_orig(self):\n+    def x_f__mutmut_3(self):\n"
+            "-        return x > 1\n+        return x >= 1\n")
+    # The key leaves mutmut's names out: the same change under another number is the same mutation.
+    assert suite.diff_key(diff) == suite.diff_key(diff.replace("mutmut_3", "mutmut_7"))
+    assert suite.diff_key(diff) != suite.diff_key(diff.replace(">= 1", "> 2"))
+    assert suite.diff_key(diff) == suite.diff_key(' """A docstring edited since."""\n' + diff), "context"
+    judged = {a: {"suite": "fail", "diff_key": "aaaa"}, b: {"suite": "fail", "diff_key": "bbbb"},
+              c: {"suite": "fail"}}
+    keys = {a: "aaaa", b: "cccc", c: "dddd"}
+    assert suite.renumbered(judged, keys) == [b]
+    kept = suite.resumed(_results(tmp_path / "r.json", judged), "router", 3, ("scaled", "production"), sample,
+                         keys)
+    # b now names another mutation: judged again; c has no recorded key (an older file): kept as it is.
+    assert set(kept) == {a, c}
+    assert f"now another mutation: {b}" in capsys.readouterr().out
