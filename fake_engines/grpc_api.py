@@ -137,6 +137,7 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
             n=sp.n,
             ignore_eos=sp.ignore_eos,
             kv_transfer_params=kv,
+            stop=list(sp.stop),
         )
 
     def _gen_request(self, request: Any, leg: dict[str, Any]) -> GenRequest:
@@ -166,7 +167,7 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
         if problem is not None:
             raise RequestError(400, problem)
         rid = request.request_id or f"grpc-{time.monotonic_ns()}"
-        return GenRequest(rid, text, ids, int(max_tokens), seed, kv, leg)
+        return GenRequest(rid, text, ids, int(max_tokens), seed, kv, leg, tuple(sp.stop))
 
     async def Generate(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         arrival = self.engine.arrival(metadata_caller(context))

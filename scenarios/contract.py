@@ -20,7 +20,14 @@ from harness.scenario import (
     Step,
     Wedge,
 )
-from harness.scenario.defaults import BASE_EXPECT, SCALED_ENGINES, SCALED_ROUTER, SCALED_WORKLOAD
+from harness.scenario.defaults import (
+    BASE_EXPECT,
+    CORE_EXPECT,
+    SCALED_ENGINES,
+    SCALED_ROUTER,
+    SCALED_WORKLOAD,
+    STRICT_LOCAL,
+)
 
 SCENARIOS = [
     Scenario(
@@ -163,6 +170,33 @@ SCENARIOS = [
         expect=(
             *BASE_EXPECT,
             Expect("handoff"),
+        ),
+    ),
+    Scenario(
+        name="client_stop_strings",
+        bugs=("a prefill leg that keeps the client's stop strings",),
+        tags=("default",),
+        suite_worlds=("sim",),
+        description="No fault. A third of the requests carry a stop string: the first word of their own "
+        "answer, so the answer ends before it (vLLM cuts the text where a stop string begins). The prefill "
+        "leg must not carry it: a prefill that a stop string ends short of its one-token length cap frees "
+        "its KV at once, as vLLM's connectors do. A Mooncake decode sent to pull it then waits out its "
+        "transfer timeout (480 s in production); a NIXL one gets no params and computes the prompt again. "
+        "The decode leg keeps the stop strings, and every answer is cut where they begin. HTTP only: over "
+        "gRPC the router builds the text from token ids, and the reference router does not cut stop "
+        "strings there yet.",
+        topologies=("1p1d",),
+        connectors=("mooncake", "nixl"),
+        transports=("http",),
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=replace(SCALED_WORKLOAD, duration_s=3.0, stop_fraction=0.34),
+        timeline=(),
+        expect=(
+            *CORE_EXPECT,
+            STRICT_LOCAL,
+            Expect("handoff_strict"),
+            Expect("transfer_timeout"),
         ),
     ),
 ]

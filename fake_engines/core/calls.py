@@ -115,10 +115,11 @@ def leg_shape(
     ignore_eos: Any = None,
     stream_options: Any = None,
     kv_transfer_params: Any = None,
+    stop: Any = None,
 ) -> dict[str, Any]:
     """The parameters of a leg that the PD contract judges, the same from either surface: a value a
-    surface cannot tell from its default is left out (n 1, min_tokens 0, ignore_eos false), so an HTTP
-    body and the gRPC request a router made of it give one shape."""
+    surface cannot tell from its default is left out (n 1, min_tokens 0, ignore_eos false, no stop
+    strings), so an HTTP body and the gRPC request a router made of it give one shape."""
     out: dict[str, Any] = {"stream": bool(stream)}
     if max_tokens is not None:
         out["max_tokens"] = max_tokens
@@ -130,6 +131,9 @@ def leg_shape(
         out["ignore_eos"] = True
     if stream_options is not None:
         out["stream_options"] = stream_options
+    stops = [stop] if isinstance(stop, str) else list(stop) if isinstance(stop, list | tuple) else []
+    if stops:
+        out["stop"] = stops
     if kv_transfer_params is not None:
         out["kv_transfer_params"] = (
             {k: kv_transfer_params[k] for k in LEG_KV_KEYS if k in kv_transfer_params}
@@ -153,6 +157,7 @@ def leg_of_openai(body: Mapping[str, Any], chat: bool, *, grpc: bool = False) ->
         ignore_eos=body.get("ignore_eos"),
         stream_options=None if grpc else body.get("stream_options"),
         kv_transfer_params=body.get("kv_transfer_params"),
+        stop=body.get("stop"),
     )
 
 

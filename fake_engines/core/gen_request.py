@@ -39,6 +39,8 @@ class GenRequest:
     kv_params: dict[str, Any] | None
     # The leg as it reached the engine (`core.calls.leg_shape`), for its records; None: not told.
     leg: dict[str, Any] | None = None
+    # The request's stop strings (vLLM's `stop`): the output ends where one of them begins.
+    stop: tuple[str, ...] = ()
 
 
 @dataclass
@@ -55,8 +57,23 @@ class GenResult:
     record: dict[str, Any] = field(default_factory=dict)
 
     def token_texts(self) -> list[str]:
-        """Per-token text pieces; joined they equal `text` (output tokens are whole words)."""
-        return token_pieces(self.token_ids)
+        """Per-token text pieces; joined they equal `text` (output tokens are whole words). A stop string
+        cuts the last piece where it begins (that piece may be empty: it still carries the finish)."""
+        out, left = [], len(self.text)
+        for piece in token_pieces(self.token_ids):
+            out.append(piece[:left])
+            left = max(0, left - len(piece))
+        return out
+
+
+def stop_strings(raw: Any) -> tuple[str, ...]:
+    """A request's `stop` (a string, a list of strings, or none) as a tuple; the shared request check has
+    refused any other form."""
+    if isinstance(raw, str):
+        return (raw,)
+    if isinstance(raw, list):
+        return tuple(s for s in raw if isinstance(s, str))
+    return ()
 
 
 def parse_kv_params(raw: Any) -> dict[str, Any] | None:
@@ -183,4 +200,4 @@ def gen_request_from_openai(
     if problem is not None:
         raise RequestError(400, problem)
     leg = leg_of_openai(body, chat, grpc=grpc)
-    return GenRequest(request_id, text, ids, budget, seed, kv, leg), stream
+    return GenRequest(request_id, text, ids, budget, seed, kv, leg, stop_strings(body.get("stop"))), stream

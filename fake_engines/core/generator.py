@@ -17,6 +17,8 @@ from fake_engines.core import tokenizer
 from fake_engines.core.chat import render_chat
 
 FINISH_REASON = "length"
+# vLLM's finish reason for an output a stop string ended.
+STOP_REASON = "stop"
 DEFAULT_MAX_TOKENS = 16
 
 
@@ -70,6 +72,24 @@ def _generate_ids(kv_digest: str, max_tokens: int, s: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+def stop_at(ids: Sequence[int], stops: Sequence[str]) -> tuple[list[int], str | None]:
+    """vLLM's stop strings: the output ends with the first token whose text completes one of `stops`, and its
+    text ends where that stop string begins (the stop string is not part of it). (the ids kept, the text),
+    or (every id, None) when no stop string occurs."""
+    if not stops:
+        return list(ids), None
+    longest = max(len(s) for s in stops)
+    text = ""
+    for i, piece in enumerate(token_pieces(ids)):
+        # Only where a match can end in this piece.
+        start = max(0, len(text) - longest + 1)
+        text += piece
+        hits = [j for s in stops if s and (j := text.find(s, start)) >= 0]
+        if hits:
+            return list(ids[: i + 1]), text[: min(hits)]
+    return list(ids), None
+
+
 def token_pieces(ids: Sequence[int]) -> list[str]:
     """Text of each id on its own (for streaming); joined they equal ``decode(ids)`` for word tokens."""
     return [tokenizer.decode([t]) for t in ids]
@@ -79,13 +99,17 @@ def generate_text(kv_digest: str, max_tokens: int, seed: int | None = None) -> s
     return tokenizer.decode(generate_ids(kv_digest, max_tokens, seed))
 
 
-def expected_completion(prompt: str, max_tokens: int, seed: int | None = None) -> str:
+def expected_completion(
+    prompt: str, max_tokens: int, seed: int | None = None, stop: Sequence[str] = ()
+) -> str:
     """What a correct handoff (or a local run) returns for a ``/v1/completions`` text prompt."""
-    return generate_text(prompt_digest(tokenizer.encode(prompt)), max_tokens, seed)
+    ids = generate_ids(prompt_digest(tokenizer.encode(prompt)), max_tokens, seed)
+    _, stopped = stop_at(ids, stop)
+    return tokenizer.decode(ids) if stopped is None else stopped
 
 
 def expected_chat_completion(
-    messages: Sequence[Mapping[str, Any]], max_tokens: int, seed: int | None = None
+    messages: Sequence[Mapping[str, Any]], max_tokens: int, seed: int | None = None, stop: Sequence[str] = ()
 ) -> str:
     """What a correct handoff returns for ``/v1/chat/completions`` (prompt rendered by ``render_chat``)."""
-    return expected_completion(render_chat(messages), max_tokens, seed)
+    return expected_completion(render_chat(messages), max_tokens, seed, stop)

@@ -25,7 +25,14 @@ from typing import Any
 
 from fake_engines.core.engine_state import EngineState
 from fake_engines.core.gen_request import GenRequest, GenResult, RequestError, max_tokens_problem
-from fake_engines.core.generator import FINISH_REASON, generate_ids, output_digest, prompt_digest
+from fake_engines.core.generator import (
+    FINISH_REASON,
+    STOP_REASON,
+    generate_ids,
+    output_digest,
+    prompt_digest,
+    stop_at,
+)
 from fake_engines.core.handoff import (
     Action,
     Done,
@@ -184,7 +191,7 @@ class RequestFlow:
             source = handoff.kv_digest
         else:
             source = self.prompt_digest
-        out_ids = generate_ids(source, req.max_tokens, req.seed)
+        out_ids, stopped = stop_at(generate_ids(source, req.max_tokens, req.seed), req.stop)
         out_params: dict[str, Any] | None = None
         if self.kind == RequestKind.DECODE:
             assert handoff is not None
@@ -198,15 +205,15 @@ class RequestFlow:
         else:
             fields = {"kind": self.kind.value, "outcome": Outcome.COMPUTED.value, "error": None}
             if self.kind == RequestKind.PREFILL:
-                out_params, prefill_fields = self._hold_kv(now)
+                out_params, prefill_fields = self._hold_kv(now, length_capped=stopped is None)
                 fields.update(prefill_fields)
         rec = self._record(now, wall, output_digest=output_digest(out_ids), **fields)
         s.count_served(len(req.prompt_ids), len(out_ids))
         result = GenResult(
             req.request_id,
-            decode(out_ids),
+            decode(out_ids) if stopped is None else stopped,
             out_ids,
-            FINISH_REASON,
+            FINISH_REASON if stopped is None else STOP_REASON,
             len(req.prompt_ids),
             out_params,
             s.timing.itl_s(),
@@ -277,14 +284,21 @@ class RequestFlow:
             return self._set(Sleep(self.state.timing.itl_s(), "itl"))
         return self._set(Sleep(self.state.timing.ttft_s(len(self.req.prompt_ids)), "ttft"))
 
-    def _hold_kv(self, now: float) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-        """A prefill keeps its KV for the decode: (params to return, record fields)."""
+    def _hold_kv(
+        self, now: float, length_capped: bool = True
+    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """A prefill keeps its KV for the decode: (params to return, record fields). Only a prefill that
+        ended at its length cap does: one a stop string ended frees its blocks at once and returns no
+        params, as vLLM's Mooncake and NIXL connectors do (`request_finished` for any status but
+        FINISHED_LENGTH_CAPPED), so a Mooncake decode sent to pull it waits out its transfer timeout."""
         s, connector = self.state, self.state.config.connector
         assert self.req.kv_params is not None
         key = prefill_transfer_key(connector, self.req.kv_params, self.req.request_id)
         ids: dict[str, Any] = {"transfer_id": key} if connector == "mooncake" else {}
         if key is None:
             return None, {**ids, "error": "no transfer_id: KV not held"}
+        if not length_capped:
+            return None, {**ids, "error": "a stop string ended the prefill before its length cap: KV freed"}
         block = s.store.allocate(key, self.prompt_digest, len(self.req.prompt_ids), now)
         return s.prefill_params(key, list(block.block_ids)), ids
 

@@ -1,7 +1,7 @@
 """Leg shape: every leg reached its engine as the PD contract says it must (docs/DESIGN.md §2).
 
 A prefill leg is sanitised: not streamed, one token (`max_tokens` 1), one choice, no `min_tokens` above
-its `max_tokens` nor `stream_options`, `ignore_eos` over gRPC, and tagged for a remote decode
+its `max_tokens`, no `stream_options` nor stop strings, `ignore_eos` over gRPC, and tagged for a remote decode
 (`do_remote_decode` true, `do_remote_prefill` false; Mooncake: the minted `transfer_id`). A decode leg
 carries the client's own parameters (stream, max_tokens, min_tokens, n) and, when it hands off,
 `do_remote_prefill` true. Judged from what the engines recorded of each leg (`leg` on their records), so it
@@ -55,6 +55,9 @@ def prefill_problems(leg: Leg, view: EngineView) -> list[str]:
         out.append(f"min_tokens {low} above max_tokens {top} (vLLM refuses it)")
     if shape.get("stream_options"):
         out.append("stream_options kept")
+    if shape.get("stop"):
+        # It may end the prefill before its length cap, and vLLM's prefill then frees the KV at once.
+        out.append(f"stop strings kept {shape['stop']!r} (the prefill may stop short and free its KV)")
     grpc = view.contract.transport == "grpc"
     if grpc and rules.get("prefill_ignore_eos", True) and not shape.get("ignore_eos"):
         out.append("ignore_eos not set")

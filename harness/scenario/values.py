@@ -106,6 +106,8 @@ def workload_problems(w: Workload) -> list[str]:
     if not 0 <= w.completion_tokens_fraction <= 1:
         out.append("workload.completion_tokens_fraction must be within [0, 1], got "
                    f"{w.completion_tokens_fraction}")
+    if not 0 <= w.stop_fraction <= 1:
+        out.append(f"workload.stop_fraction must be within [0, 1], got {w.stop_fraction}")
     if w.prompt_words[0] < 1 or w.prompt_words[0] > w.prompt_words[1]:
         out.append(f"bad prompt_words range {w.prompt_words}")
     out += _at_least("workload.max_tokens", w.max_tokens, 1)

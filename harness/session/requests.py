@@ -69,11 +69,16 @@ def plan_request(seq: int, run_id: str, rng: random.Random, w: Workload, model: 
     if w.mistake_fraction > 0 and rng.random() < w.mistake_fraction:
         mistake = MISTAKE_UNKNOWN_MODEL
         body["model"] = UNKNOWN_MODEL
-    return RequestPlan(seq, tag, endpoint, stream, prompt, w.max_tokens, w.deadline_s, body, mistake)
+    plan = RequestPlan(seq, tag, endpoint, stream, prompt, w.max_tokens, w.deadline_s, body, mistake)
+    if w.stop_fraction > 0 and rng.random() < w.stop_fraction:
+        # The answer's first word: the output ends at its first token (before the word itself).
+        body["stop"] = [expected_text(plan).split()[0]]
+    return plan
 
 
 def expected_text(plan: RequestPlan) -> str:
-    """What a correct handoff returns for this request."""
+    """What a correct handoff returns for this request (cut where a stop string of it begins)."""
+    stop = plan.body.get("stop") or ()
     if plan.chat:
-        return expected_chat_completion(plan.body["messages"], plan.max_tokens, None)
-    return expected_completion(plan.prompt, plan.max_tokens, None)
+        return expected_chat_completion(plan.body["messages"], plan.max_tokens, None, stop)
+    return expected_completion(plan.prompt, plan.max_tokens, None, stop)

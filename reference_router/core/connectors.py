@@ -111,14 +111,18 @@ def plan_handoff(
     )
 
 
-_PREFILL_DROP = ("min_tokens", "stream_options")
+# A stop condition could end the prefill before its one-token length cap, and vLLM's prefill then frees its
+# KV at once (a Mooncake decode waits out its transfer timeout for it; a NIXL decode gets no params and
+# computes the prompt again): the decode leg keeps the client's stop strings and applies them.
+_PREFILL_DROP = ("min_tokens", "stream_options", "stop", "stop_token_ids")
 
 
 def sanitize_prefill_body(
     body: Mapping[str, Any], kv_transfer_params: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     """A copy of the client's request body for the prefill leg: one token, not streamed, one choice, no
-    min_tokens/stream_options, max_completion_tokens 1 when present, and the prefill's KV params (or none)."""
+    min_tokens/stream_options/stop strings, max_completion_tokens 1 when present, and the prefill's KV
+    params (or none)."""
     out = {k: v for k, v in body.items() if k not in _PREFILL_DROP}
     out["stream"] = False
     out["max_tokens"] = 1

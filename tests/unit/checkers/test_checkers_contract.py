@@ -349,6 +349,9 @@ def test_legs_shaped_as_the_contract_says_pass_on_both_transports() -> None:
     ({"stream": False, "max_tokens": 1,
       "kv_transfer_params": {"do_remote_prefill": True, "transfer_id": "x"}},
      "not tagged for a remote decode"),
+    ({"stream": False, "max_tokens": 1, "stop": ["alpha"],
+      "kv_transfer_params": {"do_remote_decode": True, "transfer_id": "x"}},
+     "stop strings kept ['alpha']"),
 ])
 def test_a_prefill_leg_shaped_otherwise_is_a_violation(leg: dict[str, Any], words: str) -> None:
     run = healthy_run()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -136,6 +137,50 @@ def test_mooncake_prefill_holds_kv_and_returns_no_params() -> None:
     assert block.created_at == clock.now  # held from when the prefill finished, not when it arrived
     rec = done.result.record
     assert (rec["kind"], rec["transfer_id"], rec["error"]) == ("prefill", "xfer-7", None)
+
+
+def _first_word(prompt: str) -> str:
+    return expected_completion(prompt, 4).split()[0]
+
+
+def test_a_stop_string_ends_the_output_where_it_begins() -> None:
+    state = make_state()
+    clock = FakeClock()
+    prompt = "[pdchaos:t:1] hello there"
+    words = expected_completion(prompt, 4).split()
+    req = replace(request(prompt), stop=("no such words", words[1]))
+    flow = RequestFlow(state, req)
+    done = sleep_through(flow, through_gate(flow, clock), clock)
+    assert isinstance(done, Finish)
+    r = done.result
+    # The second token completes the stop string: two tokens, the text ends just before the word.
+    assert (len(r.token_ids), r.finish_reason) == (2, "stop")
+    assert r.text == f" {words[0]} " == expected_completion(prompt, 4, None, req.stop)
+    # Streamed, the pieces cut the last token where the stop string begins.
+    assert r.token_texts() == [f" {words[0]}", " "]
+    assert "".join(r.token_texts()) == r.text
+
+
+@pytest.mark.parametrize("connector", ["mooncake", "nixl"])
+def test_a_prefill_a_stop_string_ends_frees_its_kv_and_returns_no_params(connector: str) -> None:
+    # vLLM's connectors hold a prefill's KV only when it ends at its length cap (FINISHED_LENGTH_CAPPED).
+    state = make_state("prefill", connector, bootstrap_port=8998)
+    clock = FakeClock()
+    prompt = "[pdchaos:t:1] hello there"
+    base = request(prompt, 1, do_remote_decode=True, do_remote_prefill=False, transfer_id="xfer-7")
+    req = replace(base, stop=(_first_word(prompt),))
+    flow = RequestFlow(state, req)
+    done = sleep_through(flow, through_gate(flow, clock), clock)
+    assert isinstance(done, Finish)
+    r = done.result
+    assert (r.finish_reason, r.kv_transfer_params, r.text) == ("stop", None, " ")
+    assert state.store.pull("xfer-7", clock.now) is None
+    assert "KV freed" in done.result.record["error"]
+    # Without the stop string the same prefill holds it (NIXL: and returns its params).
+    kept = RequestFlow(state, base)
+    done = sleep_through(kept, through_gate(kept, clock), clock)
+    assert isinstance(done, Finish) and done.result.finish_reason == "length"
+    assert (done.result.kv_transfer_params is not None) == (connector == "nixl")
 
 
 def test_mooncake_prefill_without_transfer_id_holds_nothing() -> None:

@@ -157,6 +157,8 @@ def test_sanitize_prefill_body() -> None:
         "max_completion_tokens": 40,
         "temperature": 0.0,
         "kv_transfer_params": {"client": "junk"},
+        "stop": ["end"],
+        "stop_token_ids": [2],
     }
     out = sanitize_prefill_body(body, {"do_remote_decode": True})
     assert out == {

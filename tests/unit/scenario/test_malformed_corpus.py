@@ -118,6 +118,7 @@ SCENARIO_CASES: list[tuple[str, str, str]] = [
     ("mode-bad", "workload=Workload(mode='burst')", "must be one of 'open', 'closed'"),
     ("stream-fraction", "workload=Workload(stream_fraction=2)", "within [0, 1]"),
     ("mistake-fraction", "workload=Workload(mistake_fraction=-0.1)", "mistake_fraction must be within"),
+    ("stop-fraction", "workload=Workload(stop_fraction=1.5)", "stop_fraction must be within"),
     ("completion-tokens-fraction", "workload=Workload(completion_tokens_fraction=1.5)",
      "completion_tokens_fraction must be within"),
     ("prompt-words-order", "workload=Workload(prompt_words=(5, 2))", "bad prompt_words range"),

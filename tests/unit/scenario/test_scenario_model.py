@@ -37,7 +37,7 @@ from harness.scenario import (
     scenarios_in_file,
     validate,
 )
-from harness.session.requests import plan_request
+from harness.session.requests import expected_text, plan_request
 from harness.session.workers import status_changes
 from harness.topology import allocate, build_topology, parse_topology
 from pdchaos.sse import stream_text
@@ -417,6 +417,22 @@ def test_a_share_of_chat_requests_caps_with_max_completion_tokens_only_when_aske
     completions = Workload(chat_fraction=0.0, completion_tokens_fraction=1.0)
     plain = [plan_request(i, "r", random.Random(i), completions, "m") for i in range(1, 20)]
     assert all("max_completion_tokens" not in p.body for p in plain)
+
+
+def test_a_share_of_requests_stops_at_its_first_word_only_when_asked() -> None:
+    stopping = Workload(chat_fraction=0.5, stop_fraction=0.5)
+    plans = [plan_request(i, "r", random.Random(i), stopping, "m") for i in range(1, 60)]
+    stopped = [p for p in plans if "stop" in p.body]
+    assert 0 < len(stopped) < len(plans)
+    for p in stopped:
+        whole = expected_text(replace(p, body={k: v for k, v in p.body.items() if k != "stop"}))
+        (word,) = p.body["stop"]
+        # The answer's first word: it ends before that word, after the space that leads it.
+        assert whole.split()[0] == word and expected_text(p) == " "
+    # None asked for: the same draws as ever.
+    rng_a, rng_b = random.Random(5), random.Random(5)
+    assert [plan_request(i, "r", rng_a, Workload(), "m") for i in range(1, 20)] == [
+        plan_request(i, "r", rng_b, Workload(stop_fraction=0.0), "m") for i in range(1, 20)]
 
 
 def test_parse_sse() -> None:
