@@ -175,8 +175,8 @@ SCENARIOS = [
     Scenario(
         name="client_stop_strings",
         bugs=("a prefill leg that keeps the client's stop strings",),
+        # Both worlds: a real gateway is judged in real time only, and this costs two 3-second cells.
         tags=("default",),
-        suite_worlds=("sim",),
         description="No fault. A third of the requests carry a stop string: the first word of their own "
         "answer, so the answer ends before it (vLLM cuts the text where a stop string begins). The prefill "
         "leg must not carry it: a prefill that a stop string ends short of its one-token length cap frees "

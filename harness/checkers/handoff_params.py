@@ -160,6 +160,11 @@ def ids_answered(history: History, p: Leg, slack: float) -> set[str | None]:
 def _nixl(history: History, tag: str, p: Leg, d: Leg, request_id: str | None, slack: float) -> list[str]:
     kv = d.leg.get("kv_transfer_params") if d.leg else None
     if not isinstance(kv, dict) or not kv:
+        if p.leg.get("stop"):
+            # The router's doing still, one step earlier: a stop string may end the prefill short of its
+            # length cap, and vLLM's prefill then answers no params to relay.
+            return [f"{tag}: {p.engine}'s prefill leg kept stop strings {p.leg['stop']!r}, so it may end "
+                    f"short of its length cap and answer no params: {d.engine} got none"]
         return [f"{tag}: {p.engine} computed the prefill but its params were not relayed to {d.engine}"]
     out = []
     answered = ids_answered(history, p, slack)

@@ -11,6 +11,7 @@ holds for any router; a gateway that documents another shape says so through its
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,12 @@ def decode_problems(leg: Leg, req: RequestView, view: EngineView) -> list[str]:
     return out
 
 
+def _kind(problem: str) -> str:
+    """A problem's kind: its words before the first value it quotes ("max_tokens 6 (contract: 1)" ->
+    "max_tokens")."""
+    return re.split(r"[\d\[{(:'\"]", problem, maxsplit=1)[0].strip()
+
+
 def _brief(kv: dict[str, Any]) -> str:
     keys = ("do_remote_decode", "do_remote_prefill", "transfer_id", "remote_engine_id")
     return "{" + ", ".join(f"{k}: {kv.get(k)!r}" for k in keys if k in kv) + "}"
@@ -103,6 +110,7 @@ def _brief(kv: dict[str, Any]) -> str:
 def check_leg_shape(view: EngineView, exp: LegShapeExpect) -> Verdict:
     history = view.history
     evidence: list[str] = []
+    kinds: set[str] = set()
     judged = 0
     for leg in view.legs():
         role = view.roles.get(leg.engine)
@@ -114,9 +122,12 @@ def check_leg_shape(view: EngineView, exp: LegShapeExpect) -> Verdict:
         if problems:
             evidence.append(f"router side: {leg.tag}'s {role} leg to {leg.engine} at t={leg.at:.3f}: "
                             + "; ".join(problems))
+            kinds.update(f"{role} {_kind(p)}" for p in problems)
     numbers = {"legs": judged, "bad": len(evidence)}
     if evidence:
-        what = f"{len(evidence)} of {judged} legs not shaped as the contract says"
+        # The kinds name the finding: two routers that get different parts of the shape wrong differ.
+        what = (f"{len(evidence)} of {judged} legs not shaped as the contract says "
+                f"({', '.join(sorted(kinds))})")
         return Verdict.fail(NAME, what, numbers, cap(evidence))
     if judged == 0:
         return Verdict.unknown_(NAME, "no engine recorded the shape of a leg", numbers)

@@ -421,6 +421,15 @@ def test_nixl_params_must_be_relayed_from_the_prefill_that_computed() -> None:
     assert v.status == "fail" and "were not relayed" in v.evidence[0]
 
 
+def test_nixl_params_missing_after_a_prefill_leg_that_kept_stop_strings_says_why() -> None:
+    run = healthy_run(connector="nixl")
+    run.pd(1.0, prefill_leg={"stream": False, "max_tokens": 1, "stop": ["alpha"],
+                             "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False}},
+           decode_leg={"stream": False, "max_tokens": 6})
+    v = check_handoff_params(run.history())
+    assert v.status == "fail" and "kept stop strings ['alpha']" in v.evidence[0], v.evidence
+
+
 @pytest.mark.parametrize(("addr", "words"), [
     ("http://p0:8998", None),
     ("http://[127.0.0.1]:8998", "which is no URL"),  # an IPv4 host in brackets: no HTTP client reads it
