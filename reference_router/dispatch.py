@@ -36,10 +36,13 @@ from .core import (
     LegResult,
     Prepare,
     RunLeg,
+    StopCutter,
     Transport,
     Worker,
     WorkerRegistry,
+    cut_at_stop,
     dispatch_serialized,
+    stop_strings,
 )
 from .emit import emit
 from .errors import RouterError, UpstreamError
@@ -250,7 +253,7 @@ class Dispatcher:
         req = _generate_request(body, prompt, request_id, endpoint)
         complete = await client.generate_complete(req, leg.timeout_s)
         codec = await client.codec(self.cfg.request_timeout_s)
-        text = codec.decode(list(complete.output_ids))
+        text = cut_at_stop(codec.decode(list(complete.output_ids)), stop_strings(body))
         return completion_response(
             endpoint, request_id, self._model(body), text, complete.finish_reason,
             complete.prompt_tokens or len(prompt[1]), complete.completion_tokens or len(complete.output_ids),
@@ -269,6 +272,7 @@ class Dispatcher:
         resp = ClientStream(request, self.client_write_timeout_s)
         await resp.prepare()
         decoder = codec.streamer()
+        cutter = StopCutter(stop_strings(body))
         finish: str | None = None
         streamed = 0
         used = 0
@@ -277,13 +281,13 @@ class Dispatcher:
             while msg is not None:
                 if msg.HasField("chunk"):
                     streamed += len(msg.chunk.token_ids)
-                    delta = decoder.push(list(msg.chunk.token_ids))
+                    delta = cutter.push(decoder.push(list(msg.chunk.token_ids)))
                     if delta:
                         await resp.write(stream_event(endpoint, request_id, model, delta, None))
                 elif msg.HasField("complete"):
                     # The complete message may repeat every output id already streamed: only the rest is new.
                     rest = list(msg.complete.output_ids)[streamed:]
-                    tail = decoder.push(rest) + decoder.flush()
+                    tail = cutter.push(decoder.push(rest) + decoder.flush()) + cutter.flush()
                     if tail:
                         await resp.write(stream_event(endpoint, request_id, model, tail, None))
                     finish = msg.complete.finish_reason or "stop"

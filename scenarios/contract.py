@@ -182,12 +182,10 @@ SCENARIOS = [
         "leg must not carry it: a prefill that a stop string ends short of its one-token length cap frees "
         "its KV at once, as vLLM's connectors do. A Mooncake decode sent to pull it then waits out its "
         "transfer timeout (480 s in production); a NIXL one gets no params and computes the prompt again. "
-        "The decode leg keeps the stop strings, and every answer is cut where they begin. HTTP only: over "
-        "gRPC the router builds the text from token ids, and the reference router does not cut stop "
-        "strings there yet.",
+        "The decode leg keeps the stop strings, and every answer is cut where they begin (over gRPC by the "
+        "router, which builds the text from the token ids).",
         topologies=("1p1d",),
         connectors=("mooncake", "nixl"),
-        transports=("http",),
         router=SCALED_ROUTER,
         engines=SCALED_ENGINES,
         workload=replace(SCALED_WORKLOAD, duration_s=3.0, stop_fraction=0.34),

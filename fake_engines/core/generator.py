@@ -84,9 +84,10 @@ def stop_at(ids: Sequence[int], stops: Sequence[str]) -> tuple[list[int], str | 
         # Only where a match can end in this piece.
         start = max(0, len(text) - longest + 1)
         text += piece
-        hits = [j for s in stops if s and (j := text.find(s, start)) >= 0]
+        # The one that completes first (a later one never does: generation ends there).
+        hits = [(j + len(s), j) for s in stops if s and (j := text.find(s, start)) >= 0]
         if hits:
-            return list(ids[: i + 1]), text[: min(hits)]
+            return list(ids[: i + 1]), text[: min(hits)[1]]
     return list(ids), None
 
 

@@ -159,6 +159,7 @@ from .retry import (
     decide_retry,
     mark_suspect,
 )
+from .stop_strings import StopCutter, cut_at_stop, stop_strings
 from .workers import (
     MOONCAKE_DEFAULT_BOOTSTRAP_PORT,
     BreakerRuntime,
@@ -255,6 +256,7 @@ __all__ = [
     "RunLeg",
     "SelectionPolicy",
     "Status",
+    "StopCutter",
     "TickPlan",
     "Transport",
     "UuidFactory",
@@ -277,6 +279,7 @@ __all__ = [
     "breaker_success",
     "breaker_tick",
     "connector_has_id",
+    "cut_at_stop",
     "decide_engine_id",
     "decide_retry",
     "decode_body",
@@ -322,6 +325,7 @@ __all__ = [
     "set_draining",
     "spec_from_json",
     "start_tick",
+    "stop_strings",
     "tick_period_s",
     "validate_bugs",
     "worker_api_dict",
