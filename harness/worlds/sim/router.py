@@ -66,6 +66,7 @@ from reference_router.core import (
     tick_period_s,
     worker_api_dict,
 )
+from reference_router.core.worker_urls import url_problem
 
 # Bytes of a stream's first message (headers, a token's chunk): what its trip to the router is timed by.
 STREAM_CHUNK_BYTES = 128
@@ -171,6 +172,10 @@ class SimRouter:
         if spec.role == "prefill" and self.connector == "mooncake":
             body["bootstrap_port"] = spec.bootstrap_port
         body = mistaken_body(body, mistake)
+        # As the server: a url it refuses before it reads the rest (credentials, a host not loopback).
+        refused = url_problem(body.get("url"), None)
+        if refused is not None:
+            return 400, ErrorAnswer(400, "invalid_worker", refused).body()
         try:
             worker = self._add(spec_from_json(body))
         except DuplicateWorkerError as exc:
