@@ -18,7 +18,13 @@ from typing import Any, assert_never
 import simpy
 
 from fake_engines.core.calls import GRPC_HEALTH, HEALTH, ROUTER
-from fake_engines.core.gen_request import GenRequest, GenResult, RequestError, gen_request_from_openai
+from fake_engines.core.gen_request import (
+    MAX_MODEL_LEN,
+    GenRequest,
+    GenResult,
+    RequestError,
+    gen_request_from_openai,
+)
 from fake_engines.core.request_flow import Reject
 from harness.router_metrics import CounterTally
 from harness.routers.reference import reference_config
@@ -29,6 +35,7 @@ from harness.value_checks import error_body_problem
 from harness.worlds.sim.cell import CellView
 from harness.worlds.sim.engine import SimEngine, StreamMarks
 from harness.worlds.sim.network import HOP_S, CallResult, Reply, SimNetwork, wait, wait_event
+from pdchaos.openai_request import context_problem, max_tokens_of
 from pdchaos.sse import error_text
 from reference_router.core import (
     ID_READ_POLL_S,
@@ -398,6 +405,15 @@ class SimRouter:
             self._remove_idle(idle)
             self.record(effects)
 
+    def _over_budget(self, plan: RequestPlan, workers: tuple[Worker, ...]) -> ErrorAnswer | None:
+        """The server's check before any leg: the request's completion budget fits the smallest context its
+        workers report (each engine's max_model_len)."""
+        contexts = [MAX_MODEL_LEN for w in workers if self.engine_of(w) is not None]
+        if not contexts:
+            return None
+        problem = context_problem(None, max_tokens_of(plan.body, plan.chat), min(contexts))
+        return None if problem is None else ErrorAnswer(400, "invalid_request", problem)
+
     def _run(
         self, flow: DispatchFlow, plan: RequestPlan, client_deadline: float, t0: float
     ) -> Generator[Any, Any, ClientAnswer]:
@@ -409,7 +425,7 @@ class SimRouter:
             self._remove_idle(step.idle)
             match step:
                 case Prepare():  # nothing to tokenize: the simulated engines take the text
-                    step = flow.on_prepared(None, self.env.now)
+                    step = flow.on_prepared(self._over_budget(plan, step.workers), self.env.now)
                 case AwaitIdRead():
                     waited = 0.0
                     while not flow.id_read_settled() and waited < step.timeout_s:
