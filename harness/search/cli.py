@@ -1,5 +1,6 @@
-"""`pdchaos search`: generate fault schedules, run them in simulated time, shrink each failure and write it
-as a scenario file."""
+"""`pdchaos search`: generate fault schedules, run them in simulated time (the reference router or a profile
+of it) or in real time (any router `pdchaos run` takes), shrink each failure and write it as a scenario file
+(and, in real time, a bug report)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.cli_args import cell_filters
 from harness.jobs import default_jobs, jobs_arg
@@ -19,6 +21,9 @@ from harness.scenario.presets import PRESET_NAMES
 from harness.search import DEFAULT_EXAMPLES, DEFAULT_SHIFTS_S
 from harness.suite import out_folder_problem
 from harness.usage_parser import UsageParser
+
+if TYPE_CHECKING:
+    from harness.routers import RouterAdapter
 
 _SHIFTS = ",".join(f"{x:g}" for x in DEFAULT_SHIFTS_S)
 
@@ -38,6 +43,13 @@ spreads them over a Ray cluster (or a Ray instance started here).
 OUT/summary.json (and the terminal) say seeds tried, runs, runs/s, failures, distinct signatures, time to
 first failure and shrunk sizes.
 
+In real time (--world real; implied by a gateway or cmd: router) each case runs as `pdchaos run --world real
+--settings scaled` runs a scenario, against the router under test; cases the real world cannot carry out
+for that router are redrawn. A failure counts only when the case fails the same way twice on that router
+and the reference router passes it in real time; the others are set aside and counted. Each finding is also
+written as a bug report OUT/found/<checker>-<hash>.md (the router and its settings, the case, the symptom,
+the evidence, the reference router's verdict, the replay line). --jobs defaults to 1 there.
+
 Exit status: 0 no failure found; 1 failures found (files in OUT/found); 2 interrupted (a partial summary:
 unknown); 3 bad arguments.
 
@@ -45,6 +57,8 @@ examples:
   pdchaos search --inject-bug stale_engine_id --budget 60
   pdchaos search --budget 300 --jobs 2                     # the reference router as it is: expect nothing
   pdchaos search --inject-bug stale_engine_id --ray auto   # on the Ray cluster this machine belongs to
+  pdchaos search --router smg==1.13.0 --budget 1800        # a gateway release, in real time
+  pdchaos search --world real --inject-bug stale_engine_id --budget 60 --stop-at-first
   pdchaos run runs/search-.../found/handoff-0123abcd.py --world sim --settings scaled --seed 0
 """
 
@@ -60,7 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
                     formatter_class=argparse.RawDescriptionHelpFormatter,
                     parents=[cell_filters("none")])
     p.add_argument("--router", default="reference",
-                   help="reference (default) or profile:NAME (the simulated world runs the reference core)")
+                   help="reference (default), profile:NAME (simulated time only), or in real time any router "
+                   "`pdchaos run --router` takes: smg[==X.Y.Z], vllm-router[==X.Y.Z], cmd:<template>")
+    p.add_argument("--world", choices=("sim", "real"), default=None,
+                   help="sim: simulated time (the reference router or a profile); real: processes on "
+                   "loopback in real time at scaled settings (default: sim for reference and profile:NAME, "
+                   "real for any other router)")
     p.add_argument("--inject-bug", action="append", default=[], metavar="BUG",
                    help="put a known bug back (repeatable; `pdchaos zoo --list` lists them)")
     p.add_argument("--budget", default="60", metavar="SECONDS",
@@ -75,21 +94,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"cases generated per seed before the next seed (default {DEFAULT_EXAMPLES}: many "
                    "short seeds draw "
                    "more varied cases than a few long ones, whose later cases vary the earlier ones)")
-    p.add_argument("--shifts", default=_SHIFTS, metavar="S,...",
+    p.add_argument("--shifts", default=None, metavar="S,...",
                    help="a failure counts only if the case also fails the same way with its fault schedule "
                    f"shifted later by each of these seconds (default {_SHIFTS}: fractions of a probe "
                    "interval, "
-                   "the phase real time does not keep); 'none' counts every failure")
+                   "the phase real time does not keep); 'none' counts every failure. Simulated time only: "
+                   "in real time a failure counts when it replays")
     p.add_argument("--jobs", type=jobs_arg, default=None, metavar="N",
-                   help="seeds searched at once, in worker processes (default: one per CPU, at most 8; with "
-                   "--ray on a cluster: the cluster's CPUs)")
+                   help="seeds searched at once, in worker processes (default: one per CPU, at most 8; in "
+                   "real time 1; with --ray on a cluster: the cluster's CPUs)")
     p.add_argument("--ray", metavar="ADDRESS",
                    help="run the seeds as Ray tasks (needs pdchaos[ray]): 'local' starts Ray on this "
                    "machine, 'auto' joins the cluster this machine is part of, ray://HOST:PORT reaches one "
                    "through Ray Client (the project's code is shipped to it); found cases come back here")
     p.add_argument("--settings", choices=SETTINGS_CHOICES, default="scaled",
-                   help="settings preset the cases run at: scaled (default; what real time replays), "
-                   "production, or any (drawn per case)")
+                   help="settings preset the cases run at: scaled (default; what real time replays, and "
+                   "the only one it runs), production, or any (drawn per case)")
     p.add_argument("--max-side", type=int, default=8, metavar="N",
                    help="at most N prefills and N decodes (default 8: up to 8p8d)")
     p.add_argument("--stop-at-first", action="store_true",
@@ -125,8 +145,6 @@ def _shifts(text: str) -> tuple[float, ...]:
 
 
 def _options(args: argparse.Namespace) -> object:
-    from harness.runner import sim_router_name
-    from harness.scenario import ScenarioError
     from harness.scenario.bugs import INJECTABLE_BUGS, absent_bug, unknown_bugs
     from harness.search.bias import space_for
     from harness.search.driver import SearchOptions
@@ -142,13 +160,18 @@ def _options(args: argparse.Namespace) -> object:
         raise UsageError("--first-seed must be >= 0")
     if args.examples < 1:
         raise UsageError("--examples must be at least 1")
-    shifts = _shifts(args.shifts)
+    world = search_world(args.router, args.world)
+    if world == "real":
+        _real_only_problems(args)
+    shifts = _shifts(args.shifts or _SHIFTS)
     if not 1 <= args.max_side <= 8:
         raise UsageError("--max-side must be within 1..8")
-    try:
-        router = sim_router_name(args.router)
-    except ScenarioError as e:
-        raise UsageError(str(e)) from None
+    bugs = tuple(dict.fromkeys(args.inject_bug))
+    adapter: RouterAdapter | None = None
+    if world == "sim":
+        router = _sim_router(args.router)
+    else:
+        router, adapter = _real_router(args.router, bugs)
     out = args.out or Path("runs") / ("search-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-"
                                       + uuid.uuid4().hex[:6])
     problem = out_folder_problem(out, "search folder")
@@ -163,17 +186,94 @@ def _options(args: argparse.Namespace) -> object:
         except ValueError as e:
             raise UsageError(str(e)) from None
     presets = PRESET_NAMES if args.settings == "any" else (args.settings,)
-    space = space_for(tuple(dict.fromkeys(args.inject_bug)), max_side=args.max_side, presets=presets,
-                      connector=args.connector, transport=_profile_transport(router, args.transport))
+    transport = (_profile_transport(router, args.transport) if adapter is None
+                 else _gateway_transport(adapter, args.transport, args.connector))
+    space = space_for(bugs, max_side=args.max_side, presets=presets, connector=args.connector,
+                      transport=transport)
+    if adapter is not None:
+        from harness.search.realtime import real_space
+
+        space = real_space(space, adapter)
     absent = absent_bug(args.inject_bug, [(c, t) for c in space.connectors for t in space.transports],
                         "cells searched")
     if absent is not None:
         raise UsageError(absent)
-    return SearchOptions(out=out, bugs=tuple(dict.fromkeys(args.inject_bug)), router=router, budget_s=budget,
-                         shrink_s=shrink, seeds=args.seeds, first_seed=args.first_seed,
-                         jobs=args.jobs or default_jobs(), examples=args.examples, space=space,
+    jobs = args.jobs or (1 if world == "real" else default_jobs())
+    return SearchOptions(out=out, bugs=bugs, router=router, budget_s=budget, shrink_s=shrink,
+                         seeds=args.seeds, first_seed=args.first_seed, jobs=jobs, examples=args.examples,
+                         space=space,
                          settings_label=args.settings, stop_at_first=args.stop_at_first, shifts=shifts,
-                         ray=ray, jobs_from_cluster=ray not in (None, "local") and args.jobs is None)
+                         ray=ray, jobs_from_cluster=ray not in (None, "local") and args.jobs is None,
+                         world=world)
+
+
+def _sim_capable(router: str) -> bool:
+    return router in ("reference", "", "pdchaos-router") or router.startswith(PROFILE_PREFIX)
+
+
+def search_world(router: str, world: str | None) -> str:
+    """The world searched: as asked, else sim for the reference router and its profiles and real for any
+    other router. A profile is a model of its release for simulated time; a release runs in real time only."""
+    if world is None:
+        return "sim" if _sim_capable(router) else "real"
+    if world == "real" and router.startswith(PROFILE_PREFIX):
+        raise UsageError(f"--world real: {router} is a model of its release for simulated time; search the "
+                         "release itself in real time (e.g. --router smg==1.13.0)")
+    if world == "sim" and not _sim_capable(router):
+        raise UsageError(f"--world sim: the simulated world runs the reference router only (or a "
+                         f"profile:NAME of it), not {router!r}; search it in real time (--world real)")
+    return world
+
+
+def _real_only_problems(args: argparse.Namespace) -> None:
+    """Flags that mean nothing in real time: refused rather than ignored."""
+    if args.settings != "scaled":
+        raise UsageError(f"--settings {args.settings}: real time runs a case at scaled settings only")
+    if args.shifts is not None:
+        raise UsageError("--shifts is for simulated time: in real time a failure counts when the case fails "
+                         "the same way again and the reference router passes it")
+    if args.ray is not None:
+        raise UsageError("--ray is for simulated time: a real-time search runs its seeds on this machine")
+
+
+def _sim_router(spec: str) -> str:
+    from harness.runner import sim_router_name
+    from harness.scenario import ScenarioError
+
+    try:
+        return sim_router_name(spec)
+    except ScenarioError as e:
+        raise UsageError(str(e)) from None
+
+
+def _real_router(spec: str, bugs: tuple[str, ...]) -> tuple[str, RouterAdapter]:
+    """(the router's spec as a replay names it, its adapter): a gateway release is resolved (installed on
+    first use) here, once, so that every seed runs the same release."""
+    from harness.routers import CommandRouter, make_router_adapter
+    from harness.scenario.bugs import split_bugs
+
+    try:
+        adapter = make_router_adapter(spec)
+    except ValueError as e:  # RouterAdapterError, a release that cannot be installed, a bad version
+        raise UsageError(str(e)) from None
+    if isinstance(adapter, CommandRouter) and (problem := adapter.executable_problem()) is not None:
+        raise UsageError(problem)
+    router_side, _ = split_bugs(bugs)
+    if router_side and not adapter.supports_inject_bug:
+        raise UsageError(f"--inject-bug {', '.join(router_side)}: a reference-router switch; router "
+                         f"{adapter.name!r} cannot take it (engine switches can)")
+    return adapter.cli_spec() or spec, adapter
+
+
+def _gateway_transport(adapter: RouterAdapter, transport: str | None, connector: str | None) -> str | None:
+    """The transport to draw: a gateway keeps to those it serves."""
+    from harness.routers.gateways.adapters import GatewayAdapter
+
+    if not isinstance(adapter, GatewayAdapter):
+        return transport
+    if transport is not None and transport not in adapter.transports:
+        raise UsageError(f"--transport {transport}: {adapter.transport_reason(transport, connector or '')}")
+    return transport
 
 
 def _profile_transport(router: str, transport: str | None) -> str | None:

@@ -2,6 +2,10 @@
 `harness.search.executors`, one seed per task: seeds are independent), results gathered into the summary and
 every failure written as a scenario file.
 
+In real time (`SearchOptions.world == "real"`) a seed's failures are confirmed by replay and on the reference
+router (`harness.search.realtime`), the shifted schedules are not run, and each finding also gets its bug
+report (`harness.search.report`).
+
 Only the driver reads the clock: the budget decides when no new seed starts and when each seed stops
 generating (then shrinking) cases; nothing a run sees depends on it.
 """
@@ -17,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.search import DEFAULT_EXAMPLES, DEFAULT_SHIFTS_S
+from harness.search.execute import RunOutcome
 from harness.search.executors import RayExecutor, open_executor
 from harness.search.found import failing_reason, write_found
+from harness.search.report import Finding, write_report
 from harness.search.seedrun import INTERRUPTED, SeedJob, SeedResult, search_seed
 from harness.search.strategies import Space
 from harness.search.summary import FoundEntry, Summary
@@ -46,6 +52,8 @@ class SearchOptions:
     ray: str | None = None
     # With `ray`: as many seeds at once as the cluster has CPUs, rather than `jobs`.
     jobs_from_cluster: bool = False
+    # "sim", or "real": real time at scaled settings, `router` any spec `pdchaos run --router` takes.
+    world: str = "sim"
 
     @property
     def stop_file(self) -> Path | None:
@@ -70,7 +78,7 @@ def _job(opts: SearchOptions, seed: int, search_until: float) -> SeedJob:
                    max_examples=opts.examples, search_until=search_until,
                    shrink_until=search_until + opts.shrink_s, router=opts.router,
                    stop_file=opts.stop_file, halt_file=opts.halt_file, shrink_s=opts.shrink_s,
-                   shifts=opts.shifts)
+                   shifts=opts.shifts if opts.world == "sim" else (), world=opts.world)
 
 
 def _record(summary: Summary, opts: SearchOptions, res: SeedResult, started_after_s: float) -> None:
@@ -79,18 +87,34 @@ def _record(summary: Summary, opts: SearchOptions, res: SeedResult, started_afte
     summary.unsound_runs += res.unsound_runs
     summary.shift_runs += res.shift_runs
     summary.fragile_failures += res.fragile
+    summary.replay_runs += res.real.replay_runs
+    summary.reference_runs += res.real.reference_runs
+    summary.redrawn += res.real.redrawn
+    summary.set_aside += [{"seed": res.seed, **a.as_dict()} for a in res.real.set_aside]
     f = res.found
     if f is None:
         return
     reason = failing_reason(f.outcome, f.signature)
-    path = write_found(opts.out, f.signature, res.seed, opts.bugs, f.original, f.shrunk, reason, opts.shifts,
-                       opts.router)
+    path = write_found(opts.out, f.signature, res.seed, opts.bugs, f.original, f.shrunk, reason,
+                       opts.shifts if opts.world == "sim" else (), opts.router, opts.world)
     when = started_after_s + f.found_after_s
     if summary.time_to_first_failure_s is None or when < summary.time_to_first_failure_s:
         summary.time_to_first_failure_s = when
     shrunk = {**f.shrunk.size(), "requests": f.outcome.requests}
-    summary.found.append(FoundEntry(res.seed, f.signature.text, str(path), round(when, 3),
-                                    f.original.size(), shrunk, f.shrink_runs))
+    entry = FoundEntry(res.seed, f.signature.text, str(path), round(when, 3), f.original.size(), shrunk,
+                       f.shrink_runs)
+    if opts.world == "real":
+        report = write_report(Finding(f.signature, res.seed, opts.router, opts.bugs, f.original, f.shrunk,
+                                      f.outcome, f.reference, path))
+        entry.report = str(report)
+        entry.reference = _reference_verdict(f.reference)
+    summary.found.append(entry)
+
+
+def _reference_verdict(ref: RunOutcome | None) -> str:
+    if ref is None:
+        return "not run"
+    return "pass" if ref.passed else "did not pass"
 
 
 def _collect_halted(summary: Summary, opts: SearchOptions, running: dict[Future[SeedResult], float]) -> None:
@@ -108,7 +132,7 @@ def run_search(opts: SearchOptions) -> Summary:
     opts.out.mkdir(parents=True, exist_ok=True)
     (opts.out / "work").mkdir(exist_ok=True)
     summary = Summary(list(opts.bugs), opts.router, opts.settings_label, opts.budget_s, opts.jobs,
-                      shifts=opts.shifts)
+                      shifts=opts.shifts if opts.world == "sim" else (), world=opts.world)
     start = time.time()
     search_until = start + opts.budget_s
     seeds = _seeds(opts)

@@ -1,6 +1,7 @@
 """Write a failure a search found as a normal scenario file: `found/<checker>-<hash>.py` with
 `SCENARIOS = [<the shrunk scenario>]`, the original schedule beside it (`ORIGINAL`, not run by default),
-the seed, the bug switches (inside the scenario, so `pdchaos run` puts them back) and the replay commands."""
+the seed, the bug switches (inside the scenario, so `pdchaos run` puts them back) and the replay commands.
+A real-time search also writes its bug report beside it (`harness.search.report`)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,25 @@ def replay_command(path: Path, case: SearchCase, world: str = "sim", router: str
     return shlex.join(words)
 
 
+def sim_capable(router: str) -> bool:
+    """Whether the simulated world runs this router (the reference router or a profile of it)."""
+    return router in ("reference", "") or router.startswith("profile:")
+
+
+def _replay_lines(path: Path, shrunk: SearchCase, real_ok: bool, world: str, router: str,
+                  real_note: str) -> list[str]:
+    real_line = f"    {replay_command(path, shrunk, 'real', router)}"
+    sim_line = f"    {replay_command(path, shrunk, 'sim', router)}"
+    if world == "real":
+        confirmed = ["Replay (real time, scaled settings: it failed so twice, and the reference router "
+                     "passed it):", real_line]
+        also = ["Simulated time (not confirmed there):", sim_line] if sim_capable(router) else []
+        return confirmed + also
+    sim = ["Replay (simulated time, the same verdict):", sim_line]
+    real = ["Real time (scaled settings):", real_line]
+    return sim + (real if real_ok else [f"Not in real time: {real_note}."])
+
+
 def _schedule_lines(case: SearchCase) -> list[str]:
     return [f"#   {f.label()}" for f in case.faults]
 
@@ -38,7 +58,7 @@ def _file_name(sig: Signature, body: str) -> str:
 
 def render(sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCase, shrunk: SearchCase,
            reason: str, path_hint: Path | None = None, shifts: tuple[float, ...] = (),
-           router: str = "reference") -> tuple[str, str]:
+           router: str = "reference", world: str = "sim") -> tuple[str, str]:
     """(file name, source). The name hashes the shrunk scenario, so the same failure found by two seeds is
     one file."""
     names: set[str] = set()
@@ -52,7 +72,8 @@ def render(sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCas
     header = [
         f'"""Found by `pdchaos search` (seed {seed}): {sig.checker} fails ({sig.reason}).',
         "",
-        f"Router: {router}; bug switches on: {', '.join(bugs) if bugs else 'none'}.",
+        f"Router: {router}; bug switches on: {', '.join(bugs) if bugs else 'none'}; searched in "
+        f"{'real' if world == 'real' else 'simulated'} time.",
         f"Failure: {reason}",
         f"Shrunk: {len(shrunk.faults)} fault(s) on {shrunk.topology} ({shrunk.connector}/{shrunk.transport}, "
         f"settings {shrunk.settings}, run seed {shrunk.run_seed}); the original: {len(original.faults)} "
@@ -60,11 +81,8 @@ def render(sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCas
         *([f"Robust: it fails the same way with the fault schedule shifted by "
            f"{', '.join(f'{x:g}' for x in shifts)} s."] if shifts else []),
         "",
-        "Replay (simulated time, the same verdict):",
-        f"    {replay_command(path, shrunk, 'sim', router)}",
-        *(["Real time (scaled settings):", f"    {replay_command(path, shrunk, 'real', router)}"]
-          if "real" in shrunk_scenario.worlds else
-          [f"Not in real time: {shrunk_scenario.world_notes.get('real', 'simulation only')}."]),
+        *_replay_lines(path, shrunk, "real" in shrunk_scenario.worlds, world, router,
+                       shrunk_scenario.world_notes.get("real", "simulation only")),
         *module_head(names),
         "# The shrunk schedule (timeline seconds at scaled settings):",
         *_schedule_lines(shrunk),
@@ -82,10 +100,10 @@ def render(sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCas
 
 def write_found(out_dir: Path, sig: Signature, seed: int, bugs: tuple[str, ...], original: SearchCase,
                 shrunk: SearchCase, reason: str, shifts: tuple[float, ...] = (),
-                router: str = "reference") -> Path:
+                router: str = "reference", world: str = "sim") -> Path:
     folder = out_dir / "found"
     folder.mkdir(parents=True, exist_ok=True)
-    name, text = render(sig, seed, bugs, original, shrunk, reason, folder, shifts, router)
+    name, text = render(sig, seed, bugs, original, shrunk, reason, folder, shifts, router, world)
     path = folder / name
     path.write_text(text)
     return path

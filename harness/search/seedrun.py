@@ -12,6 +12,14 @@ shifted later by each of `SeedJob.shifts` (a fraction of a probe interval) again
 Simulated time carries a schedule out at exactly the same phase every run; real time does not, and a failure
 that needs one phase (a crash landing just before a probe, the third failure opening a breaker just before a
 retry) is gone when the case is replayed in real time. A fragile failure is counted and set aside.
+
+In real time (`SeedJob.world == "real"`: the router under test runs as processes on loopback) the shift rule
+is replaced by the replay rule of `harness.search.realtime`: a failure counts when the case fails the same
+way twice on the router under test and the reference router passes it (each real run takes seconds, and
+real time shifts the phase by itself). A case the real world cannot carry out for that router is rejected
+(Hypothesis draws another); each case is run and judged once, its decision kept for Hypothesis' replays.
+Shrinking runs in real time too, bound by the shrink budget: each smaller case that fails once is confirmed
+the same way before it is kept, so the case recorded last is always a confirmed failure.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from hypothesis import seed as hypothesis_seed
 from harness.search import DEFAULT_EXAMPLES, DEFAULT_SHIFTS_S
 from harness.search.case import SearchCase, shifted
 from harness.search.execute import RunOutcome, run_case
+from harness.search.realtime import RealCounts, RealJudge, real_problem
 from harness.search.signature import Signature
 from harness.search.strategies import Space, search_cases
 
@@ -68,6 +77,9 @@ class SeedJob:
     shrink_s: float = float("inf")
     # Seconds the fault schedule is also run shifted by: a failure must show at each (see the module doc).
     shifts: tuple[float, ...] = DEFAULT_SHIFTS_S
+    # "sim" (simulated time, at the case's preset) or "real" (real time at scaled settings; `router` any
+    # `--router` spec of `pdchaos run`).
+    world: str = "sim"
 
 
 @dataclass
@@ -79,6 +91,8 @@ class Found:
     found_after_s: float
     found_at_run: int
     shrink_runs: int
+    # Real time: the reference router's run of the shrunk case (it passed).
+    reference: RunOutcome | None = None
 
 
 @dataclass
@@ -92,6 +106,7 @@ class SeedResult:
     wall_s: float = 0.0
     found: Found | None = None
     stopped: str = "exhausted"
+    real: RealCounts = field(default_factory=RealCounts)
 
 
 def robust_signatures(case: SearchCase, wanted: list[Signature], job: SeedJob,
@@ -108,6 +123,42 @@ def robust_signatures(case: SearchCase, wanted: list[Signature], job: SeedJob,
     return kept
 
 
+# (the signature it fails with, its run, the reference router's run in real time)
+Hit = tuple[Signature, RunOutcome, RunOutcome | None]
+
+
+def _sim_hit(case: SearchCase, target: Signature | None, job: SeedJob, res: SeedResult) -> Hit | None:
+    """Run the case in simulated time: a failure with the target (any, while searching) that also shows at
+    each shift."""
+    outcome = run_case(case, job.bugs, job.work_dir, job.router)
+    res.runs += 1
+    if not outcome.sound:
+        res.unsound_runs += 1
+        return None
+    wanted = outcome.signatures if target is None else [target] if target in outcome.signatures else []
+    robust = robust_signatures(case, list(wanted), job, res)
+    if wanted and not robust:
+        res.fragile += 1
+        return None
+    return (robust[0], outcome, None) if robust else None
+
+
+def _real_hit(case: SearchCase, target: Signature | None, judge: RealJudge, res: SeedResult) -> Hit | None:
+    """Run the case in real time (once per case: a case decided before is not run again) and confirm a
+    failure (`RealJudge`)."""
+    if not judge.decided(case):
+        outcome = judge.run(case)
+        res.runs += 1
+        if not outcome.sound:
+            res.unsound_runs += 1
+        judge.judge(case, outcome, target)
+    found = judge.verdict_of(case, target)
+    if found is None:
+        return None
+    # The replay's run: its folder is kept (`RealJudge`), the first run's is the next case's.
+    return (target or found.signature, found.replay, found.reference)
+
+
 def simplest_case(space: Space) -> SearchCase:
     """The case Hypothesis draws first from `space` (its simplest)."""
     quiet = settings(database=None, phases=[Phase.generate, Phase.shrink], verbosity=Verbosity.quiet,
@@ -119,13 +170,14 @@ def search_seed(job: SeedJob) -> SeedResult:
     """Search one seed (runs in a pool worker; the clock here is the budget's, nothing a run sees)."""
     started = time.time()
     res = SeedResult(job.seed)
-    state: dict[str, object] = {}
+    state: dict[str, Signature] = {}
     shrink_until = [job.shrink_until]
     job.work_dir.mkdir(parents=True, exist_ok=True)
     # Hypothesis draws the simplest case first whatever the seed: it is seed 0's, and every other seed goes
     # straight to cases of its own (else short seeds all ran that one case, and with a bug that it trips, all
     # found and shrank the same failure).
     simplest = None if job.seed == 0 else simplest_case(job.space)
+    judge = RealJudge(job.bugs, job.router, job.work_dir, res.real) if job.world == "real" else None
 
     @settings(
         database=None, max_examples=job.max_examples, deadline=None, phases=[Phase.generate, Phase.shrink],
@@ -138,6 +190,9 @@ def search_seed(job: SeedJob) -> SeedResult:
         target = state.get("target")
         if target is None and case == simplest:
             reject()
+        if judge is not None and not judge.decided(case) and real_problem(case, job.bugs, judge.adapter):
+            res.real.redrawn += 1
+            reject()
         now = time.time()
         if (target is None and now > job.search_until) or (target is not None and now > shrink_until[0]):
             raise _Stop
@@ -145,28 +200,21 @@ def search_seed(job: SeedJob) -> SeedResult:
             raise _Stop
         if job.halt_file is not None and job.halt_file.exists():
             raise _Halt
-        outcome = run_case(case, job.bugs, job.work_dir, job.router)
-        res.runs += 1
-        if not outcome.sound:
-            res.unsound_runs += 1
+        hit = (_real_hit(case, target, judge, res) if judge is not None
+               else _sim_hit(case, target, job, res))
+        if hit is None:
             return
-        wanted = outcome.signatures if target is None else [target] if target in outcome.signatures else []
-        robust = robust_signatures(case, wanted, job, res)
-        if wanted and not robust:
-            res.fragile += 1
-            return
-        if target is None and robust:
-            target = robust[0]
+        sig, outcome, reference = hit
+        if target is None:
+            target = sig
             state["target"] = target
             if job.stop_file is not None:
                 job.stop_file.touch()
                 shrink_until[0] = min(job.shrink_until, time.time() + job.shrink_s)
-            res.found = Found(target, case, case, outcome, time.time() - started, res.runs, 0)
-        elif target is not None and target in outcome.signatures:
-            assert res.found is not None
-            res.found.shrunk, res.found.outcome = case, outcome
+            res.found = Found(target, case, case, outcome, time.time() - started, res.runs, 0, reference)
         else:
-            return
+            assert res.found is not None
+            res.found.shrunk, res.found.outcome, res.found.reference = case, outcome, reference
         # One raise site: Hypothesis tells failures apart by where they are raised.
         raise _Failed(str(target))
 

@@ -1,5 +1,10 @@
 """The summary of a search: seeds tried, runs, runs per second, failures found, distinct signatures, time to
-first failure and the shrunk sizes; `summary.json` and the terminal text."""
+first failure and the shrunk sizes; `summary.json` and the terminal text.
+
+A real-time search (`world` "real") also says how its failures were confirmed: the replays and reference
+runs it took, the cases redrawn because the real world cannot carry them out for the router, and the
+candidate failures set aside (failed once only, or the reference router fails the case too) apart from the
+findings."""
 
 from __future__ import annotations
 
@@ -20,6 +25,9 @@ class FoundEntry:
     original: dict[str, float]
     shrunk: dict[str, float]
     shrink_runs: int
+    # Real time: the bug report beside the scenario file, and the reference router's verdict on the case.
+    report: str | None = None
+    reference: str | None = None
 
 
 @dataclass
@@ -41,10 +49,24 @@ class Summary:
     found: list[FoundEntry] = field(default_factory=list)
     # Ctrl-C: the seeds that were running stopped where they were (what they had found and shrunk is kept).
     interrupted: bool = False
+    world: str = "sim"
+    # Real time: replays of failing cases, runs of the reference router, cases redrawn, and the candidate
+    # failures that did not count (`harness.search.realtime.SetAside.as_dict` and the seed).
+    replay_runs: int = 0
+    reference_runs: int = 0
+    redrawn: int = 0
+    set_aside: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def all_runs(self) -> int:
+        return self.runs + self.shift_runs + self.replay_runs + self.reference_runs
 
     @property
     def runs_per_s(self) -> float:
-        return round((self.runs + self.shift_runs) / self.wall_s, 2) if self.wall_s > 0 else 0.0
+        return round(self.all_runs / self.wall_s, 2) if self.wall_s > 0 else 0.0
+
+    def set_aside_count(self, why: str) -> int:
+        return sum(1 for a in self.set_aside if a["why"] == why)
 
     @property
     def signatures(self) -> list[str]:
@@ -53,6 +75,7 @@ class Summary:
     def as_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
+            "world": self.world,
             "bugs": self.bugs,
             "router": self.router,
             "settings": self.settings,
@@ -73,6 +96,19 @@ class Summary:
                                         else round(self.time_to_first_failure_s, 3)),
             "found": [vars(f) for f in self.found],
             "interrupted": self.interrupted,
+            **(self._real_dict() if self.world == "real" else {}),
+        }
+
+    def _real_dict(self) -> dict[str, Any]:
+        from harness.search.realtime import ONCE, REFERENCE
+
+        return {
+            "replay_runs": self.replay_runs,
+            "reference_runs": self.reference_runs,
+            "redrawn": self.redrawn,
+            "set_aside": {"failed_once_only": self.set_aside_count(ONCE),
+                          "reference_also_fails": self.set_aside_count(REFERENCE),
+                          "cases": self.set_aside},
         }
 
     def write(self, out: Path) -> Path:
@@ -84,12 +120,9 @@ class Summary:
         d = self.as_dict()
         ttff = d["time_to_first_failure_s"]
         lines = [
-            f"pdchaos search: bugs {', '.join(self.bugs) or 'none'}; router {self.router}; settings "
-            f"{self.settings}",
-            f"  seeds tried {self.seeds_tried}, runs {self.runs} + {self.shift_runs} shifted "
-            f"({d['runs_per_s']}/s, {self.unsound_runs} unsound), wall {d['wall_s']} s, jobs {self.jobs}",
-            f"  fragile failures set aside {self.fragile_failures} (gone with the schedule shifted by "
-            f"{', '.join(f'{x:g}' for x in self.shifts) or '-'} s)",
+            f"pdchaos search: world {self.world}; bugs {', '.join(self.bugs) or 'none'}; router "
+            f"{self.router}; settings {self.settings}",
+            *(self._real_lines(d) if self.world == "real" else self._sim_lines(d)),
             f"  failures found {len(self.found)}, distinct signatures {len(self.signatures)}, time to first "
             f"failure {'-' if ttff is None else f'{ttff} s'}",
             *(["  interrupted: the running seeds stopped where they were"] if self.interrupted else []),
@@ -101,4 +134,26 @@ class Summary:
                 f"engine(s), {s['duration_s']} s, {s.get('requests', '?')} request(s) (from {o['faults']} "
                 f"fault(s), {o['engines']} engine(s)) in {f.shrink_runs} run(s): {f.file}"
             )
+            if f.report is not None:
+                lines.append(f"    reference router: {f.reference}; bug report: {f.report}")
         return "\n".join(lines)
+
+    def _sim_lines(self, d: dict[str, Any]) -> list[str]:
+        return [
+            f"  seeds tried {self.seeds_tried}, runs {self.runs} + {self.shift_runs} shifted "
+            f"({d['runs_per_s']}/s, {self.unsound_runs} unsound), wall {d['wall_s']} s, jobs {self.jobs}",
+            f"  fragile failures set aside {self.fragile_failures} (gone with the schedule shifted by "
+            f"{', '.join(f'{x:g}' for x in self.shifts) or '-'} s)",
+        ]
+
+    def _real_lines(self, d: dict[str, Any]) -> list[str]:
+        aside = d["set_aside"]
+        return [
+            f"  seeds tried {self.seeds_tried}, runs {self.runs} + {self.replay_runs} replays + "
+            f"{self.reference_runs} on the reference router ({d['runs_per_s']}/s, {self.unsound_runs} "
+            f"unsound), wall {d['wall_s']} s, jobs {self.jobs}",
+            f"  cases redrawn (the real world cannot carry them out for this router): {self.redrawn}",
+            f"  set aside, not counted: {aside['failed_once_only']} failed once only, "
+            f"{aside['reference_also_fails']} the reference router also fails",
+            *[f"    {a['signature']} ({a['why']}: {a['detail']})" for a in self.set_aside],
+        ]

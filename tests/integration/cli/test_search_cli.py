@@ -39,7 +39,8 @@ def _main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str
         (["search", "--budget", "nan"], "--budget must be a positive number"),
         (["search", "--seeds", "0"], "--seeds must be at least 1"),
         (["search", "--max-side", "9"], "--max-side must be within 1..8"),
-        (["search", "--router", "smg==1.0"], "runs the reference router only"),
+        # A gateway is searched in real time (a plain `--router smg==1.0` installs that release).
+        (["search", "--router", "smg==1.0", "--world", "sim"], "runs the reference router only"),
         (["search", "--router", "profile:smg-1.10.1", "--transport", "http"],
          "profile smg-1.10.1 models smg==1.10.1 over grpc only"),
         (["search", "--shifts", "0.1,later"], "--shifts takes seconds separated by commas"),
