@@ -235,7 +235,7 @@ class HistoryRecorder:
     def router_event(self, event: Mapping[str, Any]) -> Record:
         """A router event record (CONTRACTS.md section 2). Its own `type` is kept as `event` (ours is
         `router_event`); its wall `ts` is kept."""
-        fields = {k: v for k, v in event.items() if k not in ("type", "t")}
+        fields = _without(event, ("type", "t"))
         fields["event"] = event.get("type")
         return self._put(fields, "router_event")
 
@@ -272,14 +272,12 @@ class HistoryRecorder:
 
     def handoff(self, provenance: Mapping[str, Any]) -> Record:
         """An engine handoff provenance record, verbatim (its `ts` is the engine's wall clock)."""
-        fields = {k: v for k, v in provenance.items() if k not in ("type", "t")}
-        return self._put(fields, "handoff")
+        return self._put(_without(provenance, ("type", "t")), "handoff")
 
     def engine_call(self, call: Mapping[str, Any]) -> Record:
         """An engine call record (CONTRACTS.md §1 "Engine call record"), verbatim but for its discriminator
         (its `ts` is the engine's wall clock, when the call arrived)."""
-        fields = {k: v for k, v in call.items() if k not in ("type", "t", "record")}
-        return self._put(fields, "engine_call")
+        return self._put(_without(call, ("type", "t", "record")), "engine_call")
 
     def engine_record(self, record: Mapping[str, Any]) -> Record:
         """One line of an engine's records stream: a call record or a handoff record."""
@@ -304,3 +302,11 @@ class HistoryRecorder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _without(record: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """A copy of `record` less `keys`, in its order (a C-level copy: every handoff record passes here)."""
+    fields = dict(record)
+    for key in keys:
+        fields.pop(key, None)
+    return fields

@@ -46,6 +46,8 @@ def structure_problem(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
     valid Unicode text: a lone surrogate, which JSON's \\ud800 escapes allow and no tokenizer or UTF-8
     encoder takes. One walk, without recursion (every leg of every request takes it: a simulation walks
     millions)."""
+    # The answer does not depend on the order of the walk (too deep anywhere wins over bad text anywhere):
+    # an object's plain values are looked at in place, not pushed.
     bad_text: str | None = None
     stack: list[tuple[Any, int]] = [(value, 1)]
     push, pop = stack.append, stack.pop
@@ -60,9 +62,17 @@ def structure_problem(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
             if bad_text is None and not item.isascii() and not _valid_text(item):
                 bad_text = _LONE_SURROGATE
         elif cls is dict or isinstance(item, Mapping):
+            inline = depth < limit  # its children are within the limit
             for key, child in item.items():
                 if bad_text is None and isinstance(key, str) and not key.isascii() and not _valid_text(key):
                     bad_text = _LONE_SURROGATE
+                kind = type(child)
+                if inline and kind in _LEAF_TYPES:
+                    continue
+                if inline and kind is str:
+                    if bad_text is None and not child.isascii() and not _valid_text(child):
+                        bad_text = _LONE_SURROGATE
+                    continue
                 push((child, depth + 1))
         elif cls is list or isinstance(item, list):
             for child in item:

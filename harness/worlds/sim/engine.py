@@ -360,8 +360,10 @@ class SimEngine:
         return killed
 
     def _poke(self) -> None:
-        event, self._activity = self._activity, self.env.event()
-        event.succeed()
+        # Most requests end with nobody waiting: an event without callbacks would only cost a step.
+        if self._activity.callbacks:
+            event, self._activity = self._activity, self.env.event()
+            event.succeed()
 
     def freeze(self) -> None:
         self.frozen = True
@@ -406,7 +408,8 @@ class SimEngine:
         if proc is not None:
             work[token] = proc
         try:
-            yield from self._awake(deadline)
+            if self.frozen:
+                yield from self._awake(deadline)
             return (yield from handler(deadline))
         except simpy.Interrupt as stop:
             if stop.cause is not self._stop:
@@ -423,20 +426,23 @@ class SimEngine:
                         left.succeed()
 
     def _awake(self, deadline: float | None) -> Generator[Any, Any, None]:
+        # Hot paths test `self.frozen` before calling this: most waits find the process running.
         while self.frozen:
             yield from wait_event(self.env, self._thawed, deadline)
 
     def _gate(self, surface: str, deadline: float | None) -> Generator[Any, Any, None]:
         """The real servers' fault gate: park while the surface is wedged, then its added latency."""
         while True:
-            yield from self._awake(deadline)
+            if self.frozen:
+                yield from self._awake(deadline)
             delay = self.state.faults.gate_delay(surface)
             if delay is None:
                 yield from wait_event(self.env, self._faults_changed, deadline)
                 continue
             if delay > 0:
                 yield from wait(self.env, delay, deadline)
-                yield from self._awake(deadline)
+                if self.frozen:
+                    yield from self._awake(deadline)
             return
 
     # Every call below leaves an engine call record, as the real surfaces do (`fake_engines.core.calls`):
@@ -569,7 +575,8 @@ class SimEngine:
         rest = result.itl_s * max(0, len(result.token_ids) - 1)
         if rest > 0:
             yield from wait(self.env, rest, deadline)
-            yield from self._awake(deadline)
+            if self.frozen:
+                yield from self._awake(deadline)
         return Reply(result, 512 + 8 * len(result.token_ids))
 
     def refuse(
@@ -597,7 +604,8 @@ class SimEngine:
             return flow.on_gate_passed(env.now, cell.wall(env.now))
         if isinstance(step, Sleep):
             yield from wait(env, step.seconds, deadline)
-            yield from self._awake(deadline)
+            if self.frozen:
+                yield from self._awake(deadline)
             return flow.on_slept(env.now, cell.wall(env.now))
         if isinstance(step, WaitUntil):
             yield from wait(env, step.deadline - env.now, deadline)
@@ -628,7 +636,8 @@ class SimEngine:
                 step.timeout_s,
                 deadline,
             )
-            yield from self._awake(deadline)
+            if self.frozen:
+                yield from self._awake(deadline)
             value = result.value if result.ok else None
             error = None if result.ok else _transport_error(result.error)
             if isinstance(step, Handshake):

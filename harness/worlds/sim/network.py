@@ -23,6 +23,7 @@ from harness.toxiproxy.toxics import ToxicSpec
 
 # One-way latency of a hop on loopback (connect + write + read of a small message).
 HOP_S = 0.0002
+_INF = float("inf")
 
 
 class Refused(Exception):
@@ -66,22 +67,18 @@ def cut_work(env: simpy.Environment, work: dict[object, simpy.Process], cause: A
             _GuardedInterruption(proc, cause, lambda t=token, p=proc: work.get(t) is p)
 
 
-def earliest(*deadlines: float | None) -> float | None:
-    found = [d for d in deadlines if d is not None]
-    return min(found) if found else None
-
-
 def wait(env: simpy.Environment, delay: float, deadline: float | None) -> Generator[Any, Any, None]:
     """Let `delay` pass (inf: forever), unless `deadline` comes first (then Deadline)."""
-    end = env.now + max(0.0, delay)
+    now = env.now  # read once: every hop of every call waits here
+    end = now + (delay if delay > 0.0 else 0.0)
     if deadline is not None and end > deadline:
-        if deadline > env.now:
-            yield env.timeout(deadline - env.now)
+        if deadline > now:
+            yield env.timeout(deadline - now)
         raise Deadline(deadline)
-    if end == float("inf"):
+    if end == _INF:
         yield env.event()  # a wait with no end and no deadline: the process hangs, as a real one would
-    elif end > env.now:
-        yield env.timeout(end - env.now)
+    elif end > now:
+        yield env.timeout(end - now)
 
 
 def wait_event(
@@ -180,10 +177,12 @@ class SimNetwork:
 
     def transit(self, ref: LinkRef | None, stream: str, nbytes: int, at: float) -> Transit:
         state = self.links.get(ref) if ref is not None else None
-        specs = state.specs(stream) if state is not None else []
+        if state is None or not state.toxics:  # the common case: a plain hop
+            return Transit(arrive=at + HOP_S)
+        specs = state.specs(stream)
         if not specs:
             return Transit(arrive=at + HOP_S)
-        assert state is not None and ref is not None
+        assert ref is not None
         chain = DirectionChain(self.seed, ref.label, state.connections, stream)
         chain.sync(specs, at)
         chain.feed(bytes(max(1, nbytes)), at)
@@ -221,7 +220,7 @@ class SimNetwork:
         env = self.env
         start = env.now
         own = None if timeout_s is None else start + max(0.0, timeout_s)
-        deadline = earliest(own, outer)
+        deadline = outer if own is None else own if outer is None else min(own, outer)
         state = self.links.get(ref) if ref is not None else None
         link = ref.link if ref is not None else "serve"
         if (state is not None and not state.enabled) or not server.accepting(link):

@@ -377,7 +377,8 @@ class SimRouter:
         result = yield from self.net.call(
             LinkRef(engine.name, link), engine, lambda d: handler(engine, d), nbytes, timeout_s, outer
         )
-        yield from self._awake(outer, io=result.error != "timeout")
+        if self.paused_until is not None:  # a router never paused has nothing to wait out
+            yield from self._awake(outer, io=result.error != "timeout")
         return result
 
     # ------------------------------------------------------------------ requests
@@ -386,7 +387,8 @@ class SimRouter:
         """One client request through the router, from the client's side (times are since it was sent). The
         client's deadline passing raises Deadline out of it (the client hung up: nothing more is done)."""
         t0 = self.env.now
-        yield from self._awake(client_deadline, io=True)  # a paused router accepts it once it resumes
+        if self.paused_until is not None:  # a paused router accepts it once it resumes
+            yield from self._awake(client_deadline, io=True)
         if self._one_at_a_time is None:
             return (yield from self._handle(plan, client_deadline, t0))
         with self._one_at_a_time.request() as turn:
