@@ -20,8 +20,7 @@ from dataclasses import dataclass
 import yarl
 
 from harness.checkers._common import cap, judged_from_engines
-from harness.contract.evidence import EngineView, Leg, misreported, reported_ids
-from harness.contract.settings import ID_READ_CALLS
+from harness.contract.evidence import EngineView, Leg, misreported
 from harness.history import History
 from harness.topology import CONNECTORS
 from harness.verdict import Verdict
@@ -36,15 +35,6 @@ class HandoffParamsExpect:
     """`slack_s`: observation slack around each moment compared."""
 
     slack_s: float = 0.1
-
-
-def ids_reported(view: EngineView, engine: str) -> list[tuple[float, str]]:
-    """(when the router had it, id) for every engine id `engine` reported in an id read of the router's."""
-    out = []
-    for call in view.history.engine_calls_of(engine, *ID_READ_CALLS):
-        if call.status == 200:
-            out.extend((call.ended_at, i) for i in reported_ids(call))
-    return sorted(out)
 
 
 def _id_since(view: EngineView, engine: str, engine_id: str) -> float | None:
@@ -112,7 +102,7 @@ def _mooncake(view: EngineView, tag: str, p: Leg, d: Leg, slack: float) -> list[
     out: list[str] = []
     kv = d.leg.get("kv_transfer_params") if d.leg else None
     told = p.leg.get("kv_transfer_params") if p.leg else None
-    known = [(t, i) for t, i in ids_reported(view, p.engine) if t <= p.at + slack]
+    known = [(t, i) for t, i in view.ids_reported(p.engine) if t <= p.at + slack]
     if not isinstance(kv, dict) or not kv:
         if known and not isinstance(told, dict):
             last_t, last = known[-1]
@@ -127,7 +117,7 @@ def _mooncake(view: EngineView, tag: str, p: Leg, d: Leg, slack: float) -> list[
         out.append(f"{tag}: {wrong_addr}")
     minted = kv.get("remote_engine_id")
     base = minted.split("_dp")[0] if isinstance(minted, str) else minted
-    if base not in {i for _, i in ids_reported(view, p.engine)} | {s.engine_id for s in
+    if base not in {i for _, i in view.ids_reported(p.engine)} | {s.engine_id for s in
                                                                    view.history.engines.get(p.engine, [])}:
         out.append(f"{tag}: minted engine id {minted}, which {p.engine} never had nor reported")
         return out

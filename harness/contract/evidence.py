@@ -48,6 +48,7 @@ class EngineView:
         self.roles: dict[str, str] = {name: str(spec.get("role")) for name, spec in layout.items()}
         self._timelines: dict[str, WorkerTimeline] = {}
         self._legs: list[Leg] | None = None
+        self._ids: dict[str, list[tuple[float, str]]] = {}
 
     @classmethod
     def of(cls, history: History) -> EngineView | None:
@@ -96,6 +97,14 @@ class EngineView:
         """Whether the router started without this worker (it joins through the worker API, if ever)."""
         left_out = self.history.settings.get("unregistered_engines") or ()
         return engine in left_out
+
+    def ids_reported(self, engine: str) -> list[tuple[float, str]]:
+        """(when the router had it, id) for every engine id `engine` reported in an id read of the router's,
+        in time order (kept: a checker asks once per handoff)."""
+        if engine not in self._ids:
+            answered = [c for c in self.history.engine_calls_of(engine, *ID_READ_CALLS) if c.status == 200]
+            self._ids[engine] = sorted((c.ended_at, i) for c in answered for i in reported_ids(c))
+        return self._ids[engine]
 
     def timeline(self, engine: str) -> WorkerTimeline:
         if engine not in self._timelines:
