@@ -125,9 +125,10 @@ def check_leg_shape(view: EngineView, exp: LegShapeExpect) -> Verdict:
             kinds.update(f"{role} {_kind(p)}" for p in problems)
     numbers = {"legs": judged, "bad": len(evidence)}
     if evidence:
-        # The kinds name the finding: two routers that get different parts of the shape wrong differ.
-        what = (f"{len(evidence)} of {judged} legs not shaped as the contract says "
-                f"({', '.join(sorted(kinds))})")
+        # The kinds name the finding (outside parentheses, which a finding's signature drops): two routers
+        # that get different parts of the shape wrong give two findings.
+        what = (f"{len(evidence)} of {judged} legs not shaped as the contract says: "
+                f"{', '.join(sorted(kinds))}")
         return Verdict.fail(NAME, what, numbers, cap(evidence))
     if judged == 0:
         return Verdict.unknown_(NAME, "no engine recorded the shape of a leg", numbers)
