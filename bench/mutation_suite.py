@@ -244,12 +244,10 @@ def switch_only(source: Path, bugs_file: Path, mutant: str, diff: str) -> bool:
     the switch set from a call (see the module doc)."""
     if source.resolve() == bugs_file.resolve() or drops_switch_set(diff):
         return True
-    text = source.read_text()
-    tree = ast.parse(text)
-    func = _function(tree, mutant)
-    if func is None:
+    found = _changed_in(source, mutant, diff)
+    if found is None:
         return False
-    lines = _changed_lines(text, func, diff)
+    tree, func, lines = found
     if not lines:
         return False
     switches = switch_names(bugs_file)
@@ -257,6 +255,17 @@ def switch_only(source: Path, bugs_file: Path, mutant: str, diff: str) -> bool:
         return True
     guarded = guarded_lines(func, switches)
     return lines <= guarded
+
+
+def _changed_in(
+    source: Path, mutant: str, diff: str
+) -> tuple[ast.Module, ast.FunctionDef | ast.AsyncFunctionDef, set[int]] | None:
+    """The source's tree, the mutant's function in it and the file lines the diff changes there (None: no
+    such function)."""
+    text = source.read_text()
+    tree = ast.parse(text)
+    func = _function(tree, mutant)
+    return None if func is None else (tree, func, _changed_lines(text, func, diff))
 
 
 def _changed_lines(text: str, func: ast.FunctionDef | ast.AsyncFunctionDef, diff: str) -> set[int]:
@@ -319,12 +328,10 @@ def message_only(source: Path, mutant: str, diff: str) -> bool:
     change = _one_literal_changed(diff)
     if change is None or change[0].lower() not in change[1].lower():
         return False
-    text = source.read_text()
-    tree = ast.parse(text)
-    func = _function(tree, mutant)
-    if func is None:
+    found = _changed_in(source, mutant, diff)
+    if found is None:
         return False
-    lines = _changed_lines(text, func, diff)
+    tree, func, lines = found
     places = [n for n in ast.walk(func)
               if isinstance(n, ast.Constant) and n.value == change[0] and n.lineno in lines]
     if not places:
