@@ -26,6 +26,7 @@ from fake_engines.core.gen_request import (
     gen_request_from_openai,
 )
 from fake_engines.core.request_flow import Reject
+from fake_engines.core.tokenizer import decode
 from harness.router_metrics import CounterTally
 from harness.routers.reference import reference_config
 from harness.scenario import RouterSettings, mistaken_body
@@ -61,6 +62,7 @@ from reference_router.core import (
     Worker,
     WorkerRegistry,
     abandon_identity_check,
+    cut_at_stop,
     dispatch_serialized,
     make_worker_spec,
     on_identity_done,
@@ -70,6 +72,7 @@ from reference_router.core import (
     set_draining,
     spec_from_json,
     start_tick,
+    stop_strings,
     tick_period_s,
     worker_api_dict,
 )
@@ -479,7 +482,10 @@ class SimRouter:
         if isinstance(result, Reply) and isinstance(result.value, GenResult):
             gen: GenResult = result.value
             first = _first_token(marks, now)
-            return LegDone(), False, ClientAnswer(200, gen.text, None, ttft_s=first - t0, latency_s=now - t0)
+            # gRPC carries token ids: the router builds the text and cuts it at a stop string itself.
+            text = gen.text if self.transport == "http" else cut_at_stop(decode(gen.token_ids),
+                                                                             stop_strings(leg.body))
+            return LegDone(), False, ClientAnswer(200, text, None, ttft_s=first - t0, latency_s=now - t0)
         error = result if isinstance(result, LegError) else _rejected(result.value, self.transport)
         if marks is not None and self.transport == "http" and isinstance(result, Reply):
             # The engine had answered 200 and streams the error as a chunk; the router relays it as is.
