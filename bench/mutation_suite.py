@@ -132,15 +132,19 @@ def run_search(copy: Path, mutant: str, budget_s: float, jobs: int) -> JudgeRun:
         argv = [sys.executable, "-m", "harness.cli", "search", "--budget", str(budget_s), "--shrink-budget",
                 "1", "--stop-at-first", "--jobs", str(jobs), "--out", str(Path(tmp) / "search")]
         t0 = time.monotonic()
+        proc = subprocess.Popen(argv, cwd=copy / "mutants", env=_env(mutant), stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True)
         try:
-            done = subprocess.run(argv, cwd=copy / "mutants", env=_env(mutant), capture_output=True,
-                                  stdin=subprocess.DEVNULL, timeout=budget_s * 4 + 120,
-                                  start_new_session=True)
+            out, _ = proc.communicate(timeout=budget_s * 4 + 120)
         except subprocess.TimeoutExpired:
             return JudgeRun("timeout", time.monotonic() - t0)
+        finally:
+            # The search's own workers are in its process group: on a timeout, or a SIGTERM or Ctrl-C of
+            # the judge, they go with it (subprocess.run would kill the search's main process only).
+            _kill(proc)
         wall = time.monotonic() - t0
-        outcome = {0: "pass", 1: "fail"}.get(done.returncode, "unknown")
-        tail = done.stdout.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        outcome = {0: "pass", 1: "fail"}.get(proc.returncode, "unknown")
+        tail = out.decode(errors="replace").strip().splitlines()[-1:] or [""]
         return JudgeRun(outcome, wall, tail[0][:300])
 
 
