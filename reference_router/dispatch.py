@@ -19,6 +19,7 @@ from typing import Any, assert_never
 
 from aiohttp import web
 
+from pdchaos.stop_strings import cut_at_stop, stop_strings
 from pdchaos.waiting import poll_until
 
 from .client_stream import CLIENT_WRITE_TIMEOUT_S, ClientStream
@@ -40,9 +41,7 @@ from .core import (
     Transport,
     Worker,
     WorkerRegistry,
-    cut_at_stop,
     dispatch_serialized,
-    stop_strings,
 )
 from .emit import emit
 from .errors import RouterError, UpstreamError

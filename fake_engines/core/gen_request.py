@@ -11,6 +11,7 @@ from fake_engines.core.calls import leg_of_openai
 from fake_engines.core.chat import render_chat
 from fake_engines.core.generator import DEFAULT_MAX_TOKENS, token_pieces
 from pdchaos.openai_request import context_problem, request_problem, text_too_long
+from pdchaos.stop_strings import stop_strings
 
 # The context length the fakes report (`/v1/models` max_model_len, GetModelInfo max_context_length) and
 # hold every request to: prompt plus completion, like vLLM's max_model_len.
@@ -64,16 +65,6 @@ class GenResult:
             out.append(piece[:left])
             left = max(0, left - len(piece))
         return out
-
-
-def stop_strings(raw: Any) -> tuple[str, ...]:
-    """A request's `stop` (a string, a list of strings, or none) as a tuple; the shared request check has
-    refused any other form."""
-    if isinstance(raw, str):
-        return (raw,)
-    if isinstance(raw, list):
-        return tuple(s for s in raw if isinstance(s, str))
-    return ()
 
 
 def parse_kv_params(raw: Any) -> dict[str, Any] | None:
@@ -200,4 +191,4 @@ def gen_request_from_openai(
     if problem is not None:
         raise RequestError(400, problem)
     leg = leg_of_openai(body, chat, grpc=grpc)
-    return GenRequest(request_id, text, ids, budget, seed, kv, leg, stop_strings(body.get("stop"))), stream
+    return GenRequest(request_id, text, ids, budget, seed, kv, leg, stop_strings(body)), stream

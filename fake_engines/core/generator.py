@@ -15,6 +15,7 @@ from typing import Any
 
 from fake_engines.core import tokenizer
 from fake_engines.core.chat import render_chat
+from pdchaos.stop_strings import cut_at_stop
 
 FINISH_REASON = "length"
 # vLLM's finish reason for an output a stop string ended.
@@ -73,21 +74,17 @@ def _generate_ids(kv_digest: str, max_tokens: int, s: int) -> tuple[int, ...]:
 
 
 def stop_at(ids: Sequence[int], stops: Sequence[str]) -> tuple[list[int], str | None]:
-    """vLLM's stop strings: the output ends with the first token whose text completes one of `stops`, and its
-    text ends where that stop string begins (the stop string is not part of it). (the ids kept, the text),
-    or (every id, None) when no stop string occurs."""
+    """vLLM's stop strings as the engine generates (`pdchaos.stop_strings`): the output ends with the first
+    token whose text completes one of `stops`, cut where it begins. (the ids kept, the text), or (every id,
+    None) when no stop string occurs."""
     if not stops:
         return list(ids), None
-    longest = max(len(s) for s in stops)
     text = ""
     for i, piece in enumerate(token_pieces(ids)):
-        # Only where a match can end in this piece.
-        start = max(0, len(text) - longest + 1)
         text += piece
-        # The one that completes first (a later one never does: generation ends there).
-        hits = [(j + len(s), j) for s in stops if s and (j := text.find(s, start)) >= 0]
-        if hits:
-            return list(ids[: i + 1]), text[: min(hits)[1]]
+        cut = cut_at_stop(text, stops)
+        if len(cut) < len(text):
+            return list(ids[: i + 1]), cut
     return list(ids), None
 
 

@@ -159,7 +159,7 @@ from .retry import (
     decide_retry,
     mark_suspect,
 )
-from .stop_strings import StopCutter, cut_at_stop, stop_strings
+from .stop_strings import StopCutter
 from .workers import (
     MOONCAKE_DEFAULT_BOOTSTRAP_PORT,
     BreakerRuntime,
@@ -279,7 +279,6 @@ __all__ = [
     "breaker_success",
     "breaker_tick",
     "connector_has_id",
-    "cut_at_stop",
     "decide_engine_id",
     "decide_retry",
     "decode_body",
@@ -325,7 +324,6 @@ __all__ = [
     "set_draining",
     "spec_from_json",
     "start_tick",
-    "stop_strings",
     "tick_period_s",
     "validate_bugs",
     "worker_api_dict",

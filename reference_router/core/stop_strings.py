@@ -1,4 +1,4 @@
-"""A client's stop strings applied to text the router builds from token ids (gRPC). No I/O.
+"""A client's stop strings applied to a stream of text the router builds from token ids (gRPC). No I/O.
 
 vLLM's gRPC engine ends its output with the token that completes a stop string and returns token ids: the
 text the client gets is the router's to cut, where the first stop string begins (the stop string itself is
@@ -8,29 +8,9 @@ back until the next piece says whether it is one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-
-def stop_strings(body: Mapping[str, Any]) -> tuple[str, ...]:
-    """The request's `stop` (a string or a list of strings; the request check refused any other form)."""
-    raw = body.get("stop")
-    if isinstance(raw, str):
-        return (raw,) if raw else ()
-    if isinstance(raw, list):
-        return tuple(s for s in raw if isinstance(s, str) and s)
-    return ()
-
-
-def cut_at_stop(text: str, stops: Sequence[str]) -> str:
-    """`text` up to where the stop string that completes first in it begins (all of it when none occurs):
-    generation ends as soon as one completes, so one that would end later never does."""
-    first: tuple[int, int] | None = None
-    for s in stops:
-        i = text.find(s)
-        if i >= 0 and (first is None or (i + len(s), i) < first):
-            first = (i + len(s), i)
-    return text if first is None else text[: first[1]]
+from pdchaos.stop_strings import cut_at_stop
 
 
 class StopCutter:

@@ -38,6 +38,7 @@ from harness.worlds.sim.engine import SimEngine, StreamMarks
 from harness.worlds.sim.network import HOP_S, CallResult, Reply, SimNetwork, wait, wait_event
 from pdchaos.openai_request import context_problem, max_tokens_of
 from pdchaos.sse import error_text
+from pdchaos.stop_strings import cut_at_stop, stop_strings
 from reference_router.core import (
     ID_READ_POLL_S,
     Answer,
@@ -62,7 +63,6 @@ from reference_router.core import (
     Worker,
     WorkerRegistry,
     abandon_identity_check,
-    cut_at_stop,
     dispatch_serialized,
     make_worker_spec,
     on_identity_done,
@@ -72,7 +72,6 @@ from reference_router.core import (
     set_draining,
     spec_from_json,
     start_tick,
-    stop_strings,
     tick_period_s,
     worker_api_dict,
 )

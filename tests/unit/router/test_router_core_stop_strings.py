@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference_router.core import StopCutter, cut_at_stop, stop_strings
+from pdchaos.stop_strings import cut_at_stop, stop_strings
+from reference_router.core import StopCutter
 
 
 def test_the_request_s_stop_strings_in_either_form() -> None:
