@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -25,7 +26,10 @@ from fake_engines.core.gen_request import (
     gen_request_from_openai,
     max_tokens_problem,
 )
+from fake_engines.core.request_fields import IGNORED_FIELDS_LOG, ignored_fields
 from fake_engines.engine import Arrival, Engine
+
+log = logging.getLogger(__name__)
 
 VERSION = "0.11.0+pdchaos"
 
@@ -279,6 +283,9 @@ class HttpSurface:
         chunks); from `Engine.generate` on, the engine records the leg."""
         body = _parse_body(await request.read())
         leg.shape, leg.tag = calls.leg_of_openai(body, chat), calls.tag_of_openai(body)
+        extra = ignored_fields(body, chat)
+        if extra:
+            log.warning(IGNORED_FIELDS_LOG, set(extra))
         rid = leg.request_id = self._request_id(body, chat, request.headers.get("X-Request-Id"))
         req, stream = gen_request_from_openai(body, chat, rid, self.engine.config.seed,
                                               served_model=self.engine.config.model)

@@ -12,10 +12,11 @@ is the router under test (`router`), as a real gateway marks nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fake_engines.core.records import find_tag
+from fake_engines.core.request_fields import ignored_fields
 
 # The discriminator of a call record in an engine's records stream (handoff records have none).
 RECORD_KEY = "record"
@@ -68,6 +69,9 @@ LEG_KV_KEYS = (
     "do_remote_decode", "do_remote_prefill", "transfer_id", "remote_engine_id", "remote_bootstrap_addr",
     "remote_request_id", "remote_host", "remote_port",
 )
+# Every kv_transfer_params key a vLLM connector (Mooncake, NIXL) reads. vLLM passes any other key by without
+# a word, so a misspelt one is lost silently: a leg's shape lists such keys under `ignored`.
+KV_KEYS_READ = frozenset((*LEG_KV_KEYS, "remote_block_ids", "tp_size"))
 
 
 def make_call(
@@ -116,10 +120,13 @@ def leg_shape(
     stream_options: Any = None,
     kv_transfer_params: Any = None,
     stop: Any = None,
+    ignored: Iterable[str] = (),
 ) -> dict[str, Any]:
     """The parameters of a leg that the PD contract judges, the same from either surface: a value a
     surface cannot tell from its default is left out (n 1, min_tokens 0, ignore_eos false, no stop
-    strings), so an HTTP body and the gRPC request a router made of it give one shape."""
+    strings), so an HTTP body and the gRPC request a router made of it give one shape. `ignored`: the
+    body's fields the engine does not know; with the kv_transfer_params keys no connector reads, they are
+    kept under `ignored` (absent when there are none)."""
     out: dict[str, Any] = {"stream": bool(stream)}
     if max_tokens is not None:
         out["max_tokens"] = max_tokens
@@ -139,6 +146,11 @@ def leg_shape(
             {k: kv_transfer_params[k] for k in LEG_KV_KEYS if k in kv_transfer_params}
             if isinstance(kv_transfer_params, Mapping) else kv_transfer_params
         )
+    unread = [*ignored]
+    if isinstance(kv_transfer_params, Mapping):
+        unread += [f"kv_transfer_params.{k}" for k in kv_transfer_params if k not in KV_KEYS_READ]
+    if unread:
+        out["ignored"] = sorted(unread)
     return out
 
 
@@ -158,6 +170,8 @@ def leg_of_openai(body: Mapping[str, Any], chat: bool, *, grpc: bool = False) ->
         stream_options=None if grpc else body.get("stream_options"),
         kv_transfer_params=body.get("kv_transfer_params"),
         stop=body.get("stop"),
+        # A router's Generate request has no room for a field the proto lacks.
+        ignored=() if grpc else ignored_fields(body, chat),
     )
 
 

@@ -4,9 +4,11 @@ A prefill leg is sanitised: not streamed, one token (`max_tokens` 1), one choice
 its `max_tokens`, no `stream_options` nor stop strings, `ignore_eos` over gRPC, and tagged for a remote decode
 (`do_remote_decode` true, `do_remote_prefill` false; Mooncake: the minted `transfer_id`). A decode leg
 carries the client's own parameters (stream, max_tokens, min_tokens, n) and, when it hands off,
-`do_remote_prefill` true. Judged from what the engines recorded of each leg (`leg` on their records), so it
-holds for any router; a gateway that documents another shape says so through its adapter's rules
-(`prefill_max_tokens`, `prefill_ignore_eos`).
+`do_remote_prefill` true. No leg carries a field the engine does not know, nor a KV key no connector
+reads: vLLM passes them by (a warning at most), so a misspelt name is a setting silently lost. Judged from
+what the engines recorded of each leg (`leg` on their records), so it holds for any router; a gateway
+that documents another shape says so through its adapter's rules (`prefill_max_tokens`,
+`prefill_ignore_eos`).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ def prefill_problems(leg: Leg, view: EngineView) -> list[str]:
     if shape.get("stop"):
         # It may end the prefill before its length cap, and vLLM's prefill then frees the KV at once.
         out.append(f"stop strings kept {shape['stop']!r} (the prefill may stop short and free its KV)")
+    out.extend(_ignored(shape))
     grpc = view.contract.transport == "grpc"
     if grpc and rules.get("prefill_ignore_eos", True) and not shape.get("ignore_eos"):
         out.append("ignore_eos not set")
@@ -88,11 +91,18 @@ def decode_problems(leg: Leg, req: RequestView, view: EngineView) -> list[str]:
             out.append(f"{key} {shape.get(key)} (the client asked {asked})")
     if shape.get("n") not in (None, 1):
         out.append(f"n {shape.get('n')} (the client asked 1)")
+    out.extend(_ignored(shape))
     kv = shape.get("kv_transfer_params")
     remote = isinstance(kv, dict) and kv.get("do_remote_prefill") is True and not kv.get("do_remote_decode")
     if isinstance(kv, dict) and kv and not remote:
         out.append(f"handoff params not for a remote prefill: {_brief(kv)}")
     return out
+
+
+def _ignored(shape: dict[str, Any]) -> list[str]:
+    # vLLM passes an unknown field or KV key by with at most a warning, so a misspelt one is a setting lost.
+    names = shape.get("ignored")
+    return [f"fields the engine ignores {names}"] if names else []
 
 
 def _kind(problem: str) -> str:

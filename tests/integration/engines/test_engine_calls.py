@@ -279,6 +279,21 @@ async def test_served_http_prefill_leg_carries_its_shape(
     assert calls(records) == []  # a served leg leaves its handoff record only
 
 
+async def test_fields_vllm_passes_by_are_logged_and_kept_on_the_leg(
+    session: aiohttp.ClientSession, engine: EngineHandle, records: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = {"prompt": "[pdchaos:s:2] hand me off", "max_tokens": 1, "N": 1,
+            "kv_transfer_params": {"do_remote_decode": True, "transfer_id": "x2", "Transfer_Id": "x2"}}
+    with caplog.at_level("WARNING", logger="fake_engines.http_api"):
+        async with session.post(engine.url() + "/v1/completions", json=body) as r:
+            assert r.status == 200  # served all the same, as vLLM serves it
+            await r.read()
+    (rec,) = handoffs(records)
+    assert rec["leg"]["ignored"] == ["N", "kv_transfer_params.Transfer_Id"]
+    # vLLM's own line names the body's unknown fields (its KV keys go unmentioned).
+    assert "The following fields were present in the request but ignored: {'N'}" in caplog.text
+
+
 async def test_grpc_served_leg_keeps_max_tokens_as_sent(
     engine: EngineHandle, stub: vllm_engine_pb2_grpc.VllmEngineStub, records: Path
 ) -> None:

@@ -352,6 +352,9 @@ def test_legs_shaped_as_the_contract_says_pass_on_both_transports() -> None:
     ({"stream": False, "max_tokens": 1, "stop": ["alpha"],
       "kv_transfer_params": {"do_remote_decode": True, "transfer_id": "x"}},
      "stop strings kept ['alpha']"),
+    ({"stream": False, "max_tokens": 1, "ignored": ["N"],
+      "kv_transfer_params": {"do_remote_decode": True, "transfer_id": "x"}},
+     "fields the engine ignores ['N']"),
 ])
 def test_a_prefill_leg_shaped_otherwise_is_a_violation(leg: dict[str, Any], words: str) -> None:
     run = healthy_run()
@@ -380,6 +383,17 @@ def test_a_decode_leg_must_carry_the_clients_parameters_and_grpc_prefills_ignore
                              "kv_transfer_params": {"do_remote_decode": True, "transfer_id": "x"}})
     v = check_leg_shape(run.history(), LegShapeExpect(roles=("prefill",)))
     assert v.status == "fail" and "ignore_eos not set" in v.evidence[0]
+
+
+def test_a_decode_leg_with_a_kv_key_no_connector_reads_is_a_violation() -> None:
+    run = healthy_run()
+    kv = {"do_remote_prefill": True, "transfer_id": "x"}
+    run.pd(1.0, decode_leg={"stream": False, "max_tokens": 6, "kv_transfer_params": kv,
+                            "ignored": ["kv_transfer_params.DO_REMOTE_DECODE"]})
+    v = check_leg_shape(run.history(), LegShapeExpect(roles=("decode",)))
+    assert v.status == "fail", v.evidence
+    assert "fields the engine ignores ['kv_transfer_params.DO_REMOTE_DECODE']" in v.evidence[0]
+    assert "decode fields the engine ignores" in v.reason
 
 
 def test_leg_shape_is_unknown_without_any_leg_shape() -> None:

@@ -143,6 +143,20 @@ def test_leg_of_openai_takes_a_malformed_body_as_it_is() -> None:
     }  # fmt: skip
 
 
+def test_leg_shape_lists_the_fields_and_kv_keys_vllm_would_pass_by() -> None:
+    # A misspelt field or KV key is lost without an error in vLLM: the shape keeps its name.
+    body = {"prompt": "hi", "max_tokens": 1, "N": 1, "max_completion_tokens": 1, "temperature": 0.0,
+            "kv_transfer_params": {"do_remote_prefill": True, "DO_REMOTE_DECODE": False, "tp_size": 1}}
+    shape = leg_of_openai(body, chat=False)
+    assert shape["ignored"] == ["N", "kv_transfer_params.DO_REMOTE_DECODE", "max_completion_tokens"]
+    # A chat body knows max_completion_tokens; a gRPC request carries no field the proto lacks, but its
+    # KV params are free-form.
+    assert leg_of_openai({**body, "messages": []}, chat=True)["ignored"] == [
+        "N", "kv_transfer_params.DO_REMOTE_DECODE", "prompt"]
+    assert leg_of_openai(body, chat=False, grpc=True)["ignored"] == ["kv_transfer_params.DO_REMOTE_DECODE"]
+    assert "ignored" not in leg_of_openai({"prompt": "hi", "kv_transfer_params": KV}, chat=False)
+
+
 @pytest.mark.parametrize(
     ("body", "tag"),
     [
