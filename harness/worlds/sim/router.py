@@ -11,7 +11,7 @@ drops them: the engines' records say more).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, assert_never
 
@@ -59,6 +59,7 @@ from reference_router.core import (
     ReadOutcome,
     RunLeg,
     Status,
+    StopCutter,
     Transport,
     Worker,
     WorkerRegistry,
@@ -481,9 +482,7 @@ class SimRouter:
         if isinstance(result, Reply) and isinstance(result.value, GenResult):
             gen: GenResult = result.value
             first = _first_token(marks, now)
-            # gRPC carries token ids: the router builds the text and cuts it at a stop string itself.
-            text = gen.text if self.transport == "http" else cut_at_stop(decode(gen.token_ids),
-                                                                             stop_strings(leg.body))
+            text = gen.text if self.transport == "http" else grpc_text(gen.token_ids, leg.body)
             return LegDone(), False, ClientAnswer(200, text, None, ttft_s=first - t0, latency_s=now - t0)
         error = result if isinstance(result, LegError) else _rejected(result.value, self.transport)
         if marks is not None and self.transport == "http" and isinstance(result, Reply):
@@ -625,3 +624,14 @@ def _error_answer(answer: ErrorAnswer, elapsed: float) -> ClientAnswer:
 
 
 __all__ = ["ClientAnswer", "GenRequest", "SimRouter"]
+
+
+def grpc_text(token_ids: Sequence[int], body: Mapping[str, Any]) -> str:
+    """The text the router makes of a gRPC leg's token ids (the engine returns no text), cut where a client's
+    stop string begins. Streamed, each token goes through the router's own StopCutter as the asyncio router
+    sends it (output tokens are whole words, so each decodes alone)."""
+    stops = stop_strings(body)
+    if not body.get("stream") or not stops:
+        return cut_at_stop(decode(token_ids), stops)
+    cutter = StopCutter(stops)
+    return "".join(cutter.push(decode([t])) for t in token_ids) + cutter.flush()

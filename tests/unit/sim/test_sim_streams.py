@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fake_engines.core.generator import expected_completion
+from fake_engines.core.tokenizer import decode, encode
 from harness.runner import run_scenario
 from harness.scenario import (
     At,
@@ -25,7 +27,9 @@ from harness.scenario import (
     Step,
     load_scenarios,
 )
+from harness.worlds.sim.router import grpc_text
 from pdchaos.jsonl import read_jsonl
+from pdchaos.stop_strings import cut_at_stop
 
 SCENARIOS = {s.name: s for s in load_scenarios()}
 
@@ -109,3 +113,15 @@ async def test_a_stream_s_first_token_never_comes_after_its_last(tmp_path: Path)
                        settings="scaled")
     done = [r for r in read_jsonl(tmp_path / "history.jsonl") if r.get("type") == "request_completed"]
     assert done and all(r["ttft_s"] <= r["latency_s"] for r in done)
+
+
+def test_grpc_text_streamed_through_the_routers_cutter_equals_the_whole_cut() -> None:
+    ids = encode(expected_completion("[pdchaos:s:1] alpha bravo", 12))
+    whole = decode(ids)
+    # Output tokens are whole words: each decodes alone, and the pieces make the whole.
+    assert "".join(decode([t]) for t in ids) == whole
+    third = whole.split()[2]
+    for stream in (False, True):
+        body = {"stream": stream, "stop": [third]}
+        assert grpc_text(ids, body) == cut_at_stop(whole, [third]) == whole[:whole.index(third)]
+        assert grpc_text(ids, {"stream": stream}) == whole
