@@ -60,6 +60,17 @@ def findings_of_folder(folder: Path) -> list[Finding]:
     return findings_of(doc if isinstance(doc, Mapping) else {}, read_results(path))
 
 
+def cells_by_signature(findings: Sequence[Finding]) -> dict[str, list[str]]:
+    """Each signature the findings show, as their lead or as a consequence -> the cells of the findings that
+    show it (a search's failure is looked up here to tell a known problem from a new one)."""
+    out: dict[str, list[str]] = {}
+    for f in findings:
+        for sig in (f.signature, *f.consequences):
+            cells = out.setdefault(sig, [])
+            cells.extend(c for c in f.cells if c not in cells)
+    return out
+
+
 def delta_lines(changes: Sequence[FindingChange], against: str, whose: str = "") -> list[str]:
     """Terminal lines: the counts, then each new and gone finding (`whose`: the router they are of)."""
     head = f"pdchaos: {whose}: findings" if whose else "pdchaos: findings"

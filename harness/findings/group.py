@@ -90,7 +90,11 @@ def explains(lead: str, other: str) -> bool:
 def finding_class(checker: str, v: Verdict) -> str:
     """The reason class, less the fault kind a symptom names first ("cut: ...", "restart after: ...") and
     any bracket the class cut open."""
-    cls = reason_class(checker, v.reason, v.numbers)
+    return class_as_finding(checker, reason_class(checker, v.reason, v.numbers))
+
+
+def class_as_finding(checker: str, cls: str) -> str:
+    """A reason class (`harness.search.signature`) as findings key it (see finding_class)."""
     if tier(checker) == SYMPTOM:
         cls = _KIND_PREFIX.sub("", cls)
     cls = cls.split(" (", 1)[0] if cls.count("(") > cls.count(")") else cls
@@ -233,6 +237,13 @@ def verdict_signature(v: Verdict) -> str | None:
         return None
     name, fixed = _SAME_AS.get(v.name, (v.name, None))
     return f"{name}: {fixed or finding_class(name, v)}"
+
+
+def search_signature_as_finding(checker: str, cls: str) -> str:
+    """A search's failure signature (checker, reason class) as findings key it, so that it can be looked up
+    among a report's findings (see verdict_signature)."""
+    name, fixed = _SAME_AS.get(checker, (checker, None))
+    return f"{name}: {fixed or class_as_finding(name, cls)}"
 
 
 def _lead_verdict(r: ScenarioResult, checker: str) -> Verdict | None:

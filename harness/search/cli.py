@@ -41,7 +41,8 @@ Seeds are independent: seed N always draws the same cases (only seed 0 starts wi
 others with cases of their own); --jobs runs seeds in parallel processes, --ray
 spreads them over a Ray cluster (or a Ray instance started here).
 OUT/summary.json (and the terminal) say seeds tried, runs, runs/s, failures, distinct signatures, time to
-first failure and shrunk sizes.
+first failure and shrunk sizes. With --known RUN (what `pdchaos run` of the shipped scenarios wrote for the
+same router) each finding is marked known, with the cells of RUN that show the same problem, or new.
 
 In real time (--world real; implied by a gateway or cmd: router) each case runs as `pdchaos run --world real
 --settings scaled` runs a scenario, against the router under test; cases the real world cannot carry out
@@ -58,6 +59,7 @@ examples:
   pdchaos search --budget 300 --jobs 2                     # the reference router as it is: expect nothing
   pdchaos search --inject-bug stale_engine_id --ray auto   # on the Ray cluster this machine belongs to
   pdchaos search --router smg==1.13.0 --budget 1800        # a gateway release, in real time
+  pdchaos search --router smg==1.13.0 --known runs/smg-suite # new findings apart from the suite's
   pdchaos search --world real --inject-bug stale_engine_id --budget 60 --stop-at-first
   pdchaos run runs/search-.../found/handoff-0123abcd.py --world sim --settings scaled --seed 0
 """
@@ -115,8 +117,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-at-first", action="store_true",
                    help="stop generating once a failure is found (it is still shrunk, for up to "
                    "--shrink-budget from then): time to first failure without spending the whole budget")
+    p.add_argument("--known", type=Path, metavar="RUN",
+                   help="a `pdchaos run` (or sweep) folder of the shipped scenarios against the same router: "
+                   "each finding is marked known (with the cells of RUN that show the same problem) or "
+                   "new, and the summary counts the new ones")
     p.add_argument("--out", type=Path, metavar="DIR", help="default: runs/search-<timestamp-id>")
     return p
+
+
+def _known(folder: Path | None) -> dict[str, list[str]] | None:
+    """--known: what the run's findings show, by signature (None without the flag)."""
+    if folder is None:
+        return None
+    from harness.findings.delta import cells_by_signature, findings_of_folder
+
+    try:
+        return cells_by_signature(findings_of_folder(folder))
+    except ValueError as e:
+        raise UsageError(f"--known {folder}: {e}; give the folder `pdchaos run` wrote (it holds "
+                         "report.json)") from None
 
 
 def _seconds(text: str, flag: str) -> float:
@@ -204,7 +223,8 @@ def _options(args: argparse.Namespace) -> object:
                          space=space,
                          settings_label=args.settings, stop_at_first=args.stop_at_first, shifts=shifts,
                          ray=ray, jobs_from_cluster=ray not in (None, "local") and args.jobs is None,
-                         world=world)
+                         world=world, known=_known(args.known),
+                         known_from=None if args.known is None else str(args.known))
 
 
 def _sim_capable(router: str) -> bool:

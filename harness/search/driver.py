@@ -20,6 +20,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, as_completed, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.findings.group import search_signature_as_finding
 from harness.search import DEFAULT_EXAMPLES, DEFAULT_SHIFTS_S
 from harness.search.execute import RunOutcome
 from harness.search.executors import RayExecutor, open_executor
@@ -54,6 +55,10 @@ class SearchOptions:
     jobs_from_cluster: bool = False
     # "sim", or "real": real time at scaled settings, `router` any spec `pdchaos run --router` takes.
     world: str = "sim"
+    # --known RUN: the signatures a run of the shipped scenarios shows (as findings key them) -> the cells
+    # that show each, and that run's folder. None: findings are not compared.
+    known: dict[str, list[str]] | None = None
+    known_from: str | None = None
 
     @property
     def stop_file(self) -> Path | None:
@@ -103,6 +108,9 @@ def _record(summary: Summary, opts: SearchOptions, res: SeedResult, started_afte
     shrunk = {**f.shrunk.size(), "requests": f.outcome.requests}
     entry = FoundEntry(res.seed, f.signature.text, str(path), round(when, 3), f.original.size(), shrunk,
                        f.shrink_runs)
+    if opts.known is not None:
+        key = search_signature_as_finding(f.signature.checker, f.signature.reason)
+        entry.shown_by = list(opts.known.get(key, ()))
     if opts.world == "real":
         report = write_report(Finding(f.signature, res.seed, opts.router, opts.bugs, f.original, f.shrunk,
                                       f.outcome, f.reference, path))
@@ -132,7 +140,8 @@ def run_search(opts: SearchOptions) -> Summary:
     opts.out.mkdir(parents=True, exist_ok=True)
     (opts.out / "work").mkdir(exist_ok=True)
     summary = Summary(list(opts.bugs), opts.router, opts.settings_label, opts.budget_s, opts.jobs,
-                      shifts=opts.shifts if opts.world == "sim" else (), world=opts.world)
+                      shifts=opts.shifts if opts.world == "sim" else (), world=opts.world,
+                      known_from=opts.known_from)
     start = time.time()
     search_until = start + opts.budget_s
     seeds = _seeds(opts)

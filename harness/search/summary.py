@@ -4,7 +4,8 @@ first failure and the shrunk sizes; `summary.json` and the terminal text.
 A real-time search (`world` "real") also says how its failures were confirmed: the replays and reference
 runs it took, the cases redrawn because the real world cannot carry them out for the router, and the
 candidate failures set aside (failed once only, or the reference router fails the case too) apart from the
-findings."""
+findings. With `--known RUN`, each finding says whether that run of the shipped scenarios shows the same
+problem (its signature as findings key it, lead or consequence), and the summary counts the new ones."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ class FoundEntry:
     # Real time: the bug report beside the scenario file, and the reference router's verdict on the case.
     report: str | None = None
     reference: str | None = None
+    # --known: the cells of that run that show the same problem (empty: a new finding); None: not compared.
+    shown_by: list[str] | None = None
 
 
 @dataclass
@@ -56,6 +59,8 @@ class Summary:
     reference_runs: int = 0
     redrawn: int = 0
     set_aside: list[dict[str, Any]] = field(default_factory=list)
+    # --known: the run folder whose findings tell known problems from new ones.
+    known_from: str | None = None
 
     @property
     def all_runs(self) -> int:
@@ -71,6 +76,13 @@ class Summary:
     @property
     def signatures(self) -> list[str]:
         return sorted({f.signature for f in self.found})
+
+    @property
+    def new_signatures(self) -> list[str] | None:
+        """The distinct signatures no cell of the --known run shows (None: not compared)."""
+        if self.known_from is None:
+            return None
+        return sorted({f.signature for f in self.found if not f.shown_by})
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +107,8 @@ class Summary:
             "time_to_first_failure_s": (None if self.time_to_first_failure_s is None
                                         else round(self.time_to_first_failure_s, 3)),
             "found": [vars(f) for f in self.found],
+            "known_from": self.known_from,
+            "new_signatures": self.new_signatures,
             "interrupted": self.interrupted,
             **(self._real_dict() if self.world == "real" else {}),
         }
@@ -125,6 +139,7 @@ class Summary:
             *(self._real_lines(d) if self.world == "real" else self._sim_lines(d)),
             f"  failures found {len(self.found)}, distinct signatures {len(self.signatures)}, time to first "
             f"failure {'-' if ttff is None else f'{ttff} s'}",
+            *self._known_lines(),
             *(["  interrupted: the running seeds stopped where they were"] if self.interrupted else []),
         ]
         for f in self.found:
@@ -136,7 +151,19 @@ class Summary:
             )
             if f.report is not None:
                 lines.append(f"    reference router: {f.reference}; bug report: {f.report}")
+            if f.shown_by is not None:
+                lines.append(_shown_line(f.shown_by, self.known_from))
         return "\n".join(lines)
+
+    def _known_lines(self) -> list[str]:
+        new = self.new_signatures
+        if new is None:
+            if self.world == "sim" and self.router in ("reference", ""):
+                return []  # a switch's known symptoms are named by the zoo catalogue
+            return ["  not compared with what the shipped scenarios show (--known RUN names a `pdchaos run` "
+                    "folder of this router)"]
+        known = len(self.signatures) - len(new)
+        return [f"  new: {len(new)} distinct signature(s); already shown by {self.known_from}: {known}"]
 
     def _sim_lines(self, d: dict[str, Any]) -> list[str]:
         return [
@@ -157,3 +184,10 @@ class Summary:
             f"{aside['reference_also_fails']} the reference router also fails",
             *[f"    {a['signature']} ({a['why']}: {a['detail']})" for a in self.set_aside],
         ]
+
+
+def _shown_line(cells: list[str], run: str | None) -> str:
+    if not cells:
+        return f"    new: no cell of {run} shows it"
+    more = f" (+{len(cells) - 3} more)" if len(cells) > 3 else ""
+    return f"    known: {run} shows it in {len(cells)} cell(s): {', '.join(cells[:3])}{more}"

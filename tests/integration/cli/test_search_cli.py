@@ -122,3 +122,32 @@ def test_ctrl_c_keeps_what_the_seeds_found_and_says_unknown(tmp_path: Path) -> N
     assert "partial summary, verdict UNKNOWN" in stderr and "Traceback" not in stderr
     left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert left == []
+
+
+def test_known_marks_a_finding_the_shipped_run_shows(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A finding whose problem a `pdchaos run` folder shows is known (with its cells); the rest are new."""
+    args = ["search", "--inject-bug", "stale_engine_id", "--budget", "15", "--seeds", "1", "--jobs", "1",
+            "--stop-at-first"]
+    code, text, err = _main(capsys, *args, "--out", str(tmp_path / "first"))
+    assert code == 1, text + err
+    found = json.loads((tmp_path / "first" / "summary.json").read_text())["found"][0]
+    assert found["shown_by"] is None and "not compared" not in text  # the reference router: the zoo names it
+    # The run that shows it: the found file itself, replayed by `pdchaos run`.
+    code, text, err = _main(capsys, "run", found["file"], "--world", "sim", "--no-progress",
+                            "--out", str(tmp_path / "run"))
+    assert code == 1, text + err
+    code, text, err = _main(capsys, *args, "--known", str(tmp_path / "run"), "--out", str(tmp_path / "again"))
+    assert code == 1, text + err
+    summary = json.loads((tmp_path / "again" / "summary.json").read_text())
+    assert summary["found"][0]["shown_by"] and summary["new_signatures"] == []
+    assert f"known: {tmp_path / 'run'} shows it in" in text and "new: 0 distinct signature(s)" in text
+
+
+def test_known_that_is_not_a_run_folder_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = _main(capsys, "search", "--known", str(tmp_path), "--out", str(tmp_path / "s"))
+    assert code == 3 and "--known" in err and "report.json" in err
+    assert not (tmp_path / "s").exists()  # nothing written

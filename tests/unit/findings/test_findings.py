@@ -153,3 +153,25 @@ def test_verdict_signature_and_leads_ignore_the_run_s_own_verdicts() -> None:
     local = Verdict.fail("no_local_compute", "2 computed locally")
     assert verdict_signature(local) == "handoff: local_compute"
     assert leads([Verdict.fail("faults", "not verified")]) == []
+
+
+def test_a_search_signature_keys_as_the_same_verdict_does_in_findings() -> None:
+    from harness.findings.group import search_signature_as_finding
+    from harness.search.signature import signatures
+
+    verdicts = [_availability("cut"), _recovery("restart"), _stale(), _params(),
+                Verdict.fail("handoff", "bad handoffs: 2 timed_out", {"problems": {"timed_out": 2}}),
+                Verdict.fail("handoff_strict", "bad handoffs: 2 stale_engine_id",
+                             {"problems": {"stale_engine_id": 2}})]
+    for v, sig in zip(verdicts, signatures(verdicts), strict=True):
+        assert search_signature_as_finding(sig.checker, sig.reason) == verdict_signature(v), v
+
+
+def test_cells_by_signature_names_the_cells_of_leads_and_consequences() -> None:
+    from harness.findings.delta import cells_by_signature
+
+    results = [_cell("r", "1p1d", "http", _params(), _stale()), _cell("r", "2p1d", "http", _params())]
+    [f] = compute_findings(results, known={})
+    shown = cells_by_signature([f])
+    assert shown[f.signature] == f.cells and len(f.cells) == 2
+    assert all(shown[c] == f.cells for c in f.consequences) and f.consequences

@@ -320,3 +320,21 @@ def test_the_summary_separates_findings_from_what_was_set_aside() -> None:
     sim = Summary([], "reference", "scaled", 60.0, 1).as_dict()
     assert sim["world"] == "sim" and "set_aside" not in sim
 
+
+
+def test_the_summary_tells_new_findings_from_what_the_known_run_shows() -> None:
+    from harness.search.summary import FoundEntry
+
+    size = {"faults": 1, "engines": 2, "duration_s": 3.0}
+    known = FoundEntry(0, SIG.text, "found/a.py", 1.0, size, size, 2, shown_by=["x[1p1d/mooncake/http]"])
+    new = FoundEntry(1, OTHER.text, "found/b.py", 2.0, size, size, 2, shown_by=[])
+    s = Summary([], "smg==1.13.0", "scaled", 60.0, 1, world="real", found=[known, new],
+                known_from="runs/suite")
+    assert s.as_dict()["new_signatures"] == [OTHER.text]
+    text = s.text()
+    assert "new: 1 distinct signature(s); already shown by runs/suite: 1" in text
+    assert "known: runs/suite shows it in 1 cell(s): x[1p1d/mooncake/http]" in text
+    assert "new: no cell of runs/suite shows it" in text
+    # Without --known a gateway's summary says it did not compare.
+    plain = Summary([], "smg==1.13.0", "scaled", 60.0, 1, world="real", found=[known]).text()
+    assert "not compared with what the shipped scenarios show" in plain
