@@ -15,8 +15,9 @@ from typing import Any
 import aiohttp
 
 from harness.routers.base import RouterLaunch
-from harness.routers.gateways.adapters import GatewayAdapter, whole_seconds
+from harness.routers.gateways.adapters import GatewayAdapter
 from harness.scenario import RouterSettings
+from harness.scenario.settings import whole_seconds
 from harness.topology import Topology
 
 

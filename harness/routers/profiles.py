@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from harness.routers.gateways.adapters import as_passed
 from harness.routers.reference import ReferenceRouter
 from harness.scenario.bugs import split_bugs, with_bugs
+from harness.scenario.settings import as_passed
 from harness.topology import TRANSPORTS
 
 if TYPE_CHECKING:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 
@@ -115,3 +116,16 @@ class Workload:
     # came (a loaded machine can take seconds to start an engine again), so what is judged after a heal
     # always has traffic. None: the load ends at `duration_s`.
     after_heal_s: float | None = None
+
+
+def whole_seconds(x: float, minimum: int = 1) -> int:
+    """Seconds for a flag that takes whole seconds: rounded up (never shorter than asked), >= `minimum`."""
+    return max(minimum, math.ceil(x - 1e-9))
+
+
+def as_passed(settings: RouterSettings) -> RouterSettings:
+    """The settings as a gateway gets them: its probe interval, probe timeout and request timeout flags take
+    whole seconds (rounded up, at least 1). What a gateway profile runs with, to judge like the release."""
+    return replace(settings, health_interval_s=float(whole_seconds(settings.health_interval_s)),
+                   health_timeout_s=float(whole_seconds(settings.health_timeout_s)),
+                   request_timeout_s=float(whole_seconds(settings.request_timeout_s)))

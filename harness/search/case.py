@@ -13,6 +13,7 @@ from harness.scenario import EngineSettings, Expect, RouterSettings, Scenario, W
 from harness.scenario.bugs import with_bugs
 from harness.scenario.model import side_channel_restart_problems
 from harness.scenario.presets import PRESETS, SCALED_ENGINES, SCALED_ROUTER
+from harness.scenario.settings import whole_seconds
 from harness.search.faults import NEW_ID_KINDS, FaultSpec, effective_windows, to_steps
 from harness.topology import parse_topology
 
@@ -154,6 +155,9 @@ class SearchCase:
     learn_connector: bool = False
     # The share of chat requests capped with max_completion_tokens (`Workload.completion_tokens_fraction`).
     completion_tokens_fraction: float = 0.0
+    # The router takes its probe interval and timeout in whole seconds (a gateway's flags): the bounds
+    # allow for the rounding. Set by the space searched, never drawn.
+    whole_second_probes: bool = False
 
     @property
     def engines(self) -> list[str]:
@@ -181,17 +185,21 @@ def shifted(case: SearchCase, by_s: float) -> SearchCase:
 
 
 def recovery_bound_s(settings: str, breaker: Breaker | None, identity_checks: bool = True,
-                     success_threshold: int | None = None) -> float:
+                     success_threshold: int | None = None, whole_second_probes: bool = False) -> float:
     """Heal -> first correct handoff through the healed engine on a correct router, in scaled seconds: one
     probe interval to notice, the promotion (success threshold probes), a probe timeout for a probe caught
     by the fault, the id re-read (a probe timeout) and an identity check (when they are on: off, every id
     change is seen by the probes), then one KV transfer timeout and an open circuit breaker's time. Computed
     at the preset's own settings (divided by its time scale, as its times are) and never under 3 s, the
-    shipped scenarios' own bound."""
+    shipped scenarios' own bound. `whole_second_probes`: the router rounds its probe interval and timeout up
+    to whole seconds, and is judged by the times it runs with."""
     p = PRESETS[settings]
     router = {**{f: getattr(SCALED_ROUTER, f) for f in (
         "health_interval_s", "health_timeout_s", "success_threshold", "identity_check_interval_s")},
         **p.router}
+    if whole_second_probes:
+        for f in ("health_interval_s", "health_timeout_s"):
+            router[f] = float(whole_seconds(router[f]))
     if success_threshold is not None:
         # A case's own threshold (a count: the preset keeps it, as it keeps a scenario's).
         router["success_threshold"] = success_threshold
@@ -212,7 +220,16 @@ def tail_s(case: SearchCase) -> float:
 
 
 def bound_of(case: SearchCase) -> float:
-    return recovery_bound_s(case.settings, case.breaker, case.identity_checks, case.success_threshold)
+    return recovery_bound_s(case.settings, case.breaker, case.identity_checks, case.success_threshold,
+                            case.whole_second_probes)
+
+
+def probe_times_s(case: SearchCase) -> tuple[float, float]:
+    """(probe interval, probe timeout) in scaled seconds, as the router runs them."""
+    interval, timeout = SCALED_ROUTER.health_interval_s, SCALED_ROUTER.health_timeout_s
+    if case.whole_second_probes:
+        return float(whole_seconds(interval)), float(whole_seconds(timeout))
+    return interval, timeout
 
 
 def duration_s(case: SearchCase) -> float:

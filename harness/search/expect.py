@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from harness.checkers import CONTRACT_CHECKS
 from harness.scenario import Expect
 from harness.scenario.actions import ROUTER
-from harness.scenario.presets import SCALED_ROUTER
 from harness.search.case import (
     KV_PATH_LINKS,
     REQUEST_TIMEOUT_S,
@@ -56,6 +55,7 @@ from harness.search.case import (
     SearchCase,
     bound_of,
     duration_s,
+    probe_times_s,
 )
 from harness.search.faults import (
     DOWN_KINDS,
@@ -297,7 +297,7 @@ def _probes_see(f: FaultSpec) -> bool:
 
 def _detection_s(case: SearchCase) -> float:
     """How long a correct router may take to take out a worker whose probes all fail."""
-    return case.failure_threshold * (SCALED_ROUTER.health_interval_s + SCALED_ROUTER.health_timeout_s)
+    return case.failure_threshold * sum(probe_times_s(case))
 
 
 def _latency(case: SearchCase, ws: Sequence[Window], bound: float) -> list[Expect]:

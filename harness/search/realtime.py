@@ -73,12 +73,13 @@ def real_problem(case: SearchCase, bugs: tuple[str, ...], adapter: RouterAdapter
 
 def real_space(space: Space, adapter: RouterAdapter) -> Space:
     """The space narrowed to what the router can run at all, so that few draws are redrawn: a gateway's
-    transports, and no worker API call where it has no worker ids."""
+    transports, no worker API call where it has no worker ids, and its probe times in whole seconds."""
     if not isinstance(adapter, GatewayAdapter):
         return space
     transports = tuple(t for t in space.transports if t in adapter.transports)
     kinds = space.kinds if adapter.has_worker_ids else tuple(k for k in space.kinds if k not in API_KINDS)
-    return Space(**{**vars(space), "transports": transports or space.transports, "kinds": kinds})
+    return Space(**{**vars(space), "transports": transports or space.transports, "kinds": kinds,
+                    "whole_second_probes": True})
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,9 @@ class Space:
     # (topology, load, breaker) of those scenarios: drawn as a whole half the time (their breaker kept only
     # where the schedule makes it safe, as any drawn one).
     cells: tuple[tuple[str, Load, Breaker | None], ...] = ()
+    # The router searched takes its probe times in whole seconds (a gateway): each case says so, and its
+    # bounds allow for it.
+    whole_second_probes: bool = False
 
     def kind_order(self) -> tuple[str, ...]:
         allowed = [k for k in KINDS if k in self.kinds]
@@ -392,4 +395,5 @@ def search_cases(draw: Any, space: Space | None = None) -> SearchCase:
         mistake_fraction=mistakes,
         learn_connector=learn,
         completion_tokens_fraction=newer_cap,
+        whole_second_probes=space.whole_second_probes,
     )

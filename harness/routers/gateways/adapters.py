@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 import re
 import subprocess
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -32,6 +30,7 @@ from harness.routers.gateways.kv_facts import (
     registration_body,
 )
 from harness.scenario import AddWorker, PatchWorker, RemoveWorker, RouterSettings, Scenario, mistaken_body
+from harness.scenario.settings import whole_seconds
 from harness.session.events import WorldNote
 from harness.topology import TRANSPORTS, Topology
 from pdchaos.ports import free_port
@@ -53,19 +52,6 @@ GATEWAY_DEFAULTS: dict[str, Any] = {
     "health_interval_s": 60.0, "health_timeout_s": 5.0, "failure_threshold": 3, "success_threshold": 2,
     "request_timeout_s": 1800.0, "circuit_breaker_failures": 10, "circuit_breaker_open_s": 60.0,
 }
-
-
-def whole_seconds(x: float, minimum: int = 1) -> int:
-    """Seconds for a flag that takes whole seconds: rounded up (never shorter than asked), >= `minimum`."""
-    return max(minimum, math.ceil(x - 1e-9))
-
-
-def as_passed(settings: RouterSettings) -> RouterSettings:
-    """The settings as a gateway gets them: its probe interval, probe timeout and request timeout flags take
-    whole seconds (rounded up, at least 1). What a gateway profile runs with, to judge like the release."""
-    return replace(settings, health_interval_s=float(whole_seconds(settings.health_interval_s)),
-                   health_timeout_s=float(whole_seconds(settings.health_timeout_s)),
-                   request_timeout_s=float(whole_seconds(settings.request_timeout_s)))
 
 
 @functools.lru_cache(maxsize=32)

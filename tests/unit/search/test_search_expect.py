@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import HealthCheck, Phase, find, given, seed, settings
 
 from harness.search.bias import space_for
-from harness.search.case import Breaker, Load, SearchCase, recovery_bound_s
+from harness.search.case import Breaker, Load, SearchCase, bound_of, probe_times_s, recovery_bound_s
 from harness.search.execute import run_case
 from harness.search.expect import SLACK_S, expectations
 from harness.search.faults import FaultSpec
@@ -148,6 +148,18 @@ def test_without_identity_checks_the_bound_leaves_out_their_interval() -> None:
     off = SearchCase(faults=on.faults, identity_checks=False)
     assert recovery_bound_s("scaled", None, False) < recovery_bound_s("scaled", None, True)
     assert _params(off, "handoff")[0]["grace_s"] < _params(on, "handoff")[0]["grace_s"]
+
+
+def test_a_router_with_whole_second_probes_is_judged_by_the_times_it_runs() -> None:
+    """smg takes 0.3 s probes (0.5 s timeout) as 1 s ones: its recovery and detection bounds grow to
+    match, and only those of a case drawn for such a router."""
+    exact = SearchCase(faults=(FaultSpec("restart", "prefill-0", 1.0, 1.0),))
+    rounded = SearchCase(faults=exact.faults, whole_second_probes=True)
+    assert probe_times_s(exact) == (0.3, 0.5) and probe_times_s(rounded) == (1.0, 1.0)
+    # (success threshold 1 + 1) x interval + 2 x timeout: 2.4 s more with whole seconds.
+    assert bound_of(rounded) == pytest.approx(bound_of(exact) + 2 * 0.7 + 2 * 0.5)
+    assert _params(rounded, "recovery")[0]["max_recovery_s"] == bound_of(rounded)
+    assert find(search_cases(Space(whole_second_probes=True)), lambda c: True).whole_second_probes
 
 
 # Each: a case where the generated expectations leave no excuse, and the switch they must catch.

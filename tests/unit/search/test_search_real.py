@@ -135,6 +135,7 @@ def test_a_gateway_runs_only_what_it_serves() -> None:
     assert "into the reference router" in str(real_problem(RESTART, ("stale_engine_id",), vllm))
     space = real_space(Space(), vllm)
     assert space.transports == ("http",) and not set(API_KINDS) & set(space.kinds)
+    assert space.whole_second_probes  # a gateway's probe flags take whole seconds
     assert real_space(Space(), ReferenceRouter()) == Space()
 
 
