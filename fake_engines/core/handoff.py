@@ -141,13 +141,29 @@ def classify_request(params: Mapping[str, Any] | None) -> RequestKind:
     return RequestKind.LOCAL
 
 
+# Every fake engine runs as one tensor-parallel rank (vLLM's --tensor-parallel-size is accepted and ignored).
+ENGINE_TP_SIZE = 1
+
+
+def nixl_tp_problem(remote_tp: object, local_tp: int = ENGINE_TP_SIZE) -> str | None:
+    """Why a NIXL decode of `local_tp` ranks cannot read a prefill that says it has `remote_tp` (the
+    params' `tp_size`), or None. vLLM asserts as it adds the remote agent: each decode rank reads from
+    one prefill rank, so the decode's TP must be a multiple of the prefill's."""
+    if not isinstance(remote_tp, int) or isinstance(remote_tp, bool) or remote_tp < 1:
+        return f"NIXL tp_size {remote_tp!r} is not a positive integer"
+    if local_tp % remote_tp:
+        return (f"NIXL: decode TP {local_tp} cannot read from prefill TP {remote_tp} "
+                "(Decode TP cannot be smaller than prefill TP)")
+    return None
+
+
 def nixl_prefill_params(
     engine_id: str,
     host: str,
     port: int,
     block_ids: list[int] | tuple[int, ...],
     request_id: str,
-    tp_size: int = 1,
+    tp_size: int = ENGINE_TP_SIZE,
 ) -> dict[str, Any]:
     """The ``kv_transfer_params`` a NIXL prefill returns in its non-streaming response (relayed verbatim)."""
     return {
@@ -376,7 +392,7 @@ class MooncakeDecodePlan(_Plan):
 class NixlDecodePlan(_Plan):
     """Decode side of one NIXL handoff. ``params``: the prefill's kv_transfer_params relayed verbatim
     (``remote_engine_id``, ``remote_host``, ``remote_port``, ``remote_block_ids``, ``remote_request_id``,
-    ``tp_size``). Missing fields -> fail per policy (nothing to load from)."""
+    ``tp_size``). Missing fields, or a ``tp_size`` this decode cannot read from -> fail per policy."""
 
     def __init__(
         self,
@@ -396,6 +412,8 @@ class NixlDecodePlan(_Plan):
         self.remote_host = _opt_str(params, "remote_host")
         port = params.get("remote_port")
         self.remote_port = port if isinstance(port, int) and not isinstance(port, bool) else None
+        # vLLM reads it with a default of 1: a router that drops it is fine, one that changes it is not.
+        self.remote_tp = params.get("tp_size", 1)
 
     def next_step(self) -> Step:
         """The first step (idempotent: returns the current step once started)."""
@@ -423,6 +441,10 @@ class NixlDecodePlan(_Plan):
                 f"NIXL handshake engine id mismatch: expected {self.remote_engine_id}, "
                 f"peer is {response.engine_id}"
             )
+        # Checked once per agent, as vLLM does when it adds one: a cached handshake is not checked again.
+        problem = nixl_tp_problem(self.remote_tp)
+        if problem is not None:
+            return self._fail(problem)
         addr = (self.remote_host or "", self.remote_port or 0)
         self.cache.put(self._cache_key(), addr, self.remote_engine_id)
         return self._pull(now, self.remote_engine_id)

@@ -349,3 +349,27 @@ def test_prefill_transfer_key() -> None:
     assert prefill_transfer_key("none", {}, "req-1") is None
     with pytest.raises(ValueError):
         prefill_transfer_key("rdma", {}, "req-1")
+
+
+@pytest.mark.parametrize(("tp_size", "expect"), [
+    (2, "Decode TP cannot be smaller than prefill TP"),
+    (0, "tp_size 0 is not a positive integer"),
+    ("1", "tp_size '1' is not a positive integer"),
+    (True, "tp_size True is not a positive integer"),
+])
+def test_nixl_tp_size_the_decode_cannot_read_from_fails_the_handshake(tp_size: object, expect: str) -> None:
+    cache = HandshakeCache()
+    params = {**nixl_params(), "tp_size": tp_size}
+    plan = NixlDecodePlan(params, DIGEST, cache, "fail", 50.0, TIMEOUT)
+    assert isinstance(plan.next_step(), Handshake)
+    done = plan.on_handshake_result(HandshakeResponse(True, ENGINE), now=50.1)
+    assert isinstance(done, Done) and done.outcome == Outcome.FAILED and expect in (done.error or "")
+    assert len(cache) == 0  # no agent added: the next request handshakes again
+
+
+def test_nixl_tp_size_left_out_reads_as_one() -> None:
+    params = nixl_params()
+    del params["tp_size"]
+    plan = NixlDecodePlan(params, DIGEST, HandshakeCache(), "fail", 50.0, TIMEOUT)
+    plan.next_step()
+    assert isinstance(plan.on_handshake_result(HandshakeResponse(True, ENGINE), now=50.1), PullFrom)
