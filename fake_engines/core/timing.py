@@ -35,7 +35,3 @@ class TimingModel:
     def itl_s(self) -> float:
         """Seconds between two consecutive output tokens."""
         return self.itl_ms / 1000.0
-
-    def total_s(self, n_prompt_tokens: int, n_output_tokens: int) -> float:
-        """Whole generation: first token plus the gaps before every later one."""
-        return self.ttft_s(n_prompt_tokens) + self.itl_s() * max(0, n_output_tokens - 1)

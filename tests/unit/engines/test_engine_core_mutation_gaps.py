@@ -376,7 +376,8 @@ def test_kv_store_put_again_makes_the_entry_newest() -> None:
 
 
 def test_timing_accepts_zero() -> None:
-    assert TimingModel(ttft_ms=0.0, ttft_per_token_ms=0.0, itl_ms=0.0).total_s(10, 5) == 0.0
+    zero = TimingModel(ttft_ms=0.0, ttft_per_token_ms=0.0, itl_ms=0.0)
+    assert zero.ttft_s(10) == 0.0 and zero.itl_s() == 0.0
 
 
 def test_expected_completion_uses_the_seed() -> None:

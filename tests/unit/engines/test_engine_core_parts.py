@@ -426,7 +426,5 @@ def test_timing_model() -> None:
     assert t.ttft_s(0) == pytest.approx(0.010)
     assert t.ttft_s(100) == pytest.approx(0.110)
     assert t.itl_s() == pytest.approx(0.002)
-    assert t.total_s(100, 5) == pytest.approx(0.118)
-    assert t.total_s(100, 0) == pytest.approx(0.110)
     with pytest.raises(ValueError):
         TimingModel(itl_ms=-1)
