@@ -84,6 +84,28 @@ _TOP = (
 )
 
 
+def probe_slack_s(history: History) -> float:
+    """How much longer than the run asked a recovered worker may stay out, because of the probe times the
+    router took instead (a gateway takes whole seconds: 0.3 s probes run as 1 s ones). 0 when it took
+    them as asked, or when either side is not known."""
+    took = contract_of(history)
+    settings = history.settings
+    router = settings.get("router") or {}
+    interval, timeout, success = (_number(k, settings, router)
+                                  for k in ("health_interval_s", "health_timeout_s", "success_threshold"))
+    if took is None or interval is None or timeout is None or success is None:
+        return 0.0
+    return max(0.0, round(took.recovery_bound_s - (success * interval + timeout), 3))
+
+
+def _number(key: str, *where: Mapping[str, Any]) -> float | None:
+    for src in where:
+        value = src.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
 def contract_of(history: History) -> RouterContract | None:
     """The contract a history's router was held to (None: not enough settings to judge)."""
     run = history.run
@@ -92,18 +114,11 @@ def contract_of(history: History) -> RouterContract | None:
     settings = told(history)
     router = settings.get("router") or {}
 
-    def num(key: str, *where: Mapping[str, Any]) -> float | None:
-        for src in where:
-            value = src.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                return float(value)
-        return None
-
-    interval = num("health_interval_s", settings, router)
-    timeout = num("health_timeout_s", settings, router)
-    failure = num("failure_threshold", settings, router)
-    success = num("success_threshold", settings, router)
-    request_timeout = num("request_timeout_s", settings, router)
+    interval = _number("health_interval_s", settings, router)
+    timeout = _number("health_timeout_s", settings, router)
+    failure = _number("failure_threshold", settings, router)
+    success = _number("success_threshold", settings, router)
+    request_timeout = _number("request_timeout_s", settings, router)
     if interval is None or timeout is None or failure is None or success is None or request_timeout is None:
         return None
     transport = str(run.get("transport") or "http")

@@ -63,6 +63,27 @@ def test_recovery_too_slow_fails() -> None:
     assert v.status == "fail" and "recovered in 0.61s" in v.reason
 
 
+def test_recovery_bound_grows_by_the_probe_times_a_gateway_took() -> None:
+    """Asked for 0.3 s probes (0.5 s timeout), a gateway took 1 s ones: a recovered worker may stay out
+    (1 x 1 + 1) - (1 x 0.3 + 0.5) = 1.2 s longer, and the verdict says so."""
+    asked = {"health_interval_s": 0.3, "health_timeout_s": 0.5, "failure_threshold": 1,
+             "success_threshold": 1, "request_timeout_s": 5.0, "engines": {"transfer_timeout_s": 3.0}}
+    v = check_recovery(restart_run(settings=asked).history(), RecoveryExpect(max_recovery_s=0.3))
+    assert v.status == "fail" and "probe_slack_s" not in v.numbers
+    hb = restart_run(settings=asked)
+    hb.at(0.0).note("router contract", router_contract={"health_interval_s": 1.0, "health_timeout_s": 1.0})
+    v = check_recovery(hb.history(), RecoveryExpect(max_recovery_s=0.3))
+    assert v.status == "pass", v.reason
+    assert v.numbers["probe_slack_s"] == pytest.approx(1.2)
+    assert v.numbers["max_recovery_s"] == pytest.approx(1.5)
+    assert "bound 0.3s + 1.2s for the probe times the router took" in v.reason
+    # What the slack does not explain still fails, and says the bound it was held to.
+    hb = restart_run(settings=asked, never_ready=True)
+    hb.at(0.0).note("router contract", router_contract={"health_interval_s": 1.0, "health_timeout_s": 1.0})
+    v = check_recovery(hb.history(), RecoveryExpect(max_recovery_s=0.3))
+    assert v.status == "fail" and "within 1.5s of heal" in v.reason and "+ 1.2s" in v.reason
+
+
 def test_recovery_unknown_when_run_ends_too_early() -> None:
     v = check_recovery(restart_run(end_t=3.05).history(), RecoveryExpect(max_recovery_s=2.0))
     assert v.status == "unknown" and "run ended before" in v.reason
