@@ -159,7 +159,7 @@ class Summary:
         new = self.new_signatures
         if new is None:
             if self.world == "sim" and self.router in ("reference", ""):
-                return []  # a switch's known symptoms are named by the zoo catalogue
+                return []  # the switches it searches for are the bugs put in on purpose: nothing to tell
             return ["  not compared with what the shipped scenarios show (--known RUN names a `pdchaos run` "
                     "folder of this router)"]
         known = len(self.signatures) - len(new)
