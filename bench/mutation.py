@@ -202,6 +202,7 @@ def source_revision() -> str:
 def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> int:
     """Sample each core's mutants and judge them with the scenario suite, then the search."""
     from mutation_suite import (
+        NOT_RUN,
         TIME_LIMIT_FACTOR,
         TIME_LIMIT_FLOOR_S,
         SuiteTally,
@@ -263,8 +264,16 @@ def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> in
                 print(f"--stop-after {args.stop_after:g} s: {len(chosen) - i + 1} of {core}'s sample left "
                       "unjudged (--resume the results file to go on)", flush=True)
                 break
-            suite = run_presets(copy, name, limit, presets)
             diff = diffs.get(name, "")
+            bugs_file = copy / CORES[core][0] / "bugs.py"
+            if switch_only(copy / path, bugs_file, name, diff):
+                tally.add(name, path=path, suite=NOT_RUN, switch_only="yes", judged_at=judged_at,
+                          diff_key=diff_key(diff))
+                print(f"[{core} {i}/{len(chosen)}] {name}: switch-only code, set aside without a run",
+                      flush=True)
+                save(tally)
+                continue
+            suite = run_presets(copy, name, limit, presets)
             tally.add(name, path=path, suite=suite.outcome, suite_detail=suite.detail,
                       suite_s=f"{suite.wall_s:.1f}", judged_at=judged_at, diff_key=diff_key(diff))
             if suite.outcome == "pass" and args.search_budget > 0:
@@ -273,12 +282,10 @@ def judge_by_suite(copy: Path, cores: list[str], args: argparse.Namespace) -> in
             facts = tally.results[name]
             if facts.get("suite") == "pass" and facts.get("search") != "fail":
                 unit = unit_tests_pass(copy, name, CORES[core][1])
-                only = switch_only(copy / path, copy / CORES[core][0] / "bugs.py", name, diff)
                 wording = message_only(copy / path, name, diff)
-                tally.add(name, unit_tests="pass" if unit else "fail", switch_only="yes" if only else "no",
+                tally.add(name, unit_tests="pass" if unit else "fail", switch_only="no",
                           message_only="yes" if wording else "no")
-                mark = ("switch-only code: set aside" if only else
-                        "message wording: set aside" if wording else
+                mark = ("message wording: set aside" if wording else
                         "equivalence candidate: the unit tests miss it too" if unit else "unit tests kill it")
                 survivors_text.append(f"# {name}  ({path}): {mark}\n{diff}\n")
             print(f"[{core} {i}/{len(chosen)}] {name}: suite {suite.outcome} ({suite.wall_s:.0f} s)"

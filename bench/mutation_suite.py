@@ -20,7 +20,9 @@ are listed for review and shown apart from the score (three rules):
   is not the router's behaviour, and the suite runs no switch. Its test, an `if` on a switch, stays in.
   Also a mutant in a function that only switch branches of its module call, and one whose one change drops
   the switch set from a call (`f(x, cfg.bugs)` -> `f(x, )`): the parameter's default is the empty set, which
-  is what every run without `--inject-bug` passes.
+  is what every run without `--inject-bug` passes. This rule reads the code only, so such a mutant is set
+  aside before any run (suite `not_run`): neither the suite nor the search runs a switch, and each would
+  spend minutes letting it through.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# The suite outcome of a mutant set aside as switch-only before any run.
+NOT_RUN = "not_run"
 # How long a mutant's suite may run: this many clean runs, plus a floor (a mutant that only slows the
 # simulation down is slow, not wrong; one that never ends is a hang).
 TIME_LIMIT_FACTOR = 3.0
@@ -399,6 +403,9 @@ class SuiteTally:
         for facts in self.results.values():
             n["sampled"] += 1
             suite = facts.get("suite", "")
+            if suite == NOT_RUN and facts.get("switch_only") == "yes":
+                n["switch_only"] += 1
+                continue
             if suite in ("fail", "unknown", "timeout"):
                 n[f"suite_{suite}"] += 1
                 n["killed_suite"] += 1

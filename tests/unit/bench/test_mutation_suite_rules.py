@@ -81,6 +81,19 @@ def test_a_tally_sets_switch_only_and_equivalence_candidates_apart() -> None:
     assert t.scores() == (0.5, 0.5)
 
 
+def test_a_switch_only_mutant_set_aside_before_any_run_counts_as_set_aside() -> None:
+    t = suite.SuiteTally("router")
+    t.add("a", suite="fail")
+    t.add("b", suite="pass", unit_tests="fail", switch_only="no", message_only="no")
+    t.add("c", suite=suite.NOT_RUN, switch_only="yes")
+    n = t.counts()
+    assert (n["sampled"], n["switch_only"], n["survived"], n["not_judged"]) == (3, 1, 1, 0)
+    assert t.scores() == (0.5, 0.5)  # c is in neither the killed nor the judged
+    # A suite that did not run for another reason is not judged, not set aside.
+    t.add("d", suite=suite.NOT_RUN)
+    assert t.counts()["not_judged"] == 1
+
+
 def test_dropping_the_switch_set_from_a_call_is_switch_only() -> None:
     assert suite.drops_switch_set(_diff(3, "    if not own_failure(w, e, cfg.bugs):",
                                         "    if not own_failure(w, e, ):"))
