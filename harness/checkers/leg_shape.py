@@ -5,7 +5,8 @@ its `max_tokens`, no `stream_options` nor stop strings, `ignore_eos` over gRPC, 
 (`do_remote_decode` true, `do_remote_prefill` false; Mooncake: the minted `transfer_id`). A decode leg
 carries the client's own parameters (stream, max_tokens, min_tokens, n) and, when it hands off,
 `do_remote_prefill` true. No leg carries a field the engine does not know, nor a KV key no connector
-reads: vLLM passes them by (a warning at most), so a misspelt name is a setting silently lost. Judged from
+reads: vLLM passes them by (a warning at most), so a misspelt name is a setting silently lost. The harness's
+client sends only fields vLLM knows, so such a field on a leg is the router's. Judged from
 what the engines recorded of each leg (`leg` on their records), so it holds for any router; a gateway
 that documents another shape says so through its adapter's rules (`prefill_max_tokens`,
 `prefill_ignore_eos`).
