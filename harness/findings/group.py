@@ -235,13 +235,12 @@ def verdict_signature(v: Verdict) -> str | None:
     verdict about the run itself."""
     if v.status not in FAILING or v.name in HARNESS_VERDICTS:
         return None
-    name, fixed = _SAME_AS.get(v.name, (v.name, None))
-    return f"{name}: {fixed or finding_class(name, v)}"
+    return search_signature_as_finding(v.name, reason_class(v.name, v.reason, v.numbers))
 
 
 def search_signature_as_finding(checker: str, cls: str) -> str:
-    """A search's failure signature (checker, reason class) as findings key it, so that it can be looked up
-    among a report's findings (see verdict_signature)."""
+    """A failure signature (checker, reason class: a search's, or a verdict's) as findings key it, so that
+    a search's failure can be looked up among a report's findings."""
     name, fixed = _SAME_AS.get(checker, (checker, None))
     return f"{name}: {fixed or class_as_finding(name, cls)}"
 

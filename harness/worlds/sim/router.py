@@ -623,9 +623,6 @@ def _error_answer(answer: ErrorAnswer, elapsed: float) -> ClientAnswer:
                         body_problem=error_body_problem(body))
 
 
-__all__ = ["ClientAnswer", "GenRequest", "SimRouter"]
-
-
 def grpc_text(token_ids: Sequence[int], body: Mapping[str, Any]) -> str:
     """The text the router makes of a gRPC leg's token ids (the engine returns no text), cut where a client's
     stop string begins. Streamed, each token goes through the router's own StopCutter as the asyncio router
@@ -635,3 +632,7 @@ def grpc_text(token_ids: Sequence[int], body: Mapping[str, Any]) -> str:
         return cut_at_stop(decode(token_ids), stops)
     cutter = StopCutter(stops)
     return "".join(cutter.push(decode([t])) for t in token_ids) + cutter.flush()
+
+
+__all__ = ["ClientAnswer", "GenRequest", "SimRouter"]
+
