@@ -167,7 +167,8 @@ class VllmEngineServicer(vllm_engine_pb2_grpc.VllmEngineServicer):
         if problem is not None:
             raise RequestError(400, problem)
         rid = request.request_id or f"grpc-{time.monotonic_ns()}"
-        return GenRequest(rid, text, ids, int(max_tokens), seed, kv, leg, tuple(sp.stop))
+        return GenRequest(rid, text, ids, int(max_tokens), seed, kv, leg, tuple(sp.stop), int(sp.min_tokens),
+                          bool(sp.ignore_eos))
 
     async def Generate(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         arrival = self.engine.arrival(metadata_caller(context))

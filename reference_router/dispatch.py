@@ -252,7 +252,7 @@ class Dispatcher:
         req = _generate_request(body, prompt, request_id, endpoint)
         complete = await client.generate_complete(req, leg.timeout_s)
         codec = await client.codec(self.cfg.request_timeout_s)
-        text = cut_at_stop(codec.decode(list(complete.output_ids)), stop_strings(body))
+        text = cut_at_stop(codec.decode_output(list(complete.output_ids)), stop_strings(body))
         return completion_response(
             endpoint, request_id, self._model(body), text, complete.finish_reason,
             complete.prompt_tokens or len(prompt[1]), complete.completion_tokens or len(complete.output_ids),

@@ -55,6 +55,11 @@ class TextCodec:
         # Special tokens kept: text and ids must round-trip exactly (the engines' digests depend on it).
         return str(self._tok.decode(list(ids), skip_special_tokens=False))
 
+    def decode_output(self, ids: list[int]) -> str:
+        """An answer's text: special tokens (an ending end of sequence) left out, as vLLM's default
+        `skip_special_tokens` does."""
+        return str(self._tok.decode(list(ids), skip_special_tokens=True))
+
     @staticmethod
     def render_chat(messages: list[dict[str, Any]]) -> str:
         """ChatML, whatever the engine's chat_template says: the router carries no template engine (no jinja
@@ -89,7 +94,8 @@ def _message_text(content: Any) -> str:
 
 
 class IncrementalDecoder:
-    """Turns a growing id list into text deltas; holds back a delta ending in a partial UTF-8 sequence."""
+    """Turns a growing list of output ids into text deltas (special tokens left out); holds back a delta
+    ending in a partial UTF-8 sequence."""
 
     def __init__(self, codec: TextCodec) -> None:
         self._codec = codec
@@ -98,7 +104,7 @@ class IncrementalDecoder:
 
     def push(self, ids: list[int]) -> str:
         self._ids.extend(ids)
-        text = self._codec.decode(self._ids)
+        text = self._codec.decode_output(self._ids)
         if text.endswith("\ufffd"):
             return ""
         delta = text[len(self._emitted):] if text.startswith(self._emitted) else text
@@ -106,7 +112,7 @@ class IncrementalDecoder:
         return delta
 
     def flush(self) -> str:
-        text = self._codec.decode(self._ids)
+        text = self._codec.decode_output(self._ids)
         delta = text[len(self._emitted):] if text.startswith(self._emitted) else ""
         self._emitted = text
         return delta

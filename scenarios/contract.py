@@ -174,21 +174,24 @@ SCENARIOS = [
     ),
     Scenario(
         name="client_stop_strings",
-        bugs=("a prefill leg that keeps the client's stop strings",),
+        bugs=("a prefill leg that keeps the client's stop strings",
+              "a prefill leg not told to ignore end of sequence"),
         # Both worlds: a real gateway is judged in real time only, and this costs two 3-second cells.
         tags=("default",),
-        description="No fault. A third of the requests carry a stop string: the first word of their own "
-        "answer, so the answer ends before it (vLLM cuts the text where a stop string begins). The prefill "
-        "leg must not carry it: a prefill that a stop string ends short of its one-token length cap frees "
-        "its KV at once, as vLLM's connectors do. A Mooncake decode sent to pull it then waits out its "
+        description="No fault. A third of the requests carry a stop string: half the first word of their "
+        "own answer, so the answer ends before it (vLLM cuts the text where a stop string begins), half one "
+        "the answer never holds. A fifth get an empty answer: their seed makes the model's first token end "
+        "of sequence. The prefill leg must carry no stop string and must ignore end of sequence: a prefill "
+        "that either ends short of its one-token length cap frees its KV at once, as vLLM's connectors do "
+        "(vLLM checks end of sequence before the cap). A Mooncake decode sent to pull it then waits out its "
         "transfer timeout (480 s in production); a NIXL one gets no params and computes the prompt again. "
         "The decode leg keeps the stop strings, and every answer is cut where they begin (over gRPC by the "
-        "router, which builds the text from the token ids).",
+        "router, which builds the text from the token ids and holds back what may start a stop string).",
         topologies=("1p1d",),
         connectors=("mooncake", "nixl"),
         router=SCALED_ROUTER,
         engines=SCALED_ENGINES,
-        workload=replace(SCALED_WORKLOAD, duration_s=3.0, stop_fraction=0.34),
+        workload=replace(SCALED_WORKLOAD, duration_s=3.0, stop_fraction=0.34, eos_fraction=0.2),
         timeline=(),
         expect=(
             *CORE_EXPECT,

@@ -42,6 +42,9 @@ class GenRequest:
     leg: dict[str, Any] | None = None
     # The request's stop strings (vLLM's `stop`): the output ends where one of them begins.
     stop: tuple[str, ...] = ()
+    # vLLM's end of sequence: masked below `min_tokens`; with `ignore_eos`, sampled without stopping.
+    min_tokens: int = 0
+    ignore_eos: bool = False
 
 
 @dataclass
@@ -191,4 +194,6 @@ def gen_request_from_openai(
     if problem is not None:
         raise RequestError(400, problem)
     leg = leg_of_openai(body, chat, grpc=grpc)
-    return GenRequest(request_id, text, ids, budget, seed, kv, leg, stop_strings(body)), stream
+    low = _int_field(body, "min_tokens", 0) or 0
+    return GenRequest(request_id, text, ids, budget, seed, kv, leg, stop_strings(body), low,
+                      bool(body.get("ignore_eos"))), stream

@@ -4,6 +4,9 @@ For a local run or a correct handoff the KV digest is the prompt's digest, so th
 expected text (``expected_completion``). A decode handed another request's KV generates from that KV's digest:
 different text.
 Output tokens come from a fixed list of ordinary word tokens, so every output decodes to plain words.
+Each answer also has a natural length (`natural_length`): there the model samples its end-of-sequence token,
+and the answer ends with finish reason "stop", as vLLM's does, unless `ignore_eos` or `min_tokens` keeps it
+going.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ FINISH_REASON = "length"
 # vLLM's finish reason for an output a stop string ended.
 STOP_REASON = "stop"
 DEFAULT_MAX_TOKENS = 16
+# Natural lengths run over this many positions: for a seed-0 request, an answer ends by itself before its
+# max_tokens N with odds N in 2**20, so a run's answers almost all reach their cap (what every history before
+# this model showed). A client that wants a short answer picks its seed (`seed_for_length`).
+LENGTH_PERIOD = 1 << 20
 
 
 def prompt_digest(token_ids: Sequence[int]) -> str:
@@ -54,12 +61,48 @@ def word_token_ids() -> tuple[int, ...]:
     return tuple(words)
 
 
-def generate_ids(kv_digest: str, max_tokens: int, seed: int | None = None) -> list[int]:
-    """``max_tokens`` word-token ids determined by (kv_digest, seed, position). ``seed`` None means 0: the
+def natural_length(kv_digest: str, seed: int | None = None) -> int:
+    """The position where the model samples end of sequence for the prompt whose KV digest this is (0: the
+    answer is empty). The KV sets it and the seed shifts it, as a sampled model's length depends on both."""
+    return (int(kv_digest[:5], 16) - (0 if seed is None else int(seed))) % LENGTH_PERIOD
+
+
+def seed_for_length(kv_digest: str, length: int) -> int:
+    """The seed that gives this prompt an answer of `length` tokens before end of sequence."""
+    return (int(kv_digest[:5], 16) - length) % LENGTH_PERIOD
+
+
+def generate_ids(
+    kv_digest: str, max_tokens: int, seed: int | None = None, *, min_tokens: int = 0, ignore_eos: bool = False
+) -> list[int]:
+    """The output ids determined by (kv_digest, seed, position): word tokens up to ``max_tokens``, ended early
+    by the end-of-sequence id at the answer's natural length (`answer_ids`). ``seed`` None means 0: the
     harness must be able to predict unseeded requests too."""
+    return answer_ids(kv_digest, max_tokens, seed, min_tokens=min_tokens, ignore_eos=ignore_eos)[0]
+
+
+def answer_ids(
+    kv_digest: str, max_tokens: int, seed: int | None = None, *, min_tokens: int = 0, ignore_eos: bool = False
+) -> tuple[list[int], bool]:
+    """(output ids, whether end of sequence ended them). As vLLM: below ``min_tokens`` end of sequence is
+    masked (a word is sampled instead); with ``ignore_eos`` its id is sampled and generation goes on; else it
+    is the last id, and it ends the answer even at the length cap (vLLM checks it before the cap)."""
     if max_tokens < 0:
         raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
-    return list(_generate_ids(kv_digest, max_tokens, 0 if seed is None else int(seed)))
+    s = 0 if seed is None else int(seed)
+    ids = list(_generate_ids(kv_digest, max_tokens, s))
+    end = natural_length(kv_digest, s)
+    if end >= max_tokens or end < min_tokens:
+        return ids, False
+    if ignore_eos:
+        ids[end] = _eos_id()
+        return ids, False
+    return [*ids[:end], _eos_id()], True
+
+
+@lru_cache(maxsize=1)
+def _eos_id() -> int:
+    return tokenizer.eos_token_id()
 
 
 @lru_cache(maxsize=8192)
@@ -89,21 +132,38 @@ def stop_at(ids: Sequence[int], stops: Sequence[str]) -> tuple[list[int], str | 
 
 
 def token_pieces(ids: Sequence[int]) -> list[str]:
-    """Text of each id on its own (for streaming); joined they equal ``decode(ids)`` for word tokens."""
-    return [tokenizer.decode([t]) for t in ids]
+    """Text of each id on its own (for streaming); joined they are `answer_text`. End of sequence has no
+    text: vLLM skips special tokens in an answer by default."""
+    eos = _eos_id()
+    return ["" if t == eos else tokenizer.decode([t]) for t in ids]
+
+
+def answer_text(ids: Sequence[int]) -> str:
+    """An answer's text: its word tokens, end of sequence left out."""
+    return "".join(token_pieces(ids))
 
 
 def generate_text(kv_digest: str, max_tokens: int, seed: int | None = None) -> str:
-    return tokenizer.decode(generate_ids(kv_digest, max_tokens, seed))
+    return answer_text(generate_ids(kv_digest, max_tokens, seed))
+
+
+def text_digest(prompt: str) -> str:
+    """The KV digest of a text prompt as an engine computes it."""
+    return prompt_digest(tokenizer.encode(prompt))
+
+
+def chat_digest(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The KV digest of a chat request's prompt (rendered by ``render_chat``)."""
+    return text_digest(render_chat(messages))
 
 
 def expected_completion(
     prompt: str, max_tokens: int, seed: int | None = None, stop: Sequence[str] = ()
 ) -> str:
     """What a correct handoff (or a local run) returns for a ``/v1/completions`` text prompt."""
-    ids = generate_ids(prompt_digest(tokenizer.encode(prompt)), max_tokens, seed)
+    ids = generate_ids(text_digest(prompt), max_tokens, seed)
     _, stopped = stop_at(ids, stop)
-    return tokenizer.decode(ids) if stopped is None else stopped
+    return answer_text(ids) if stopped is None else stopped
 
 
 def expected_chat_completion(

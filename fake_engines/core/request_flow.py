@@ -28,7 +28,8 @@ from fake_engines.core.gen_request import GenRequest, GenResult, RequestError, m
 from fake_engines.core.generator import (
     FINISH_REASON,
     STOP_REASON,
-    generate_ids,
+    answer_ids,
+    answer_text,
     output_digest,
     prompt_digest,
     stop_at,
@@ -49,7 +50,6 @@ from fake_engines.core.handoff import (
     prefill_transfer_key,
 )
 from fake_engines.core.records import find_tag
-from fake_engines.core.tokenizer import decode
 from fake_engines.core.wire import HandshakeResponse, PullResponse
 
 # -- steps -------------------------------------------------------------------------------------------------
@@ -191,7 +191,11 @@ class RequestFlow:
             source = handoff.kv_digest
         else:
             source = self.prompt_digest
-        out_ids, stopped = stop_at(generate_ids(source, req.max_tokens, req.seed), req.stop)
+        out_ids, eos = answer_ids(
+            source, req.max_tokens, req.seed, min_tokens=req.min_tokens, ignore_eos=req.ignore_eos
+        )
+        out_ids, stopped = stop_at(out_ids, req.stop)
+        eos = eos and stopped is None
         out_params: dict[str, Any] | None = None
         if self.kind == RequestKind.DECODE:
             assert handoff is not None
@@ -205,15 +209,16 @@ class RequestFlow:
         else:
             fields = {"kind": self.kind.value, "outcome": Outcome.COMPUTED.value, "error": None}
             if self.kind == RequestKind.PREFILL:
-                out_params, prefill_fields = self._hold_kv(now, length_capped=stopped is None)
+                ended = "a stop string" if stopped is not None else "end of sequence" if eos else None
+                out_params, prefill_fields = self._hold_kv(now, ended_by=ended)
                 fields.update(prefill_fields)
         rec = self._record(now, wall, output_digest=output_digest(out_ids), **fields)
         s.count_served(len(req.prompt_ids), len(out_ids))
         result = GenResult(
             req.request_id,
-            decode(out_ids) if stopped is None else stopped,
+            answer_text(out_ids) if stopped is None else stopped,
             out_ids,
-            FINISH_REASON if stopped is None else STOP_REASON,
+            STOP_REASON if stopped is not None or eos else FINISH_REASON,
             len(req.prompt_ids),
             out_params,
             s.timing.itl_s(),
@@ -285,20 +290,21 @@ class RequestFlow:
         return self._set(Sleep(self.state.timing.ttft_s(len(self.req.prompt_ids)), "ttft"))
 
     def _hold_kv(
-        self, now: float, length_capped: bool = True
+        self, now: float, ended_by: str | None = None
     ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """A prefill keeps its KV for the decode: (params to return, record fields). Only a prefill that
-        ended at its length cap does: one a stop string ended frees its blocks at once and returns no
-        params, as vLLM's Mooncake and NIXL connectors do (`request_finished` for any status but
-        FINISHED_LENGTH_CAPPED), so a Mooncake decode sent to pull it waits out its transfer timeout."""
+        ended at its length cap does: one a stop string or end of sequence ended (`ended_by`) frees its
+        blocks at once and returns no params, as vLLM's Mooncake and NIXL connectors do (`request_finished`
+        for any status but FINISHED_LENGTH_CAPPED), so a Mooncake decode sent to pull it waits out its
+        transfer timeout."""
         s, connector = self.state, self.state.config.connector
         assert self.req.kv_params is not None
         key = prefill_transfer_key(connector, self.req.kv_params, self.req.request_id)
         ids: dict[str, Any] = {"transfer_id": key} if connector == "mooncake" else {}
         if key is None:
             return None, {**ids, "error": "no transfer_id: KV not held"}
-        if not length_capped:
-            return None, {**ids, "error": "a stop string ended the prefill before its length cap: KV freed"}
+        if ended_by is not None:
+            return None, {**ids, "error": f"{ended_by} ended the prefill before its length cap: KV freed"}
         block = s.store.allocate(key, self.prompt_digest, len(self.req.prompt_ids), now)
         return s.prefill_params(key, list(block.block_ids)), ids
 

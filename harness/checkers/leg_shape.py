@@ -1,9 +1,9 @@
 """Leg shape: every leg reached its engine as the PD contract says it must (docs/DESIGN.md §2).
 
 A prefill leg is sanitised: not streamed, one token (`max_tokens` 1), one choice, no `min_tokens` above
-its `max_tokens`, no `stream_options` nor stop strings, `ignore_eos` over gRPC, and tagged for a remote decode
-(`do_remote_decode` true, `do_remote_prefill` false; Mooncake: the minted `transfer_id`). A decode leg
-carries the client's own parameters (stream, max_tokens, min_tokens, n) and, when it hands off,
+its `max_tokens`, no `stream_options` nor stop strings, `ignore_eos` (or `min_tokens` 1), and tagged for a
+remote decode (`do_remote_decode` true, `do_remote_prefill` false; Mooncake: the minted `transfer_id`).
+A decode leg carries the client's own parameters (stream, max_tokens, min_tokens, n) and, when it hands off,
 `do_remote_prefill` true. No leg carries a field the engine does not know, nor a KV key no connector
 reads: vLLM passes them by (a warning at most), so a misspelt name is a setting silently lost. The harness's
 client sends only fields vLLM knows, so such a field on a leg is the router's. Judged from
@@ -63,9 +63,11 @@ def prefill_problems(leg: Leg, view: EngineView) -> list[str]:
         # It may end the prefill before its length cap, and vLLM's prefill then frees the KV at once.
         out.append(f"stop strings kept {shape['stop']!r} (the prefill may stop short and free its KV)")
     out.extend(_ignored(shape))
-    grpc = view.contract.transport == "grpc"
-    if grpc and rules.get("prefill_ignore_eos", True) and not shape.get("ignore_eos"):
-        out.append("ignore_eos not set")
+    # End of sequence ends a prefill before its length cap as a stop string does (vLLM checks it first) and
+    # frees the KV: `ignore_eos`, or `min_tokens` 1 (end of sequence masked for the first token), keeps it.
+    guarded = shape.get("ignore_eos") or (isinstance(low, int) and low >= 1)
+    if rules.get("prefill_ignore_eos", True) and not guarded:
+        out.append("ignore_eos not set, nor min_tokens 1 (end of sequence may end it and free its KV)")
     kv = shape.get("kv_transfer_params")
     if kv is None:
         if view.contract.connector == "nixl":

@@ -108,10 +108,16 @@ class Workload:
     # The share of chat requests that cap their length with `max_completion_tokens` (OpenAI's current name
     # for it) instead of `max_tokens`. 0 keeps every request as it was drawn before (same histories).
     completion_tokens_fraction: float = 0.0
-    # The share of requests that carry a stop string: the first word of their own answer, so the answer ends
-    # at its first token, as a chat client's stop sequence may (vLLM cuts the text where it begins). A prefill
-    # leg that kept it would end short of its length cap and free its KV. 0: none (same histories).
+    # The share of requests that carry a stop string. Half the first word of their own answer, so the answer
+    # ends at its first token, as a chat client's stop sequence may (vLLM cuts the text where it begins); a
+    # prefill leg that kept it would end short of its length cap and free its KV. Half "###", which no answer
+    # holds: a router that holds back what may start a stop string must let it out. 0: none (same histories).
     stop_fraction: float = 0.0
+    # The share of requests whose answer is empty: the model's first token is end of sequence (the client's
+    # seed picks it, `fake_engines.core.generator.seed_for_length`). vLLM checks end of sequence before the
+    # length cap, so a prefill leg not told `ignore_eos` (or `min_tokens` 1) would end there and free its KV.
+    # 0: none (same histories).
+    eos_fraction: float = 0.0
     # Closed loop: once no fault is active, the load goes on at least this long, however late the last heal
     # came (a loaded machine can take seconds to start an engine again), so what is judged after a heal
     # always has traffic. None: the load ends at `duration_s`.

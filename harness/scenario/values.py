@@ -106,8 +106,10 @@ def workload_problems(w: Workload) -> list[str]:
     if not 0 <= w.completion_tokens_fraction <= 1:
         out.append("workload.completion_tokens_fraction must be within [0, 1], got "
                    f"{w.completion_tokens_fraction}")
-    if not 0 <= w.stop_fraction <= 1:
-        out.append(f"workload.stop_fraction must be within [0, 1], got {w.stop_fraction}")
+    for name in ("stop_fraction", "eos_fraction"):
+        share = getattr(w, name)
+        if not 0 <= share <= 1:
+            out.append(f"workload.{name} must be within [0, 1], got {share}")
     if w.prompt_words[0] < 1 or w.prompt_words[0] > w.prompt_words[1]:
         out.append(f"bad prompt_words range {w.prompt_words}")
     out += _at_least("workload.max_tokens", w.max_tokens, 1)

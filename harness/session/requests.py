@@ -10,13 +10,21 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from fake_engines.core.generator import expected_chat_completion, expected_completion
+from fake_engines.core.generator import (
+    chat_digest,
+    expected_chat_completion,
+    expected_completion,
+    seed_for_length,
+    text_digest,
+)
 from harness.scenario import Workload
 
 MODEL = "pdchaos-fake"
 # What a request with a client's mistake names instead (`Workload.mistake_fraction`).
 UNKNOWN_MODEL = "pdchaos-no-such-model"
 MISTAKE_UNKNOWN_MODEL = "unknown_model"
+# A stop string no answer holds (answers are lowercase words), as a client's section marker.
+ABSENT_STOP = "###"
 
 # Plain words only: the fake engines' tokenizer round-trips them and the tag stays intact.
 _WORDS = (
@@ -70,15 +78,23 @@ def plan_request(seq: int, run_id: str, rng: random.Random, w: Workload, model: 
         mistake = MISTAKE_UNKNOWN_MODEL
         body["model"] = UNKNOWN_MODEL
     plan = RequestPlan(seq, tag, endpoint, stream, prompt, w.max_tokens, w.deadline_s, body, mistake)
+    # Each drawn only when asked for (same histories otherwise).
+    if w.eos_fraction > 0 and rng.random() < w.eos_fraction:
+        # The seed whose answer is end of sequence at once: an empty answer, finish reason "stop".
+        digest = chat_digest(body["messages"]) if chat else text_digest(prompt)
+        body["seed"] = seed_for_length(digest, 0)
     if w.stop_fraction > 0 and rng.random() < w.stop_fraction:
-        # The answer's first word: the output ends at its first token (before the word itself).
-        body["stop"] = [expected_text(plan).split()[0]]
+        words = expected_text(plan).split()
+        # Half the answer's first word (the output ends at its first token, before the word), half a stop
+        # string the answer never holds (the router holds back its length and must let it out at the end).
+        body["stop"] = [words[0] if words and rng.random() < 0.5 else ABSENT_STOP]
     return plan
 
 
 def expected_text(plan: RequestPlan) -> str:
     """What a correct handoff returns for this request (cut where a stop string of it begins)."""
     stop = plan.body.get("stop") or ()
+    seed = plan.body.get("seed")
     if plan.chat:
-        return expected_chat_completion(plan.body["messages"], plan.max_tokens, None, stop)
-    return expected_completion(plan.prompt, plan.max_tokens, None, stop)
+        return expected_chat_completion(plan.body["messages"], plan.max_tokens, seed, stop)
+    return expected_completion(plan.prompt, plan.max_tokens, seed, stop)

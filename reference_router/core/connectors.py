@@ -113,7 +113,8 @@ def plan_handoff(
 
 # A stop condition could end the prefill before its one-token length cap, and vLLM's prefill then frees its
 # KV at once (a Mooncake decode waits out its transfer timeout for it; a NIXL decode gets no params and
-# computes the prompt again): the decode leg keeps the client's stop strings and applies them.
+# computes the prompt again): the decode leg keeps the client's stop strings and applies them. End of
+# sequence is such a stop too (vLLM checks it before the length cap): `ignore_eos` keeps the prefill going.
 _PREFILL_DROP = ("min_tokens", "stream_options", "stop", "stop_token_ids")
 
 
@@ -121,12 +122,13 @@ def sanitize_prefill_body(
     body: Mapping[str, Any], kv_transfer_params: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     """A copy of the client's request body for the prefill leg: one token, not streamed, one choice, no
-    min_tokens/stream_options/stop strings, max_completion_tokens 1 when present, and the prefill's KV
-    params (or none)."""
+    min_tokens/stream_options/stop strings, end of sequence ignored, max_completion_tokens 1 when present,
+    and the prefill's KV params (or none)."""
     out = {k: v for k, v in body.items() if k not in _PREFILL_DROP}
     out["stream"] = False
     out["max_tokens"] = 1
     out["n"] = 1
+    out["ignore_eos"] = True
     if "max_completion_tokens" in out:
         out["max_completion_tokens"] = 1
     out.pop("kv_transfer_params", None)

@@ -83,7 +83,7 @@ from .retry import (
     mark_suspect,
     request_retry_backoff_s,
 )
-from .workers import Connector, Role, Transport, Worker
+from .workers import Connector, Role, Worker
 
 # How often a shell waiting out an AwaitIdRead looks again (the read takes milliseconds).
 ID_READ_POLL_S = 0.005
@@ -385,10 +385,6 @@ class DispatchFlow:
         self._phase = _Phase.PREFILL
         timeout = max(self.deadline - now, _MIN_LEG_TIMEOUT_S)
         body = sanitize_prefill_body(self.body, plan.prefill_params)
-        if prefill.spec.transport is Transport.GRPC:
-            # A gRPC prefill computes one token whatever the model says (as gateways send it): the decode
-            # must not be handed a prompt that stopped early.
-            body["ignore_eos"] = True
         return RunLeg(prefill, body, timeout, final=False, effects=out, idle=idle)
 
     def _prefill_failed(self, error: LegError, now: float) -> DispatchStep:

@@ -25,8 +25,8 @@ from fake_engines.core.gen_request import (
     RequestError,
     gen_request_from_openai,
 )
+from fake_engines.core.generator import answer_text
 from fake_engines.core.request_flow import Reject
-from fake_engines.core.tokenizer import decode
 from harness.router_metrics import CounterTally
 from harness.routers.reference import reference_config
 from harness.scenario import RouterSettings, mistaken_body
@@ -628,10 +628,11 @@ def grpc_text(token_ids: Sequence[int], body: Mapping[str, Any]) -> str:
     stop string begins. Streamed, each token goes through the router's own StopCutter as the asyncio router
     sends it (output tokens are whole words, so each decodes alone)."""
     stops = stop_strings(body)
+    # The router decodes with special tokens left out (an ending end of sequence), as the asyncio one does.
     if not body.get("stream") or not stops:
-        return cut_at_stop(decode(token_ids), stops)
+        return cut_at_stop(answer_text(token_ids), stops)
     cutter = StopCutter(stops)
-    return "".join(cutter.push(decode([t])) for t in token_ids) + cutter.flush()
+    return "".join(cutter.push(answer_text([t])) for t in token_ids) + cutter.flush()
 
 
 __all__ = ["ClientAnswer", "GenRequest", "SimRouter"]

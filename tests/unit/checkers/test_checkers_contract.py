@@ -131,11 +131,9 @@ class Run:
         tag = self.hb.request(t, 0.05)
         transfer = f"xfer-{tag}"
         p = prefill_leg if prefill_leg is not None else {
-            "stream": False, "max_tokens": 1,
+            "stream": False, "max_tokens": 1, "ignore_eos": True,
             "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False,
                                    "transfer_id": transfer}}
-        if self.transport == "grpc" and prefill_leg is None:
-            p["ignore_eos"] = True
         d = decode_leg if decode_leg is not None else {
             "stream": False, "max_tokens": 6,
             "kv_transfer_params": {"do_remote_decode": False, "do_remote_prefill": True,
@@ -372,17 +370,25 @@ def test_a_prefill_leg_with_min_tokens_within_its_one_token_passes() -> None:
     assert v.status == "pass", v.evidence
 
 
-def test_a_decode_leg_must_carry_the_clients_parameters_and_grpc_prefills_ignore_eos() -> None:
+def test_a_decode_leg_must_carry_the_clients_parameters() -> None:
     run = healthy_run()
     run.pd(1.0, decode_leg={"stream": False, "max_tokens": 1,
                             "kv_transfer_params": {"do_remote_prefill": True, "transfer_id": "x"}})
     v = check_leg_shape(run.history())
     assert v.status == "fail" and "max_tokens 1 (the client asked 6)" in v.evidence[0]
-    run = healthy_run(transport="grpc")
-    run.pd(1.0, prefill_leg={"stream": False, "max_tokens": 1,
-                             "kv_transfer_params": {"do_remote_decode": True, "transfer_id": "x"}})
-    v = check_leg_shape(run.history(), LegShapeExpect(roles=("prefill",)))
-    assert v.status == "fail" and "ignore_eos not set" in v.evidence[0]
+
+
+def test_a_prefill_leg_must_ignore_end_of_sequence_on_both_transports() -> None:
+    kv = {"do_remote_decode": True, "transfer_id": "x"}
+    for transport in ("http", "grpc"):
+        run = healthy_run(transport=transport)
+        run.pd(1.0, prefill_leg={"stream": False, "max_tokens": 1, "kv_transfer_params": kv})
+        v = check_leg_shape(run.history(), LegShapeExpect(roles=("prefill",)))
+        assert v.status == "fail" and "ignore_eos not set, nor min_tokens 1" in v.evidence[0], transport
+        # min_tokens 1 masks end of sequence for the one token: protected too (vllm-router's way).
+        run = healthy_run(transport=transport)
+        run.pd(1.0, prefill_leg={"stream": False, "max_tokens": 1, "min_tokens": 1, "kv_transfer_params": kv})
+        assert check_leg_shape(run.history()).status == "pass", transport
 
 
 def test_a_decode_leg_with_a_kv_key_no_connector_reads_is_a_violation() -> None:

@@ -28,9 +28,11 @@ from fake_engines.core import (
     WaitUntil,
     build_query_answer,
     encode,
+    eos_token_id,
     expected_completion,
     prompt_digest,
 )
+from fake_engines.core.generator import natural_length, seed_for_length
 
 EPOCH = 1_700_000_000.0  # the fake wall clock: EPOCH + the fake monotonic clock
 PREFILL_ID = "prefill-eng"
@@ -181,6 +183,64 @@ def test_a_prefill_a_stop_string_ends_frees_its_kv_and_returns_no_params(connect
     done = sleep_through(kept, through_gate(kept, clock), clock)
     assert isinstance(done, Finish) and done.result.finish_reason == "length"
     assert (done.result.kv_transfer_params is not None) == (connector == "nixl")
+
+
+def _eos_first_seed(prompt: str) -> int:
+    return seed_for_length(prompt_digest(encode(prompt)), 0)
+
+
+@pytest.mark.parametrize("connector", ["mooncake", "nixl"])
+def test_a_prefill_end_of_sequence_ends_frees_its_kv_unless_told_to_ignore_it(connector: str) -> None:
+    # vLLM checks end of sequence before the length cap: a one-token prefill whose token is end of sequence
+    # ends "stop", not length-capped, and its connector frees the KV.
+    state = make_state("prefill", connector, bootstrap_port=8998)
+    clock = FakeClock()
+    prompt = "[pdchaos:t:1] hello there"
+    base = replace(request(prompt, 1, do_remote_decode=True, do_remote_prefill=False, transfer_id="xfer-8"),
+                   seed=_eos_first_seed(prompt))
+    flow = RequestFlow(state, base)
+    done = sleep_through(flow, through_gate(flow, clock), clock)
+    assert isinstance(done, Finish)
+    r = done.result
+    assert (r.finish_reason, r.kv_transfer_params, r.text) == ("stop", None, "")
+    assert r.token_ids == [eos_token_id()]
+    assert state.store.pull("xfer-8", clock.now) is None
+    assert r.record["error"] == "end of sequence ended the prefill before its length cap: KV freed"
+    # ignore_eos: the id is sampled and the prefill ends at its cap; min_tokens 1 masks it (a word instead).
+    for told in (replace(base, ignore_eos=True), replace(base, min_tokens=1)):
+        kept = RequestFlow(state, told)
+        done = sleep_through(kept, through_gate(kept, clock), clock)
+        assert isinstance(done, Finish) and done.result.finish_reason == "length"
+        assert done.result.record["error"] is None
+        assert (done.result.token_ids == [eos_token_id()]) == told.ignore_eos
+        if connector == "nixl":
+            assert done.result.kv_transfer_params is not None
+        else:
+            assert state.store.pull("xfer-8", clock.now) is not None
+
+
+def test_an_answer_ends_at_its_natural_length_with_finish_reason_stop() -> None:
+    state = make_state()
+    clock = FakeClock()
+    prompt = "[pdchaos:t:1] hello there"
+    digest = prompt_digest(encode(prompt))
+    whole = expected_completion(prompt, 6, seed_for_length(digest, 9))
+    for length, finish in ((2, "stop"), (5, "stop"), (6, "length")):
+        seed = seed_for_length(digest, length)
+        assert natural_length(digest, seed) == length
+        flow = RequestFlow(state, replace(request(prompt, 6), seed=seed))
+        done = sleep_through(flow, through_gate(flow, clock), clock)
+        assert isinstance(done, Finish)
+        r = done.result
+        assert r.finish_reason == finish, length
+        # The end-of-sequence id counts as a token but has no text; the harness predicts the same text.
+        assert len(r.token_ids) == min(length + 1, 6) and (r.token_ids[-1] == eos_token_id()) == (length < 6)
+        assert r.text == expected_completion(prompt, 6, seed) and len(r.text.split()) == min(length, 6)
+        assert "".join(r.token_texts()) == r.text
+        if length < 6:
+            assert r.token_texts()[-1] == ""
+    # The seed picks the words too: an unseeded answer differs from a seeded one.
+    assert whole != expected_completion(prompt, 6)
 
 
 def test_mooncake_prefill_without_transfer_id_holds_nothing() -> None:

@@ -169,6 +169,7 @@ def test_sanitize_prefill_body() -> None:
         "n": 1,
         "max_completion_tokens": 1,
         "temperature": 0.0,
+        "ignore_eos": True,
         "kv_transfer_params": {"do_remote_decode": True},
     }
     assert body["stream"] is True and body["max_tokens"] == 50  # the client's body is untouched
@@ -176,7 +177,8 @@ def test_sanitize_prefill_body() -> None:
 
 def test_sanitize_prefill_body_minimal_and_without_params() -> None:
     out = sanitize_prefill_body({"messages": [{"role": "user", "content": "x"}]}, None)
-    assert out == {"messages": [{"role": "user", "content": "x"}], "stream": False, "max_tokens": 1, "n": 1}
+    assert out == {"messages": [{"role": "user", "content": "x"}], "stream": False, "max_tokens": 1, "n": 1,
+                   "ignore_eos": True}
     assert "max_completion_tokens" not in out
 
 

@@ -83,7 +83,7 @@ def test_prefill_leg_refused_before_sending_runs_again_on_the_other_ready_prefil
     leg = f.on_prepared(None, 0.0)  # the id read has settled: no wait
     assert isinstance(leg, RunLeg) and not leg.final
     assert leg.worker is p0 and leg.timeout_s == 10.0
-    assert leg.body == {"prompt": "x", "max_tokens": 1, "stream": False, "n": 1,
+    assert leg.body == {"prompt": "x", "max_tokens": 1, "stream": False, "n": 1, "ignore_eos": True,
                         "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False,
                                                "transfer_id": TID}}
 

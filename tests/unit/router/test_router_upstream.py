@@ -7,10 +7,12 @@ import asyncio
 import grpc
 import pytest
 
+from fake_engines.core.tokenizer import data_dir, eos_token_id
 from reference_router.core import Delivery, ReadOutcome, Role, Worker, make_worker_spec
 from reference_router.errors import UpstreamError
 from reference_router.prober import Prober, parse_bootstrap_query
 from reference_router.stub_engines import GrpcStubEngine, StubState
+from reference_router.tokenizer import load_from_dir
 from reference_router.transports import Transports
 from reference_router.upstream_grpc import GrpcWorker, build_generate_request, grpc_delivery
 
@@ -88,3 +90,14 @@ def test_bootstrap_query_parsing() -> None:
     bads: list[object] = [{}, [], "x", {"0": 5}]
     for bad in bads:
         assert parse_bootstrap_query(bad).outcome is ReadOutcome.ERROR
+
+
+def test_the_router_leaves_end_of_sequence_out_of_an_answer_and_keeps_it_in_a_prompt() -> None:
+    codec = load_from_dir(data_dir())
+    words = codec.encode(" alpha bravo")
+    ended = [*words, eos_token_id()]
+    assert codec.decode_output(ended) == " alpha bravo"
+    # A prompt's text must round-trip its ids: special tokens kept.
+    assert codec.decode(ended) == " alpha bravo<|endoftext|>"
+    stream = codec.streamer()
+    assert "".join(stream.push([t]) for t in ended) + stream.flush() == " alpha bravo"

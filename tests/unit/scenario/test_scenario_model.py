@@ -37,7 +37,7 @@ from harness.scenario import (
     scenarios_in_file,
     validate,
 )
-from harness.session.requests import expected_text, plan_request
+from harness.session.requests import ABSENT_STOP, expected_text, plan_request
 from harness.session.workers import status_changes
 from harness.topology import allocate, build_topology, parse_topology
 from pdchaos.sse import stream_text
@@ -424,15 +424,35 @@ def test_a_share_of_requests_stops_at_its_first_word_only_when_asked() -> None:
     plans = [plan_request(i, "r", random.Random(i), stopping, "m") for i in range(1, 60)]
     stopped = [p for p in plans if "stop" in p.body]
     assert 0 < len(stopped) < len(plans)
+    absent = [p for p in stopped if p.body["stop"] == [ABSENT_STOP]]
+    assert 0 < len(absent) < len(stopped)
     for p in stopped:
         whole = expected_text(replace(p, body={k: v for k, v in p.body.items() if k != "stop"}))
         (word,) = p.body["stop"]
+        if p in absent:
+            # A stop string no answer holds changes nothing.
+            assert ABSENT_STOP not in whole and expected_text(p) == whole
+            continue
         # The answer's first word: it ends before that word, after the space that leads it.
         assert whole.split()[0] == word and expected_text(p) == " "
     # None asked for: the same draws as ever.
     rng_a, rng_b = random.Random(5), random.Random(5)
     assert [plan_request(i, "r", rng_a, Workload(), "m") for i in range(1, 20)] == [
         plan_request(i, "r", rng_b, Workload(stop_fraction=0.0), "m") for i in range(1, 20)]
+
+
+def test_a_share_of_requests_gets_an_empty_answer_only_when_asked() -> None:
+    ending = Workload(chat_fraction=0.5, eos_fraction=0.5)
+    plans = [plan_request(i, "r", random.Random(i), ending, "m") for i in range(1, 60)]
+    seeded = [p for p in plans if "seed" in p.body]
+    assert 0 < len(seeded) < len(plans) and any(p.chat for p in seeded) and not all(p.chat for p in seeded)
+    for p in plans:
+        # The seed makes the model's first token end of sequence: the answer is empty.
+        assert (expected_text(p) == "") == (p in seeded)
+    # None asked for: the same draws as ever.
+    rng_a, rng_b = random.Random(5), random.Random(5)
+    assert [plan_request(i, "r", rng_a, Workload(), "m") for i in range(1, 20)] == [
+        plan_request(i, "r", rng_b, Workload(eos_fraction=0.0), "m") for i in range(1, 20)]
 
 
 def test_parse_sse() -> None:

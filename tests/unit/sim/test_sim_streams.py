@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fake_engines.core.generator import expected_completion
-from fake_engines.core.tokenizer import decode, encode
+from fake_engines.core.tokenizer import decode, encode, eos_token_id
 from harness.runner import run_scenario
 from harness.scenario import (
     At,
@@ -125,3 +125,8 @@ def test_grpc_text_streamed_through_the_routers_cutter_equals_the_whole_cut() ->
         body = {"stream": stream, "stop": [third]}
         assert grpc_text(ids, body) == cut_at_stop(whole, [third]) == whole[:whole.index(third)]
         assert grpc_text(ids, {"stream": stream}) == whole
+        # An answer ended by end of sequence: the router leaves its id out of the text, streamed or not,
+        # and a stop string it never meets holds nothing back at the end.
+        ended = [*ids, eos_token_id()]
+        assert grpc_text(ended, {"stream": stream}) == whole
+        assert grpc_text(ended, {"stream": stream, "stop": ["###"]}) == whole
