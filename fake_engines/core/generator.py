@@ -139,8 +139,9 @@ def token_pieces(ids: Sequence[int]) -> list[str]:
 
 
 def answer_text(ids: Sequence[int]) -> str:
-    """An answer's text: its word tokens, end of sequence left out."""
-    return "".join(token_pieces(ids))
+    """An answer's text: its word tokens, end of sequence left out (the pieces of `token_pieces`, joined)."""
+    eos = _eos_id()
+    return tokenizer.decode([t for t in ids if t != eos])
 
 
 def generate_text(kv_digest: str, max_tokens: int, seed: int | None = None) -> str:

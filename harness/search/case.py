@@ -155,6 +155,10 @@ class SearchCase:
     learn_connector: bool = False
     # The share of chat requests capped with max_completion_tokens (`Workload.completion_tokens_fraction`).
     completion_tokens_fraction: float = 0.0
+    # The shares of requests with a stop string, and with an answer that end of sequence ends at once
+    # (`Workload.stop_fraction`, `Workload.eos_fraction`): what a prefill leg must not stop short on.
+    stop_fraction: float = 0.0
+    eos_fraction: float = 0.0
     # The router takes its probe interval and timeout in whole seconds (a gateway's flags): the bounds
     # allow for the rounding. Set by the space searched, never drawn.
     whole_second_probes: bool = False
@@ -250,6 +254,8 @@ def workload(case: SearchCase) -> Workload:
         deadline_s=CLIENT_DEADLINE_S,
         mistake_fraction=case.mistake_fraction,
         completion_tokens_fraction=case.completion_tokens_fraction,
+        stop_fraction=case.stop_fraction,
+        eos_fraction=case.eos_fraction,
     )
     return base
 

@@ -340,6 +340,9 @@ def schedules(draw: Any, space: Space, engines: list[str], connector: str) -> tu
 MISTAKE_FRACTION = 0.1
 # The share of chat requests capped with max_completion_tokens, when drawn.
 COMPLETION_TOKENS_FRACTION = 0.5
+# The shares of requests with a stop string, and with an answer empty by end of sequence, when drawn.
+STOP_FRACTION = 0.3
+EOS_FRACTION = 0.2
 
 
 @st.composite
@@ -378,6 +381,9 @@ def search_cases(draw: Any, space: Space | None = None) -> SearchCase:
     # requests capped as current OpenAI clients do. Drawn after the rest, so earlier draws shrink as before.
     learn = transport == "grpc" and draw(st.booleans())
     newer_cap = draw(st.sampled_from([0.0, COMPLETION_TOKENS_FRACTION]))
+    # Answers that end early, a stop string or end of sequence: drawn last, for the same reason.
+    stops = draw(st.sampled_from([0.0, STOP_FRACTION]))
+    ends = draw(st.sampled_from([0.0, EOS_FRACTION]))
     return SearchCase(
         topology=topology,
         connector=connector,
@@ -395,5 +401,7 @@ def search_cases(draw: Any, space: Space | None = None) -> SearchCase:
         mistake_fraction=mistakes,
         learn_connector=learn,
         completion_tokens_fraction=newer_cap,
+        stop_fraction=stops,
+        eos_fraction=ends,
         whole_second_probes=space.whole_second_probes,
     )

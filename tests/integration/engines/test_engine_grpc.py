@@ -15,7 +15,7 @@ import pytest
 
 from fake_engines import grpc_health
 from fake_engines.core import tokenizer
-from fake_engines.core.generator import expected_completion
+from fake_engines.core.generator import expected_completion, seed_for_length, text_digest
 from fake_engines.core.timing import TimingModel
 from fake_engines.runtime import EngineHandle
 from fake_engines.testing import loopback_config, running_engine
@@ -320,3 +320,22 @@ async def test_nixl_prefill_leg_also_sets_the_typed_params() -> None:
         params = json.loads(resp.complete.kv_transfer_params_json)
         typed = resp.complete.kv_transfer_params
         assert (typed.remote_host, typed.remote_port) == (params["remote_host"], params["remote_port"])
+
+
+async def test_an_answer_ends_at_end_of_sequence_unless_told_to_ignore_it(
+    stub: vllm_engine_pb2_grpc.VllmEngineStub,
+) -> None:
+    # The output ids end with end of sequence (it counts as a token), finish_reason "stop"; the router
+    # leaves it out of the text. With ignore_eos the same draw goes on to the cap.
+    text = "[pdchaos:t:9] where does it end"
+    seed = seed_for_length(text_digest(text), 2)
+    for ignore, finish, count in ((False, "stop", 3), (True, "length", 6)):
+        req = pb.GenerateRequest(request_id=f"eos-{ignore}", text=text, sampling_params=pb.SamplingParams(
+            max_tokens=6, seed=seed, ignore_eos=ignore))
+        (resp,) = await collect(stub.Generate(req, timeout=10))
+        done = resp.complete
+        ids = list(done.output_ids)
+        assert (done.finish_reason, done.completion_tokens, len(ids)) == (finish, count, count)
+        assert ids[2] == tokenizer.eos_token_id()
+        # The words before it are the answer the harness predicts.
+        assert tokenizer.decode(ids[:2]) == expected_completion(text, 6, seed)

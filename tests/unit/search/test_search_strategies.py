@@ -212,3 +212,12 @@ def test_grpc_cases_may_leave_the_router_to_learn_the_connector() -> None:
     s = scenario_of(case, (), "x")
     assert s.router.tell_connector is False and s.workload.completion_tokens_fraction == 0.5
     assert scenario_of(SearchCase(), (), "y").router.tell_connector is True
+
+
+def test_cases_may_carry_answers_that_end_early() -> None:
+    cases = _draw(60, 5)
+    assert any(c.stop_fraction > 0 for c in cases) and any(c.stop_fraction == 0 for c in cases)
+    assert any(c.eos_fraction > 0 for c in cases) and any(c.eos_fraction == 0 for c in cases)
+    s = scenario_of(SearchCase(stop_fraction=0.3, eos_fraction=0.2), (), "z")
+    assert (s.workload.stop_fraction, s.workload.eos_fraction) == (0.3, 0.2)
+    validate(s)
