@@ -25,7 +25,7 @@ from typing import Any
 from harness.findings.known import known_signatures
 from harness.findings.statements import statement
 from harness.result import ScenarioResult
-from harness.search.signature import HARNESS_VERDICTS, reason_class
+from harness.search.signature import HARNESS_VERDICTS, Signature, reason_class
 from harness.verdict import Verdict
 
 CONTRACT = 0
@@ -243,6 +243,11 @@ def search_signature_as_finding(checker: str, cls: str) -> str:
     a search's failure can be looked up among a report's findings."""
     name, fixed = _SAME_AS.get(checker, (checker, None))
     return f"{name}: {fixed or class_as_finding(name, cls)}"
+
+
+def unknown_signatures(signatures: Iterable[Signature], known: frozenset[str]) -> list[Signature]:
+    """Those of a search's failure `signatures` whose finding key is not among `known` (finding keys)."""
+    return [s for s in signatures if search_signature_as_finding(s.checker, s.reason) not in known]
 
 
 def _lead_verdict(r: ScenarioResult, checker: str) -> Verdict | None:

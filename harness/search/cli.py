@@ -121,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a `pdchaos run` (or sweep) folder of the shipped scenarios against the same router: "
                    "each finding is marked known (with the cells of RUN that show the same problem) or "
                    "new, and the summary counts the new ones")
+    p.add_argument("--skip-known", action="store_true",
+                   help="with --known: while searching, pass by a case whose every failure RUN already shows "
+                   "(not replayed, not shrunk; counted), so the budget goes to new findings. A release with "
+                   "a bug most cases trip otherwise spends every seed finding that one again")
     p.add_argument("--out", type=Path, metavar="DIR", help="default: runs/search-<timestamp-id>")
     return p
 
@@ -175,6 +179,8 @@ def _options(args: argparse.Namespace) -> object:
     shrink = _seconds(args.shrink_budget, "--shrink-budget")
     if args.seeds is not None and args.seeds < 1:
         raise UsageError("--seeds must be at least 1")
+    if args.skip_known and args.known is None:
+        raise UsageError("--skip-known needs --known RUN: the run whose findings it passes by")
     if args.first_seed < 0:
         raise UsageError("--first-seed must be >= 0")
     if args.examples < 1:
@@ -224,7 +230,8 @@ def _options(args: argparse.Namespace) -> object:
                          settings_label=args.settings, stop_at_first=args.stop_at_first, shifts=shifts,
                          ray=ray, jobs_from_cluster=ray not in (None, "local") and args.jobs is None,
                          world=world, known=_known(args.known),
-                         known_from=None if args.known is None else str(args.known))
+                         known_from=None if args.known is None else str(args.known),
+                         skip_known=args.skip_known)
 
 
 def _sim_capable(router: str) -> bool:

@@ -59,6 +59,9 @@ class SearchOptions:
     # that show each, and that run's folder. None: findings are not compared.
     known: dict[str, list[str]] | None = None
     known_from: str | None = None
+    # --skip-known: while searching, pass by a case whose every failure `known` holds (the budget goes to new
+    # ones). False: every failure counts, and is marked known or new.
+    skip_known: bool = False
 
     @property
     def stop_file(self) -> Path | None:
@@ -83,7 +86,8 @@ def _job(opts: SearchOptions, seed: int, search_until: float) -> SeedJob:
                    max_examples=opts.examples, search_until=search_until,
                    shrink_until=search_until + opts.shrink_s, router=opts.router,
                    stop_file=opts.stop_file, halt_file=opts.halt_file, shrink_s=opts.shrink_s,
-                   shifts=opts.shifts if opts.world == "sim" else (), world=opts.world)
+                   shifts=opts.shifts if opts.world == "sim" else (), world=opts.world,
+                   skip=frozenset(opts.known or ()) if opts.skip_known else frozenset())
 
 
 def _record(summary: Summary, opts: SearchOptions, res: SeedResult, started_after_s: float) -> None:
@@ -95,6 +99,7 @@ def _record(summary: Summary, opts: SearchOptions, res: SeedResult, started_afte
     summary.replay_runs += res.real.replay_runs
     summary.reference_runs += res.real.reference_runs
     summary.redrawn += res.real.redrawn
+    summary.known_passed += res.known_passed + res.real.known_passed
     summary.set_aside += [{"seed": res.seed, **a.as_dict()} for a in res.real.set_aside]
     f = res.found
     if f is None:
@@ -141,7 +146,7 @@ def run_search(opts: SearchOptions) -> Summary:
     (opts.out / "work").mkdir(exist_ok=True)
     summary = Summary(list(opts.bugs), opts.router, opts.settings_label, opts.budget_s, opts.jobs,
                       shifts=opts.shifts if opts.world == "sim" else (), world=opts.world,
-                      known_from=opts.known_from)
+                      known_from=opts.known_from, skip_known=opts.skip_known)
     start = time.time()
     search_until = start + opts.budget_s
     seeds = _seeds(opts)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from harness.findings.group import unknown_signatures
 from harness.routers import RouterAdapter, make_router_adapter
 from harness.routers.gateways.adapters import GatewayAdapter
 from harness.search.case import SearchCase
@@ -114,6 +115,8 @@ class RealCounts:
     set_aside: list[SetAside] = field(default_factory=list)
     # Cases drawn that the real world cannot carry out for this router (redrawn).
     redrawn: int = 0
+    # Cases whose every failure was a known one (`RealJudge.skip`): passed by without a replay.
+    known_passed: int = 0
 
 
 def _replay_detail(replay: RunOutcome) -> str:
@@ -132,11 +135,14 @@ def _reference_detail(ref: RunOutcome) -> str:
 class RealJudge:
     """Runs and judges the cases of one seed in real time (see the module doc)."""
 
-    def __init__(self, bugs: tuple[str, ...], router: str, work_dir: Path, counts: RealCounts) -> None:
+    def __init__(self, bugs: tuple[str, ...], router: str, work_dir: Path, counts: RealCounts,
+                 skip: frozenset[str] = frozenset()) -> None:
         self.bugs = bugs
         self.router = router
         self.work_dir = work_dir
         self.counts = counts
+        # Finding keys passed by while searching (known failures; see `SeedJob.skip`).
+        self.skip = skip
         self._decided: dict[str, Confirmed | None] = {}
 
     @property
@@ -165,8 +171,10 @@ class RealJudge:
         return found
 
     def _confirm(self, case: SearchCase, outcome: RunOutcome, target: Signature | None) -> Confirmed | None:
-        wanted = list(outcome.signatures) if target is None else [target]
+        wanted = unknown_signatures(outcome.signatures, self.skip) if target is None else [target]
         if not outcome.sound or not any(s in outcome.signatures for s in wanted):
+            if outcome.sound and target is None and outcome.signatures:
+                self.counts.known_passed += 1
             return None
         replay = self.run(case, REPLAY_DIR)
         self.counts.replay_runs += 1

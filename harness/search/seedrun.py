@@ -31,6 +31,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, Verbosity, find, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 
+from harness.findings.group import unknown_signatures
 from harness.search import DEFAULT_EXAMPLES, DEFAULT_SHIFTS_S
 from harness.search.case import SearchCase, shifted
 from harness.search.execute import RunOutcome, run_case
@@ -80,6 +81,9 @@ class SeedJob:
     # "sim" (simulated time, at the case's preset) or "real" (real time at scaled settings; `router` any
     # `--router` spec of `pdchaos run`).
     world: str = "sim"
+    # Finding keys to pass by while searching (`--skip-known`): a case whose every failure is one of them
+    # counts as no failure, so the budget goes to new ones.
+    skip: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -107,6 +111,8 @@ class SeedResult:
     found: Found | None = None
     stopped: str = "exhausted"
     real: RealCounts = field(default_factory=RealCounts)
+    # Cases that failed only in ways `SeedJob.skip` names (passed by while searching).
+    known_passed: int = 0
 
 
 def robust_signatures(case: SearchCase, wanted: list[Signature], job: SeedJob,
@@ -135,7 +141,12 @@ def _sim_hit(case: SearchCase, target: Signature | None, job: SeedJob, res: Seed
     if not outcome.sound:
         res.unsound_runs += 1
         return None
-    wanted = outcome.signatures if target is None else [target] if target in outcome.signatures else []
+    if target is None:
+        wanted = unknown_signatures(outcome.signatures, job.skip)
+        if outcome.signatures and not wanted:
+            res.known_passed += 1
+    else:
+        wanted = [target] if target in outcome.signatures else []
     robust = robust_signatures(case, list(wanted), job, res)
     if wanted and not robust:
         res.fragile += 1
@@ -177,7 +188,7 @@ def search_seed(job: SeedJob) -> SeedResult:
     # straight to cases of its own (else short seeds all ran that one case, and with a bug that it trips, all
     # found and shrank the same failure).
     simplest = None if job.seed == 0 else simplest_case(job.space)
-    judge = RealJudge(job.bugs, job.router, job.work_dir, res.real) if job.world == "real" else None
+    judge = RealJudge(job.bugs, job.router, job.work_dir, res.real, job.skip) if job.world == "real" else None
 
     @settings(
         database=None, max_examples=job.max_examples, deadline=None, phases=[Phase.generate, Phase.shrink],

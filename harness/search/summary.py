@@ -61,6 +61,9 @@ class Summary:
     set_aside: list[dict[str, Any]] = field(default_factory=list)
     # --known: the run folder whose findings tell known problems from new ones.
     known_from: str | None = None
+    # --skip-known: cases that failed only in ways the --known run shows, passed by while searching.
+    skip_known: bool = False
+    known_passed: int = 0
 
     @property
     def all_runs(self) -> int:
@@ -109,6 +112,8 @@ class Summary:
             "found": [vars(f) for f in self.found],
             "known_from": self.known_from,
             "new_signatures": self.new_signatures,
+            "skip_known": self.skip_known,
+            "known_passed": self.known_passed,
             "interrupted": self.interrupted,
             **(self._real_dict() if self.world == "real" else {}),
         }
@@ -163,7 +168,10 @@ class Summary:
             return ["  not compared with what the shipped scenarios show (--known RUN names a `pdchaos run` "
                     "folder of this router)"]
         known = len(self.signatures) - len(new)
-        return [f"  new: {len(new)} distinct signature(s); already shown by {self.known_from}: {known}"]
+        lines = [f"  new: {len(new)} distinct signature(s); already shown by {self.known_from}: {known}"]
+        if self.skip_known:
+            lines.append(f"  cases passed by, failing only as {self.known_from} shows: {self.known_passed}")
+        return lines
 
     def _sim_lines(self, d: dict[str, Any]) -> list[str]:
         return [

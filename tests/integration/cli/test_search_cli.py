@@ -143,6 +143,17 @@ def test_known_marks_a_finding_the_shipped_run_shows(
     summary = json.loads((tmp_path / "again" / "summary.json").read_text())
     assert summary["found"][0]["shown_by"] and summary["new_signatures"] == []
     assert f"known: {tmp_path / 'run'} shows it in" in text and "new: 0 distinct signature(s)" in text
+    # --skip-known passes such cases by while searching: what it still finds is new, and it counts the rest.
+    code, text, err = _main(capsys, *args, "--known", str(tmp_path / "run"), "--skip-known",
+                            "--out", str(tmp_path / "skip"))
+    skipped = json.loads((tmp_path / "skip" / "summary.json").read_text())
+    assert skipped["skip_known"] is True and skipped["known_passed"] >= 1, text + err
+    assert found["signature"] not in skipped["distinct_signatures"]
+    assert all(not f["shown_by"] for f in skipped["found"]) and code == (1 if skipped["found"] else 0)
+    assert f"cases passed by, failing only as {tmp_path / 'run'} shows: {skipped['known_passed']}" in text
+    # It needs the run it skips by.
+    code, _, err = _main(capsys, *args, "--skip-known", "--out", str(tmp_path / "none"))
+    assert code == 3 and "--skip-known needs --known" in err
 
 
 def test_known_that_is_not_a_run_folder_is_refused(

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
+from harness.findings.group import search_signature_as_finding
 from harness.routers.gateways.adapters import VllmRouter
 from harness.routers.reference import ReferenceRouter
 from harness.runner import run_scenario
@@ -213,6 +214,21 @@ def test_the_same_signature_must_come_back(monkeypatch: pytest.MonkeyPatch, tmp_
     judge = _judge(tmp_path)
     assert judge.judge(RESTART, world.first(RESTART, judge.bugs, tmp_path), None) is None
     assert judge.counts.set_aside[0].why == ONCE and "failed otherwise" in judge.counts.set_aside[0].detail
+
+
+def test_a_failure_the_known_run_shows_is_passed_by_without_a_replay(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    """--skip-known: a case failing only as the known run shows is no failure (counted, not replayed); one
+    failing a new way too counts with the new signature."""
+    known = frozenset({search_signature_as_finding(SIG.checker, SIG.reason)})
+    world = Script(monkeypatch, lambda under_test, case, nth: [SIG] if under_test else [])
+    judge = RealJudge(("stale_engine_id",), "reference", tmp_path, RealCounts(), known)
+    assert judge.judge(RESTART, world.first(RESTART, judge.bugs, tmp_path), None) is None
+    assert judge.counts.known_passed == 1 and judge.counts.replay_runs == 0 and len(world.ran) == 1
+    world = Script(monkeypatch, lambda under_test, case, nth: [SIG, OTHER] if under_test else [])
+    judge = RealJudge(("stale_engine_id",), "reference", tmp_path / "b", RealCounts(), known)
+    found = judge.judge(RESTART, world.first(RESTART, judge.bugs, tmp_path / "b"), None)
+    assert found is not None and found.signature == OTHER and judge.counts.known_passed == 0
 
 
 def test_a_seed_in_real_time_finds_confirms_and_shrinks(monkeypatch: pytest.MonkeyPatch,
