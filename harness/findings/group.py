@@ -245,9 +245,19 @@ def search_signature_as_finding(checker: str, cls: str) -> str:
     return f"{name}: {fixed or class_as_finding(name, cls)}"
 
 
-def unknown_signatures(signatures: Iterable[Signature], known: frozenset[str]) -> list[Signature]:
-    """Those of a search's failure `signatures` whose finding key is not among `known` (finding keys)."""
-    return [s for s in signatures if search_signature_as_finding(s.checker, s.reason) not in known]
+def absorbed_by_lead(verdicts: Iterable[Verdict]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """A run's failures as findings group them: (lead's key, the keys of the consequences it absorbs)."""
+    return tuple((f"{lead.checker}: {lead.cls}", tuple(f"{i.checker}: {i.cls}" for i in below))
+                 for lead, below in leads(verdicts))
+
+
+def unknown_signatures(signatures: Iterable[Signature], known: frozenset[str],
+                       absorbed: Iterable[tuple[str, Sequence[str]]] = ()) -> list[Signature]:
+    """Those of a search's failure `signatures` that are not known: neither among `known` (finding keys),
+    nor a consequence a known lead of the same run absorbs (`absorbed_by_lead`)."""
+    passed = set(known)
+    passed.update(c for lead, below in absorbed if lead in known for c in below)
+    return [s for s in signatures if search_signature_as_finding(s.checker, s.reason) not in passed]
 
 
 def _lead_verdict(r: ScenarioResult, checker: str) -> Verdict | None:

@@ -27,6 +27,7 @@ from harness.search.executors import RayExecutor, open_executor
 from harness.search.found import failing_reason, write_found
 from harness.search.report import Finding, write_report
 from harness.search.seedrun import INTERRUPTED, SeedJob, SeedResult, search_seed
+from harness.search.signature import Signature
 from harness.search.strategies import Space
 from harness.search.summary import FoundEntry, Summary
 
@@ -114,14 +115,23 @@ def _record(summary: Summary, opts: SearchOptions, res: SeedResult, started_afte
     entry = FoundEntry(res.seed, f.signature.text, str(path), round(when, 3), f.original.size(), shrunk,
                        f.shrink_runs)
     if opts.known is not None:
-        key = search_signature_as_finding(f.signature.checker, f.signature.reason)
-        entry.shown_by = list(opts.known.get(key, ()))
+        entry.shown_by = _shown_by(opts.known, f.signature, f.outcome)
     if opts.world == "real":
         report = write_report(Finding(f.signature, res.seed, opts.router, opts.bugs, f.original, f.shrunk,
                                       f.outcome, f.reference, path))
         entry.report = str(report)
         entry.reference = _reference_verdict(f.reference)
     summary.found.append(entry)
+
+
+def _shown_by(known: dict[str, list[str]], sig: Signature, outcome: RunOutcome) -> list[str]:
+    """The cells of the --known run that show the failure: its own signature, or a lead of the same run
+    that absorbs it (a symptom of a known problem is not a new one)."""
+    key = search_signature_as_finding(sig.checker, sig.reason)
+    if key in known:
+        return list(known[key])
+    leads = [lead for lead, below in outcome.absorbed if key in below and lead in known]
+    return sorted({cell for lead in leads for cell in known[lead]})
 
 
 def _reference_verdict(ref: RunOutcome | None) -> str:

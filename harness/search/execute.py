@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.findings.group import absorbed_by_lead
 from harness.runner import run_scenario
 from harness.scenario import Scenario
 from harness.search.case import SearchCase, to_scenario
@@ -28,6 +29,8 @@ class RunOutcome:
     requests: int
     # A real-time run's numbers, evidence, router command line and client view (its bug report's material).
     facts: RunFacts | None = None
+    # The failures as findings group them: (lead's key, the consequences' keys), `absorbed_by_lead`.
+    absorbed: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -74,4 +77,5 @@ def run_case(case: SearchCase, bugs: tuple[str, ...], out_dir: Path, router: str
         verdicts=tuple((v.name, v.status, v.reason) for v in verdicts),
         requests=_requests(verdicts),
         facts=facts,
+        absorbed=absorbed_by_lead(verdicts),
     )

@@ -171,7 +171,8 @@ class RealJudge:
         return found
 
     def _confirm(self, case: SearchCase, outcome: RunOutcome, target: Signature | None) -> Confirmed | None:
-        wanted = unknown_signatures(outcome.signatures, self.skip) if target is None else [target]
+        wanted = ([target] if target is not None
+                  else unknown_signatures(outcome.signatures, self.skip, outcome.absorbed))
         if not outcome.sound or not any(s in outcome.signatures for s in wanted):
             if outcome.sound and target is None and outcome.signatures:
                 self.counts.known_passed += 1

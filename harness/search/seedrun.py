@@ -142,7 +142,7 @@ def _sim_hit(case: SearchCase, target: Signature | None, job: SeedJob, res: Seed
         res.unsound_runs += 1
         return None
     if target is None:
-        wanted = unknown_signatures(outcome.signatures, job.skip)
+        wanted = unknown_signatures(outcome.signatures, job.skip, outcome.absorbed)
         if outcome.signatures and not wanted:
             res.known_passed += 1
     else:

@@ -175,3 +175,26 @@ def test_cells_by_signature_names_the_cells_of_leads_and_consequences() -> None:
     shown = cells_by_signature([f])
     assert shown[f.signature] == f.cells and len(f.cells) == 2
     assert all(shown[c] == f.cells for c in f.consequences) and f.consequences
+
+
+def test_a_search_passes_by_a_known_lead_and_what_it_absorbs_but_not_a_new_lead() -> None:
+    from harness.findings.group import absorbed_by_lead, unknown_signatures
+    from harness.search.signature import signatures
+
+    stale = Verdict("handoff_params", "fail", "6 handoff parameter(s) not what the contract derives",
+                    evidence=["router side: decode-0 was told an old id"])
+    down = Verdict("availability", "fail", "f0_restart after: 0.000 < 0.95 (failed: 15)")
+    shape = Verdict("leg_shape", "fail", "3 of 30 legs not shaped as the contract says: prefill streamed",
+                    evidence=["router side: a leg"])
+    absorbed = absorbed_by_lead([stale, down])
+    (lead, below), = absorbed
+    assert lead == "handoff_params: # handoff parameter not what the contract derives"
+    assert below == ("availability: <fault> after: # < #",)
+    known = frozenset({lead})
+    # The symptom a known lead explains is known too; without the grouping it would read as new.
+    assert unknown_signatures(signatures([stale, down]), known, absorbed) == []
+    assert [s.checker for s in unknown_signatures(signatures([stale, down]), known)] == ["availability"]
+    # A second lead of its own is new, whatever it absorbs.
+    runs = [stale, down, shape]
+    assert [s.checker for s in unknown_signatures(signatures(runs), known, absorbed_by_lead(runs))] == [
+        "leg_shape"]

@@ -41,3 +41,18 @@ def test_without_it_every_seed_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     summary = run_search(SearchOptions(out=tmp_path / "s", seeds=5, jobs=1, budget_s=30.0))
     assert [j.seed for j in jobs] == [0, 1, 2, 3, 4] and summary.seeds_tried == 5
     assert all(j.stop_file is None for j in jobs)
+
+
+def test_a_finding_a_known_lead_absorbs_is_shown_by_that_leads_cells() -> None:
+    from harness.search.driver import _shown_by
+    from harness.search.execute import RunOutcome
+    from harness.search.signature import Signature
+
+    lead = "handoff_params: # handoff parameter not what the contract derives"
+    symptom = Signature("availability", "<fault> after: # < #")
+    absorbed = ((lead, ("availability: <fault> after: # < #",)),)
+    outcome = RunOutcome((symptom,), True, (), 10, absorbed=absorbed)
+    known = {lead: ["prefill_restart_mooncake[1p1d/mooncake/http]"]}
+    assert _shown_by(known, symptom, outcome) == ["prefill_restart_mooncake[1p1d/mooncake/http]"]
+    assert _shown_by(known, symptom, RunOutcome((symptom,), True, (), 10)) == []  # alone: new
+    assert _shown_by({}, symptom, outcome) == []
