@@ -64,12 +64,17 @@ def word_token_ids() -> tuple[int, ...]:
 def natural_length(kv_digest: str, seed: int | None = None) -> int:
     """The position where the model samples end of sequence for the prompt whose KV digest this is (0: the
     answer is empty). The KV sets it and the seed shifts it, as a sampled model's length depends on both."""
-    return (int(kv_digest[:5], 16) - (0 if seed is None else int(seed))) % LENGTH_PERIOD
+    return (_length_bits(kv_digest) - (0 if seed is None else int(seed))) % LENGTH_PERIOD
 
 
 def seed_for_length(kv_digest: str, length: int) -> int:
     """The seed that gives this prompt an answer of `length` tokens before end of sequence."""
-    return (int(kv_digest[:5], 16) - length) % LENGTH_PERIOD
+    return (_length_bits(kv_digest) - length) % LENGTH_PERIOD
+
+
+def _length_bits(kv_digest: str) -> int:
+    # The digest's first 20 bits (five hex digits): one period of natural lengths.
+    return int(kv_digest[:5], 16)
 
 
 def generate_ids(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -251,13 +251,21 @@ def absorbed_by_lead(verdicts: Iterable[Verdict]) -> tuple[tuple[str, tuple[str,
                  for lead, below in leads(verdicts))
 
 
+def known_as(key: str, known: Container[str],
+             absorbed: Iterable[tuple[str, Sequence[str]]] = ()) -> list[str]:
+    """The finding keys among `known` that show a failure keyed `key`: itself, else the leads of the same run
+    that absorb it (`absorbed_by_lead`: a symptom of a known problem is not a new one). Empty: new."""
+    if key in known:
+        return [key]
+    return [lead for lead, below in absorbed if key in below and lead in known]
+
+
 def unknown_signatures(signatures: Iterable[Signature], known: frozenset[str],
                        absorbed: Iterable[tuple[str, Sequence[str]]] = ()) -> list[Signature]:
-    """Those of a search's failure `signatures` that are not known: neither among `known` (finding keys),
-    nor a consequence a known lead of the same run absorbs (`absorbed_by_lead`)."""
-    passed = set(known)
-    passed.update(c for lead, below in absorbed if lead in known for c in below)
-    return [s for s in signatures if search_signature_as_finding(s.checker, s.reason) not in passed]
+    """Those of a search's failure `signatures` that `known` (finding keys) does not show (`known_as`)."""
+    absorbed = tuple(absorbed)
+    return [s for s in signatures
+            if not known_as(search_signature_as_finding(s.checker, s.reason), known, absorbed)]
 
 
 def _lead_verdict(r: ScenarioResult, checker: str) -> Verdict | None:

@@ -20,7 +20,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, as_completed, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.findings.group import search_signature_as_finding
+from harness.findings.group import known_as, search_signature_as_finding
 from harness.search import DEFAULT_EXAMPLES, DEFAULT_SHIFTS_S
 from harness.search.execute import RunOutcome
 from harness.search.executors import RayExecutor, open_executor
@@ -127,11 +127,8 @@ def _record(summary: Summary, opts: SearchOptions, res: SeedResult, started_afte
 def _shown_by(known: dict[str, list[str]], sig: Signature, outcome: RunOutcome) -> list[str]:
     """The cells of the --known run that show the failure: its own signature, or a lead of the same run
     that absorbs it (a symptom of a known problem is not a new one)."""
-    key = search_signature_as_finding(sig.checker, sig.reason)
-    if key in known:
-        return list(known[key])
-    leads = [lead for lead, below in outcome.absorbed if key in below and lead in known]
-    return sorted({cell for lead in leads for cell in known[lead]})
+    keys = known_as(search_signature_as_finding(sig.checker, sig.reason), known, outcome.absorbed)
+    return list(dict.fromkeys(cell for key in keys for cell in known[key]))
 
 
 def _reference_verdict(ref: RunOutcome | None) -> str:
