@@ -58,6 +58,8 @@ class CellJob:
     check_determinism: bool = False
     # A backend spec (`fake`, `vllm`, `command:FILE`, `k8s:FILE`) or a parsed choice (a sweep's k8s table).
     engines: str | EngineChoice = "fake"
+    # The cell will be in a report.html: its plot and tables are rendered where it ran.
+    report_part: bool = False
 
 
 async def run_job(job: CellJob, progress: Any = None) -> ScenarioResult:
@@ -65,7 +67,7 @@ async def run_job(job: CellJob, progress: Any = None) -> ScenarioResult:
     return await run_scenario(
         job.scenario, job.cell.topology, job.cell.connector, job.cell.transport, job.router, job.out_dir,
         seed=job.seed, progress=progress, run_id=job.run_id, world=job.world, settings=job.settings,
-        check_determinism=job.check_determinism, engines=job.engines,
+        check_determinism=job.check_determinism, engines=job.engines, report_part=job.report_part,
     )
 
 

@@ -464,7 +464,7 @@ async def _run_async(plan: RunPlan, show_progress: bool) -> tuple[list[Any], boo
     suite = asyncio.create_task(
         run_suite(plan.scenarios, plan.cells, plan.out, router=plan.router, seed=plan.seed, progress=progress,
                   world=plan.world, settings=plan.settings, check_determinism=plan.check_determinism,
-                  jobs=plan.jobs, engines=plan.engines, repeat=plan.repeat)
+                  jobs=plan.jobs, engines=plan.engines, repeat=plan.repeat, report_parts=True)
     )
     caught: list[int] = []
     signalled = asyncio.Event()

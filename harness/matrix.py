@@ -192,7 +192,7 @@ async def run_matrix(
         results[p.label] = await run_suite(
             [s for s, _ in p.run], p.run, sub, router=p.adapter, seed=seed,
             progress=_Lines(p.label, len(p.run) * repeat) if progress else None, jobs=jobs,
-            settings=settings, reuse=resume, repeat=repeat,
+            settings=settings, reuse=resume, repeat=repeat, report_parts=True,
         )
         results[p.label] = fold_repeats(results[p.label], repeat)
         write_reports(results[p.label], sub)

@@ -219,13 +219,15 @@ async def run_suite(
     reuse: bool = False,
     engines: str = "fake",
     repeat: int = 1,
+    report_parts: bool = False,
 ) -> list[ScenarioResult]:
     """Run every cell into `out_dir/<scenario>__<cell>/`, at most `jobs` at once (`harness.parallel`;
     results in cell order whatever `jobs` is), and point `out_dir/../latest` at out_dir. `repeat` > 1 runs
     each cell that many times, into `.../<scenario>__<cell>__run<i>/`, its runs next to each other in the
     results (`harness.races.fold_repeats` folds them).
     `matrix`: explicit (scenario, cell) pairs, or a dict with optional keys `topologies`, `connectors`,
-    `transports` filtering each scenario's own matrix (None: all of it)."""
+    `transports` filtering each scenario's own matrix (None: all of it). `report_parts`: a report.html
+    will show the cells (`reports.cell_part`)."""
     run_dir = Path(out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - local folder, once per suite
     update_latest(run_dir)
@@ -239,7 +241,8 @@ async def run_suite(
     work = [
         CellJob(s, cell, run_dir / repeat_dir_name(cell_dir_name(s.name, cell), i, repeat),
                 router=own_adapter(router), seed=seed, run_id=run_id,
-                world=world, settings=settings, check_determinism=check_determinism, engines=engines)
+                world=world, settings=settings, check_determinism=check_determinism, engines=engines,
+                report_part=report_parts)
         for s, cell in cells for i in range(1, repeat + 1)
     ]
     return await run_cells(work, jobs, progress, reuse=reuse)

@@ -109,11 +109,14 @@ async def run_scenario(
     settings: str | None = None,
     check_determinism: bool = False,
     engines: str | EngineChoice = "fake",
+    report_part: bool = False,
 ) -> ScenarioResult:
     """Run one cell, in real time (`world="real"`: processes on loopback) or simulated time (`"sim"`), at a
     settings preset (`settings`: None = the world's default); always returns a ScenarioResult (verdict
     `unknown` with a reason when the run broke). A simulated run replays exactly: its run id comes from the
-    seed, and `check_determinism` runs it twice and compares the histories byte for byte."""
+    seed, and `check_determinism` runs it twice and compares the histories byte for byte. `report_part`: the
+    cell will be in a report.html: render its plot and tables here, from the history in memory
+    (`reports.cell_part`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - local folder, once per run
     _clear_previous_run(out)
@@ -218,6 +221,12 @@ async def run_scenario(
         notes=notes,
     )
     write_cell_result(result, out)
+    if report_part and session is not None and session.history is not None:
+        from reports.cell_part import write_cell_part
+
+        # Without it the report renders the part from the file: slower, never wrong.
+        with contextlib.suppress(OSError):
+            write_cell_part(result, session.history.history())
     return result
 
 

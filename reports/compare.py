@@ -35,7 +35,7 @@ from harness.run_folder import collect_results
 from harness.text import strip_ansi
 from harness.value_checks import number_or_none
 from pdchaos.jsonl import read_jsonl
-from reports.html import esc, fmt_s
+from reports.markup import esc, fmt_s
 
 COMPARE_JSON = "compare.json"
 COMPARE_HTML = "compare.html"

@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import base64
-import html
 import os
 import re
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Any
 
-from harness.checkers import check_recovery
-from harness.checkers.stats import latency_summary
 from harness.findings import cell_label, compute_findings
-from harness.history import History, load_history
 from harness.result import ScenarioResult, relative, summarize
 from harness.text import clip
 from harness.verdict import Verdict
 from pdchaos import __version__
+from reports.cell_part import CELL_PART, cell_part, recovery_table
 from reports.findings import CSS as FINDINGS_CSS
 from reports.findings import findings_html
-from reports.plot import timeline_png
+from reports.markup import badge, esc, fmt_s
 
 REPORT_HTML = "report.html"
 MAX_LINKS = 100
@@ -41,33 +35,8 @@ pre{background:#f7f7f7;padding:6px;overflow-x:auto}
 """
 
 
-def esc(x: Any) -> str:
-    return html.escape("" if x is None else str(x))
-
-
 def anchor(r: ScenarioResult) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", r.key)
-
-
-def badge(status: str | None) -> str:
-    s = status or "unknown"
-    return f'<span class="badge {esc(s)}">{esc(s.upper())}</span>'
-
-
-def fmt_s(x: Any) -> str:
-    return f"{x:.2f}s" if isinstance(x, int | float) and not isinstance(x, bool) else "-"
-
-
-def _load(r: ScenarioResult) -> tuple[History | None, str]:
-    if r.history_path is None:
-        return None, "no history recorded"
-    try:
-        h = load_history(r.history_path)
-    except OSError as e:
-        return None, f"history unreadable: {e}"
-    if not h.complete:
-        return h, f"history truncated: no run_ended (last record at t={h.end_t:.2f}s)"
-    return h, ""
 
 
 def _summary_table(results: list[ScenarioResult]) -> str:
@@ -124,58 +93,10 @@ def _verdict_table(verdicts: list[Verdict]) -> str:
     return f"<table><tr><th>Checker</th><th>Status</th><th>Reason</th></tr>{''.join(rows)}</table>"
 
 
-def _recovery_table(r: ScenarioResult, h: History | None) -> str:
+def _recovery(r: ScenarioResult, from_history: str) -> str:
+    """The recovery table: from the cell's own recovery verdict, else as its history alone gives it."""
     verdict = next((v for v in r.verdicts if v.name == "recovery"), None)
-    if verdict is None and h is not None and h.faults:
-        verdict = check_recovery(h)
-    faults = (verdict.numbers.get("faults") if verdict is not None else None) or {}
-    if not faults:
-        return "<p>No fault recoveries measured.</p>"
-    rows = []
-    for fid, n in faults.items():
-        if not isinstance(n, dict):
-            continue
-        rows.append(
-            f'<tr class="{esc(n.get("status"))}"><td>{esc(fid)}</td><td>{esc(n.get("kind"))}</td>'
-            f"<td>{esc(n.get('target'))}</td><td>{fmt_s(n.get('heal_to_ready_s'))}</td>"
-            f"<td>{fmt_s(n.get('ready_to_handoff_s'))}</td><td>{fmt_s(n.get('heal_to_handoff_s'))}</td>"
-            f"<td>{badge(n.get('status'))}</td></tr>"
-        )
-    head = (
-        "<tr><th>Fault</th><th>Kind</th><th>Target</th><th>Heal &rarr; Ready</th>"
-        "<th>Ready &rarr; first correct handoff</th><th>Heal &rarr; handoff</th><th>Status</th></tr>"
-    )
-    return f"<table>{head}{''.join(rows)}</table>"
-
-
-def _handoff_table(h: History | None) -> str:
-    if h is None or not h.handoffs:
-        return "<p>No handoff records.</p>"
-    counts = Counter((str(x.engine), str(x.kind), str(x.outcome)) for x in h.handoffs)
-    outcomes = sorted({k[2] for k in counts})
-    engines = sorted({(k[0], k[1]) for k in counts})
-    head = "<tr><th>Engine</th><th>Kind</th>" + "".join(f"<th>{esc(o)}</th>" for o in outcomes) + "</tr>"
-    rows = [
-        f"<tr><td>{esc(e)}</td><td>{esc(k)}</td>"
-        + "".join(f"<td>{counts.get((e, k, o), 0)}</td>" for o in outcomes)
-        + "</tr>"
-        for e, k in engines
-    ]
-    return f"<table>{head}{''.join(rows)}</table>"
-
-
-def _latency_table(h: History | None) -> str:
-    if h is None or not h.requests:
-        return "<p>No client requests.</p>"
-    summary = latency_summary(h)
-    head = "<tr><th>Requests</th><th>n</th><th>p50</th><th>p90</th><th>p99</th><th>max</th></tr>"
-    rows = []
-    for label, key in (("latency, all", "latency_s"), ("latency, correct", "ok_latency_s"),
-                       ("time to first token, correct", "ttft_s")):
-        st = summary[key]
-        rows.append(f"<tr><td>{esc(label)}</td><td>{st['n']}</td><td>{fmt_s(st['p50'])}</td>"
-                    f"<td>{fmt_s(st['p90'])}</td><td>{fmt_s(st['p99'])}</td><td>{fmt_s(st['max'])}</td></tr>")
-    return f"<table>{head}{''.join(rows)}</table>"
+    return from_history if verdict is None else recovery_table(verdict)
 
 
 def _links(r: ScenarioResult, run_dir: Path) -> str:
@@ -187,7 +108,8 @@ def _links(r: ScenarioResult, run_dir: Path) -> str:
     # Everything else the cell left behind (engine records, router events), unless the cell has no folder
     # of its own (then its folder is the run folder, full of other cells' files).
     if folder is not None and folder.is_dir() and os.path.abspath(folder) != os.path.abspath(run_dir):
-        files += sorted(p for p in folder.rglob("*") if p.is_file())[:MAX_LINKS]
+        # Not the part this page is built from (a cache, `reports.cell_part`).
+        files += sorted(p for p in folder.rglob("*") if p.is_file() and p.name != CELL_PART)[:MAX_LINKS]
     seen: set[str] = set()
     items = []
     for p in files:
@@ -200,24 +122,11 @@ def _links(r: ScenarioResult, run_dir: Path) -> str:
     return f"<ul>{''.join(items)}</ul>" if items else "<p>No files.</p>"
 
 
-def _plot(h: History | None, r: ScenarioResult, plots: bool) -> str:
-    if h is None:
-        return ""
-    if not plots:
-        return "<p>(timeline plot not rendered)</p>"
-    try:
-        png = timeline_png(h, title=f"{r.scenario} / {r.cell}")
-    except Exception as e:  # a broken plot must not cost the rest of the report
-        return f"<p>Timeline plot failed: {esc(type(e).__name__)}: {esc(e)}</p>"
-    data = base64.b64encode(png).decode("ascii")
-    return f'<img alt="timeline {esc(r.key)}" src="data:image/png;base64,{data}">'
-
-
 def _section(r: ScenarioResult, run_dir: Path, plots: bool) -> str:
-    h, problem = _load(r)
+    part = cell_part(r, plots)
     when = ""
     # A simulated history's start is its virtual epoch: only the run's own record says when it ran.
-    start = r.started_at if r.started_at is not None or r.world == "sim" or h is None else h.wall_start
+    start = r.started_at if r.started_at is not None or r.world == "sim" else part.wall_start
     if start is not None:
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(start))
     parts = [
@@ -228,17 +137,17 @@ def _section(r: ScenarioResult, run_dir: Path, plots: bool) -> str:
         f"run ended: {esc(r.run_reason or '-')}</p>",
         f"<p>World <b>{esc(r.world)}</b> (times in {esc(r.time_unit)}), settings <b>{esc(r.settings)}</b>. "
         f"Replay: <code>{esc(r.replay or '-')}</code></p>",
-        f"<p><b>{esc(problem)}</b></p>" if problem else "",
+        f"<p><b>{esc(part.problem)}</b></p>" if part.problem else "",
         f"<p>Verdict: {esc(r.overall.reason)}</p>" if r.status != "pass" else "",
         _runs(r, run_dir),
         _verdict_table(r.verdicts),
-        _plot(h, r, plots),
+        part.plot,
         "<h3>Recovery latency</h3>",
-        _recovery_table(r, h),
+        _recovery(r, part.recovery),
         "<h3>Handoff outcomes</h3>",
-        _handoff_table(h),
+        part.handoffs,
         "<h3>Client latency</h3>",
-        _latency_table(h),
+        part.latency,
         "<h3>Files</h3>",
         _links(r, run_dir),
     ]
