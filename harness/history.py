@@ -289,6 +289,9 @@ class History:
         self._collected: bool | None = None
         self._by_tag: dict[str, list[Handoff]] = {}
         self._req_by_tag: dict[str, RequestView] = {}
+        # What readers joined from this view once for all of them (the engines' evidence every contract
+        # checker reads), by the reader's key; emptied by `seal`, as more records make it stale.
+        self.derived: dict[Any, Any] = {}
 
     # -- construction --
 
@@ -332,6 +335,7 @@ class History:
 
     def seal(self) -> History:
         """Order the timelines and index handoffs and requests by tag; again after more records."""
+        self.derived = {}
         for views in self.status.values():
             views.sort(key=lambda p: p.t)
         for states in self.engines.values():
@@ -570,8 +574,12 @@ class History:
     # -- requests --
 
     def request_list(self) -> list[RequestView]:
-        """Requests in start order."""
-        return sorted(self.requests.values(), key=lambda v: (v.start_t is None, v.start_t or 0.0))
+        """Requests in start order (a new list: sorted once per sealed view)."""
+        ordered: list[RequestView] | None = self.derived.get(History.request_list)
+        if ordered is None or len(ordered) != len(self.requests):
+            ordered = sorted(self.requests.values(), key=lambda v: (v.start_t is None, v.start_t or 0.0))
+            self.derived[History.request_list] = ordered
+        return list(ordered)
 
     def request_by_tag(self, tag: str | None) -> RequestView | None:
         return None if tag is None else self._req_by_tag.get(tag)

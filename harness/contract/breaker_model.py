@@ -18,7 +18,9 @@ every state in the set agrees.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 CLOSED, OPEN, HALF = "closed", "open", "half_open"
 
@@ -26,8 +28,8 @@ CLOSED, OPEN, HALF = "closed", "open", "half_open"
 SUCCESS, FAILURE, NEUTRAL, EITHER = "success", "failure", "neutral", "either"
 
 
-@dataclass(frozen=True, order=True)
-class BreakerState:
+# A tuple, not a dataclass: a history's model hashes millions of these into sets, and a tuple's hash is C.
+class BreakerState(NamedTuple):
     kind: str
     count: int = 0  # closed: own failures in a row
     lo: float = 0.0  # open: the earliest and latest moment it may have opened
@@ -65,6 +67,8 @@ def _tick(s: BreakerState, t: float, rules: BreakerRules) -> frozenset[BreakerSt
 
 
 def advance(states: BreakerStates, t: float, rules: BreakerRules) -> BreakerStates:
+    if _timeless(states):
+        return states
     return frozenset(x for s in states for x in _tick(s, t, rules))
 
 
@@ -94,14 +98,38 @@ def _outcome(s: BreakerState, outcome: str, t: float, rules: BreakerRules) -> se
 
 def on_outcome(states: BreakerStates, outcome: str, t: float, rules: BreakerRules) -> BreakerStates:
     """A leg to the worker ended at `t` with `outcome` (SUCCESS, FAILURE, NEUTRAL or EITHER)."""
+    if outcome in (SUCCESS, NEUTRAL) and _timeless(states):
+        return _timeless_outcome(states, outcome, rules)
     return frozenset(x for s in advance(states, t, rules) for x in _outcome(s, outcome, t, rules))
 
 
 def on_pick(states: BreakerStates, t: float, rules: BreakerRules) -> BreakerStates:
     """A leg to the worker was picked at `t`: a half-open breaker gives it the trial (if it had not gone
     half-open yet when this leg was picked, the state stays as it was)."""
+    if _timeless(states):
+        return _timeless_pick(states)
+    return _pick(advance(states, t, rules))
+
+
+def _timeless(states: BreakerStates) -> bool:
+    """No state that time changes (open), so a success, a neutral end or a pick gives the same set at any
+    time: a history's model meets the same few sets again and again, answered once each."""
+    return all(s.kind != OPEN for s in states)
+
+
+@functools.lru_cache(maxsize=4096)
+def _timeless_outcome(states: BreakerStates, outcome: str, rules: BreakerRules) -> BreakerStates:
+    return frozenset(x for s in states for x in _outcome(s, outcome, 0.0, rules))
+
+
+@functools.lru_cache(maxsize=4096)
+def _timeless_pick(states: BreakerStates) -> BreakerStates:
+    return _pick(states)
+
+
+def _pick(states: BreakerStates) -> BreakerStates:
     out: set[BreakerState] = set()
-    for s in advance(states, t, rules):
+    for s in states:
         out.add(s)
         if s.kind == HALF and not s.trial:
             out.add(BreakerState(HALF, trial=True))

@@ -52,8 +52,13 @@ class EngineView:
 
     @classmethod
     def of(cls, history: History) -> EngineView | None:
-        contract = contract_of(history)
-        return None if contract is None else cls(history, contract)
+        """The history's view (None: the run's settings name no router contract), joined once for every
+        checker that reads it."""
+        if cls not in history.derived:
+            contract = contract_of(history)
+            history.derived[cls] = None if contract is None else cls(history, contract)
+        view: EngineView | None = history.derived[cls]
+        return view
 
     def workers(self, role: str | None = None) -> list[str]:
         return sorted(n for n, r in self.roles.items() if role is None or r == role)
@@ -123,7 +128,14 @@ class EngineView:
 
 def engine_legs(history: History) -> list[Leg]:
     """Every leg the engines got from the router, in arrival order: their handoff records and the legs they
-    refused or that were cut (`generate` calls)."""
+    refused or that were cut (`generate` calls). Joined once per sealed history: do not change the list."""
+    legs: list[Leg] | None = history.derived.get(engine_legs)
+    if legs is None:
+        legs = history.derived[engine_legs] = _join_legs(history)
+    return legs
+
+
+def _join_legs(history: History) -> list[Leg]:
     out: list[Leg] = []
     refused = history.router_calls("generate")
     # A relay in front of a real engine keeps a refused leg's failed handoff record beside its call.
