@@ -42,6 +42,8 @@ class WorkerWatch:
         self._roles: dict[str, str] = {}
         self._engines: dict[str, str | None] = {}
         self._shapes: set[tuple[str, tuple[str, ...]]] = set()
+        # Each worker's entry as last read: an entry read again unchanged has the same shape (most polls).
+        self._last: dict[str, Mapping[str, Any]] = {}
 
     def seen(self, workers: Sequence[Mapping[str, Any]] | None, engines: Mapping[str, str],
              problem: str = "") -> None:
@@ -52,8 +54,12 @@ class WorkerWatch:
             return
         self.supported = True
         for w in workers:
+            wid = str(w.get("id", w.get("url", "")))
+            if self._last.get(wid) == w:
+                continue
+            self._last[wid] = w
             problems = tuple(worker_problems(w))
-            key = (str(w.get("id", w.get("url", ""))), problems)
+            key = (wid, problems)
             if problems and key not in self._shapes:  # once per worker and problem, not once per poll
                 self._shapes.add(key)
                 self.history.worker_shape(key[0], list(problems))
