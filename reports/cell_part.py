@@ -22,7 +22,6 @@ from harness.history import History, load_history
 from harness.result import ScenarioResult
 from harness.verdict import Verdict
 from reports.markup import badge, esc, fmt_s
-from reports.plot import timeline_png
 
 CELL_PART = "report-part.json"
 # Bumped whenever what a part holds, or how it is rendered, changes: an older file is then ignored.
@@ -128,6 +127,10 @@ def _read(history: Path, plots: bool) -> CellPart | None:
 def _plot(h: History, r: ScenarioResult, plots: bool) -> str:
     if not plots:
         return "<p>(timeline plot not rendered)</p>"
+    # Imported here: matplotlib takes half a second to import, and a report whose parts were all rendered
+    # where the cells ran draws nothing.
+    from reports.plot import timeline_png
+
     try:
         png = timeline_png(h, title=f"{r.scenario} / {r.cell}")
     except Exception as e:  # a broken plot must not cost the rest of the report
