@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from test_checkers_builders import HB, restart_run
 from test_reports import make_cell
@@ -30,8 +31,9 @@ def test_a_saved_part_gives_the_same_page_as_rendering_from_the_file(tmp_path: P
     assert CELL_PART not in fresh
 
 
-def test_the_saved_part_is_what_the_report_shows(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
+def _marked_part(run_dir: Path) -> tuple[ScenarioResult, Path, dict[str, Any]]:
+    """A cell whose saved part has a handoff table no rendering gives: (its result, the part's file, the
+    part as saved)."""
     r = make_cell(run_dir, "prefill_restart", ["recovery"])
     assert r.history_path is not None
     write_cell_part(r, load_history(r.history_path))
@@ -39,18 +41,17 @@ def test_the_saved_part_is_what_the_report_shows(tmp_path: Path) -> None:
     saved = json.loads(path.read_text())
     saved["handoffs"] = "<p>MARKED</p>"
     path.write_text(json.dumps(saved))
-    assert "MARKED" in _report(run_dir, [r])
+    return r, path, saved
+
+
+def test_the_saved_part_is_what_the_report_shows(tmp_path: Path) -> None:
+    r, _, _ = _marked_part(tmp_path / "run")
+    assert "MARKED" in _report(tmp_path / "run", [r])
 
 
 def test_a_part_of_another_history_or_setting_is_ignored(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    r = make_cell(run_dir, "prefill_restart", ["recovery"])
+    r, path, saved = _marked_part(tmp_path / "run")
     assert r.history_path is not None
-    write_cell_part(r, load_history(r.history_path))
-    path = r.history_path.parent / CELL_PART
-    saved = json.loads(path.read_text())
-    saved["handoffs"] = "<p>MARKED</p>"
-    path.write_text(json.dumps(saved))
     # Asked without plots, a part rendered with them is not used.
     assert "MARKED" not in cell_part(r, plots=False).handoffs
     # The history changed after the part was written (a longer run written over it): rendered afresh.
