@@ -55,7 +55,7 @@ def _cell_rank(cell: str, checkers: Sequence[str], checker: str) -> tuple[int, i
     """The smallest cell where the checker leads: fewer engines, HTTP before gRPC, then by name."""
     _, topology, _, transport = parse_cell_key(cell)
     size = parse_topology(topology)
-    return (checkers.index(checker), size.prefills + size.decodes, transport != "http", cell)
+    return (checkers.index(checker), size.engines, transport != "http", cell)
 
 
 def zoo_sources(zoo: Mapping[str, Any]) -> dict[str, Source]:

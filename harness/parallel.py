@@ -103,7 +103,7 @@ def expected_s(job: CellJob) -> float:
     timed = [st.when.t for st in s.timeline if isinstance(st.when, At)]
     load = max(w.duration_s, s.min_duration_s, max(timed, default=0.0) + (w.after_heal_s or 0.0))
     shape = parse_topology(job.cell.topology)
-    return load + STARTUP_PER_ENGINE_S * (shape.prefills + shape.decodes)
+    return load + STARTUP_PER_ENGINE_S * shape.engines
 
 
 # What one more engine adds to a real cell's start-up and teardown on a small machine (measured: a 1p1d cell

@@ -313,7 +313,7 @@ def sim_router_name(spec: str | RouterAdapter) -> str:
 def sim_topology(topology: str, connector: str, transport: str) -> Topology:
     """A topology on fixed (never bound) ports, so a simulated run replays exactly."""
     shape = parse_topology(topology)
-    need = (shape.prefills + shape.decodes) * PORTS_PER_ENGINE + 1
+    need = shape.engines * PORTS_PER_ENGINE + 1
     return build_topology(shape, connector, transport, list(range(SIM_PORT_BASE, SIM_PORT_BASE + need)))
 
 

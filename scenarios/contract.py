@@ -173,6 +173,29 @@ SCENARIOS = [
         ),
     ),
     Scenario(
+        name="regular_mode_restart",
+        bugs=("regular mode: a request path PD scenarios never take",),
+        tags=("default",),
+        suite_worlds=("sim",),
+        description="The router in regular mode (no PD: each request runs whole on one engine, with the "
+        "client's own parameters and no handoff parameters) in front of two engines. One is restarted "
+        "under load and comes back after 1.5 s: the router takes it out, the other serves every request "
+        "meanwhile, and it rejoins once Ready. One request in five names a model no engine serves: the "
+        "client's mistake, relayed as such. Gateways run their PD mode here; this runs on the reference "
+        "router.",
+        topologies=("2r",),
+        connectors=("mooncake",),
+        router=SCALED_ROUTER,
+        engines=SCALED_ENGINES,
+        workload=replace(SCALED_WORKLOAD, duration_s=7.0, mistake_fraction=0.2),
+        timeline=(Step("restart", Restart("regular-1", down_s=1.5), At(2.0)),),
+        expect=(
+            *CORE_EXPECT,
+            Expect("recovery", {"kinds": ["restart"], "max_recovery_s": 3.0}),
+            Expect("availability", {"before": 0.95, "after": 0.95, "settle_s": 1.0, "kinds": ["restart"]}),
+        ),
+    ),
+    Scenario(
         name="client_stop_strings",
         bugs=("a prefill leg that keeps the client's stop strings",
               "a prefill leg not told to ignore end of sequence"),

@@ -79,6 +79,7 @@ _WRONG_REGISTRATIONS: tuple[tuple[str, dict[str, object]], ...] = (
     ("url", {"url": "grpc://127.0.0.1"}),
     ("url", {"url": "http://:8000"}),
     ("url", {"url": "http://user:secret@127.0.0.1:8000"}),
+    ("bootstrap_port", {"bootstrap_port": "8998"}),
     ("role", {"role": "mixer"}),
     ("connector", {"connector": "rdma"}),
     ("labels", {"labels": {"tier": 1}}),
@@ -474,9 +475,10 @@ SCENARIOS = [
         "and bootstrap port), then the first one is removed once the new one is Ready. The added worker must "
         "hand off like a configured one, and the removal must drain without a client error. Before that, "
         "mistaken registrations (a url with a port out of range, with a path, of another scheme, without a "
-        "host, with credentials; a bootstrap port out of range; an unknown role, connector or field; labels, "
-        "dp size, engine id or KV role of the wrong kind) must be refused with a 4xx naming the field, "
-        "adding nothing; so must the added engine registered again under another spelling of its url.",
+        "host, with credentials; a bootstrap port out of range or given as text; an unknown role, connector"
+        " or field; labels, dp size, engine id or KV role of the wrong kind) must be refused with a 4xx "
+        "naming the field, adding nothing; so must the added engine registered again under another spelling"
+        " of its url.",
         bugs=("zoo-7",),
         topologies=("2p1d",),
         connectors=("mooncake", "nixl"),

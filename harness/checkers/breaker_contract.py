@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from harness.checkers._common import cap, judged_from_engines
 from harness.contract.breaker_model import (
+    CLOSED,
     EITHER,
     FAILURE,
     INITIAL,
@@ -33,6 +34,7 @@ from harness.contract.breaker_model import (
 from harness.contract.evidence import REFUSED, EngineView, Leg
 from harness.contract.reach import Window, leg_windows
 from harness.contract.status_model import FAILED, NOT_READY, READY
+from harness.history import History
 from harness.verdict import Verdict
 
 NAME = "breaker_contract"
@@ -123,8 +125,12 @@ class BreakerTimeline:
         return bool(spans) and all(surely_admits(states, lo, self.rules) for lo, _, states in spans)
 
 
-def breaker_timeline(view: EngineView, engine: str, legs: list[Leg], rules: BreakerRules) -> BreakerTimeline:
+def breaker_timeline(view: EngineView, engine: str, legs: list[Leg], rules: BreakerRules,
+                     slack_s: float = BreakerContractExpect.slack_s) -> BreakerTimeline:
+    """`slack_s`: how far the router's view may lag the engines' (a pick is placed no earlier than its
+    request, less twice that)."""
     contract = view.contract
+    history = view.history
     windows = leg_windows(view.history, engine, contract)
     events: list[tuple[float, int, str, object]] = []
     for w in windows:
@@ -167,7 +173,8 @@ def breaker_timeline(view: EngineView, engine: str, legs: list[Leg], rules: Brea
                     and _requests_in_flight(view, item.start, item.end):
                 states = hidden_failures(states, item.start, item.end, rules)
         elif what == "pick":
-            states = on_pick(states, t, rules)
+            states = on_pick(states, t, rules, maybe_closed=_maybe_closed(
+                history, item, t, BreakerTimeline(starts, sets, rules), slack_s))
         elif what == "unseen_end":
             states = on_outcome(states, NEUTRAL, t, rules)
         elif what == "end":
@@ -181,6 +188,17 @@ def breaker_timeline(view: EngineView, engine: str, legs: list[Leg], rules: Brea
             starts.append(t)
             sets.append(states)
     return BreakerTimeline(starts, sets, rules)
+
+
+def _maybe_closed(history: History, leg: object, t: float, so_far: BreakerTimeline, slack_s: float) -> bool:
+    """Whether the breaker may have been closed when the router picked this leg: at some moment from its
+    request (less the lag, both ways) to its arrival at `t`. A request with no leg seen gives no bound."""
+    if not isinstance(leg, Leg):
+        return True
+    req = history.request_by_tag(leg.tag)
+    if req is None or req.invoked_t is None:
+        return True
+    return CLOSED in so_far.kinds_in(req.invoked_t - 2 * slack_s, t)
 
 
 def _roles(view: EngineView) -> list[str]:
@@ -201,7 +219,7 @@ def check_breaker_contract(view: EngineView, exp: BreakerContractExpect) -> Verd
     by_engine: dict[str, list[Leg]] = {}
     for leg in legs:
         by_engine.setdefault(leg.engine, []).append(leg)
-    timelines = {e: breaker_timeline(view, e, by_engine.get(e, []), rules) for e in view.roles}
+    timelines = {e: breaker_timeline(view, e, by_engine.get(e, []), rules, slack) for e in view.roles}
     evidence: list[str] = []
     judged = 0
     for leg in legs:

@@ -172,6 +172,9 @@ def _nixl(history: History, tag: str, p: Leg, d: Leg, request_id: str | None, sl
 def check_handoff_params(view: EngineView, exp: HandoffParamsExpect) -> Verdict:
     history = view.history
     connector = view.contract.connector
+    if view.workers("regular") and not view.workers("prefill"):
+        return Verdict.ok(NAME, "a router in regular mode: no handoff to judge (leg_shape holds its legs to "
+                          "none)", {"requests": 0})
     if connector not in CONNECTORS:
         return Verdict.unknown_(NAME, f"no handoff contract for connector {connector!r}")
     by_tag: dict[str, dict[str, list[Leg]]] = defaultdict(lambda: defaultdict(list))

@@ -4,7 +4,8 @@ A prefill leg is sanitised: not streamed, one token (`max_tokens` 1), one choice
 its `max_tokens`, no `stream_options` nor stop strings, `ignore_eos` (or `min_tokens` 1), and tagged for a
 remote decode (`do_remote_decode` true, `do_remote_prefill` false; Mooncake: the minted `transfer_id`).
 A decode leg carries the client's own parameters (stream, max_tokens, min_tokens, n) and, when it hands off,
-`do_remote_prefill` true. No leg carries a field the engine does not know, nor a KV key no connector
+`do_remote_prefill` true. A router in regular mode sends its one leg with the client's parameters and no
+handoff parameters at all. No leg carries a field the engine does not know, nor a KV key no connector
 reads: vLLM passes them by (a warning at most), so a misspelt name is a setting silently lost. The harness's
 client sends only fields vLLM knows, so such a field on a leg is the router's. Judged from
 what the engines recorded of each leg (`leg` on their records), so it holds for any router; a gateway
@@ -30,7 +31,7 @@ NAME = "leg_shape"
 class LegShapeExpect:
     """`roles`: which legs to judge."""
 
-    roles: tuple[str, ...] = ("prefill", "decode")
+    roles: tuple[str, ...] = ("prefill", "decode", "regular")
 
 
 def _client_value(req: RequestView, view: EngineView, key: str) -> Any:
@@ -102,6 +103,14 @@ def decode_problems(leg: Leg, req: RequestView, view: EngineView) -> list[str]:
     return out
 
 
+def regular_problems(leg: Leg, req: RequestView, view: EngineView) -> list[str]:
+    out = decode_problems(leg, req, view)
+    kv = leg.leg.get("kv_transfer_params")
+    if kv is not None and not any(p.startswith("handoff params") for p in out):
+        out.append(f"handoff params on a regular leg: {_brief(kv) if isinstance(kv, dict) else kv!r}")
+    return out
+
+
 def _ignored(shape: dict[str, Any]) -> list[str]:
     # vLLM passes an unknown field or KV key by with at most a warning, so a misspelt one is a setting lost.
     names = shape.get("ignored")
@@ -131,7 +140,8 @@ def check_leg_shape(view: EngineView, exp: LegShapeExpect) -> Verdict:
         if role not in exp.roles or req is None or not leg.leg:
             continue
         judged += 1
-        problems = prefill_problems(leg, view) if role == "prefill" else decode_problems(leg, req, view)
+        problems = (prefill_problems(leg, view) if role == "prefill" else regular_problems(leg, req, view)
+                    if role == "regular" else decode_problems(leg, req, view))
         if problems:
             evidence.append(f"router side: {leg.tag}'s {role} leg to {leg.engine} at t={leg.at:.3f}: "
                             + "; ".join(problems))

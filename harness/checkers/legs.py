@@ -84,11 +84,14 @@ class LegsOnceExpect:
 
 
 def _side(leg: Leg) -> str | None:
-    """Which side of a request a leg an engine got stands for (None: neither, e.g. a regular leg)."""
+    """Which side of a request a leg an engine got stands for: prefill, decode, or the one leg of a router
+    in regular mode (an engine in both roles running the request whole)."""
     if leg.role == "prefill" and leg.kind in ("prefill", REFUSED):
         return "prefill"
     if leg.role == "decode" and leg.kind in ("decode", "local", REFUSED):
         return "decode"
+    if leg.role == "both" and leg.kind in ("local", REFUSED):
+        return "regular"
     return None
 
 
@@ -97,7 +100,8 @@ def _what(leg: Leg) -> str:
 
 
 def check_legs_once(history: History, exp: LegsOnceExpect | None = None) -> Verdict:
-    """Each client request reaches the prefills once and the decodes once. A correct router runs a leg again
+    """Each client request reaches the prefills once and the decodes once (in regular mode: its engines
+    once). A correct router runs a leg again
     only when its engine never saw it (no record of it: not served, not refused), so a second leg of one
     request on one side means the router ran the request again after an engine had it: during an outage
     every retry is more load on the engines and more charges to their circuit breakers, and a failure that

@@ -28,10 +28,13 @@ class RecoveryExpect:
 
 def is_correct_handoff(history: History, ho: Handoff) -> bool:
     """A handoff that did its job: the decode pulled KV with the prompt's digest, or the prefill computed and
-    the decode side of the same request (when recorded) pulled it correctly; the request completed OK."""
+    the decode side of the same request (when recorded) pulled it correctly; the request completed OK. For a
+    router in regular mode, its one leg: an engine in both roles computed the request whole."""
     req = history.request_by_tag(ho.tag)
     if req is None or not req.succeeded:
         return False
+    if ho.role == "both":
+        return ho.kind == "local" and ho.outcome == "computed"
     if ho.kind == "decode":
         return ho.outcome == "pulled" and _digest_ok(ho)
     if ho.kind == "prefill":

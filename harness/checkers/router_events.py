@@ -168,7 +168,9 @@ class _Judge:
         for role in ("prefill", "decode"):
             url = ev.get(f"{role}_url")
             named[role] = self.by_url.get(str(url)) if url else None
-            if named[role] is not None and self.view.roles.get(str(named[role])) not in (role, "both"):
+            # Regular mode names its one worker as the decode: the one whose answer the client sees.
+            allowed = (role, "both", "regular") if role == "decode" else (role, "both")
+            if named[role] is not None and self.view.roles.get(str(named[role])) not in allowed:
                 self.say(ev, f"names {named[role]} ({self.view.roles.get(str(named[role]))}) as its {role}")
         xfer = ev.get("transfer_id")
         if not xfer:
@@ -196,7 +198,8 @@ class _Judge:
         if engine not in self._breakers:
             legs = [leg for leg in self.view.legs() if leg.engine == engine]
             self._breakers[engine] = breaker_timeline(self.view, engine, legs,
-                                                      BreakerRules(c.breaker_failures, c.breaker_open_s))
+                                                      BreakerRules(c.breaker_failures, c.breaker_open_s),
+                                                      self.slack)
         self.judged += 1
         kinds = self._breakers[engine].kinds_in(ev.at - self.slack, ev.at + self.slack)
         if kind not in kinds:

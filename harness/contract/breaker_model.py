@@ -103,12 +103,14 @@ def on_outcome(states: BreakerStates, outcome: str, t: float, rules: BreakerRule
     return frozenset(x for s in advance(states, t, rules) for x in _outcome(s, outcome, t, rules))
 
 
-def on_pick(states: BreakerStates, t: float, rules: BreakerRules) -> BreakerStates:
-    """A leg to the worker was picked at `t`: a half-open breaker gives it the trial (if it had not gone
-    half-open yet when this leg was picked, the state stays as it was)."""
+def on_pick(states: BreakerStates, t: float, rules: BreakerRules, *,
+            maybe_closed: bool = True) -> BreakerStates:
+    """A leg to the worker was picked at `t`: a half-open breaker gives it the trial. If the breaker may
+    have been closed when the router picked the leg (`maybe_closed`), it may have gone half-open only
+    since, and the state may stay as it was; otherwise a half-open breaker surely gave it the trial."""
     if _timeless(states):
-        return _timeless_pick(states)
-    return _pick(advance(states, t, rules))
+        return _timeless_pick(states, maybe_closed)
+    return _pick(advance(states, t, rules), maybe_closed)
 
 
 def _timeless(states: BreakerStates) -> bool:
@@ -123,16 +125,18 @@ def _timeless_outcome(states: BreakerStates, outcome: str, rules: BreakerRules) 
 
 
 @functools.lru_cache(maxsize=4096)
-def _timeless_pick(states: BreakerStates) -> BreakerStates:
-    return _pick(states)
+def _timeless_pick(states: BreakerStates, maybe_closed: bool) -> BreakerStates:
+    return _pick(states, maybe_closed)
 
 
-def _pick(states: BreakerStates) -> BreakerStates:
+def _pick(states: BreakerStates, maybe_closed: bool) -> BreakerStates:
     out: set[BreakerState] = set()
     for s in states:
-        out.add(s)
         if s.kind == HALF and not s.trial:
             out.add(BreakerState(HALF, trial=True))
+            if not maybe_closed:
+                continue
+        out.add(s)
     return frozenset(out)
 
 

@@ -12,7 +12,7 @@ import aiohttp
 
 from harness.router_metrics import counters_of_text
 from harness.scenario import RouterSettings, mistaken_body
-from harness.topology import Topology
+from harness.topology import Topology, registration_body
 from pdchaos.waiting import poll_until
 
 READY_PREFIX = "PDCHAOS_ROUTER_READY"
@@ -44,6 +44,8 @@ class RouterAdapter:
     name = "router"
     has_events = False
     supports_inject_bug = False
+    # Whether it can run a topology of regular engines (`Nr`: the router in regular mode, no handoff).
+    regular_mode = False
 
     def cli_spec(self) -> str | None:
         """The `--router` value that selects this router again (a replay command names it); None when no
@@ -210,11 +212,7 @@ class RouterAdapter:
         mistake: Mapping[str, Any] | None = None,
     ) -> tuple[int, Any]:
         """POST /workers for `engine`; `mistake`: fields laid over the body (a call to be refused)."""
-        spec = topo.engine(engine)
-        body: dict[str, Any] = {"url": spec.url(topo.transport), "role": spec.role}
-        body["connector"] = topo.connector
-        if spec.role == "prefill" and topo.connector == "mooncake":
-            body["bootstrap_port"] = spec.bootstrap_port
+        body = registration_body(topo.engine(engine), topo.connector, topo.transport)
         return await self._call(session, "POST", f"{topo.router_url}/workers", mistaken_body(body, mistake))
 
     async def remove_worker(

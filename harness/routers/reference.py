@@ -48,6 +48,7 @@ class ReferenceRouter(RouterAdapter):
     name = "reference"
     has_events = True
     supports_inject_bug = True
+    regular_mode = True
 
     def __init__(self, api_key: str | None = RUN_API_KEY, extra_bugs: tuple[str, ...] = ()) -> None:
         super().__init__(api_key)
@@ -68,6 +69,8 @@ class ReferenceRouter(RouterAdapter):
                 if p.name in registered
             ),
             decode=tuple(d.url(topo.transport) for d in topo.decodes if d.name in registered),
+            pd=topo.shape.pd,
+            regular=tuple(r.url(topo.transport) for r in topo.regulars if r.name in registered),
         )
         return RouterLaunch(argv=[*_router_executable(), *cfg.argv(), *settings.extra_args],
                             ready_prefix=READY_PREFIX)

@@ -45,9 +45,10 @@ def engine_argv(
     seed: int | None,
 ) -> list[str]:
     """The `pdchaos-engine` command line for one engine (both HTTP and gRPC served; the router uses one)."""
+    connector = spec.engine_connector(connector)
     argv = [
         *_engine_executable(),
-        "--name", spec.name, "--role", spec.role, "--connector", connector, "--host", spec.host,
+        "--name", spec.name, "--role", spec.engine_role, "--connector", connector, "--host", spec.host,
         "--http-port", str(spec.http_port), "--grpc-port", str(spec.grpc_port),
         "--control-port", str(spec.control_port), "--records", str(records),
     ]

@@ -96,10 +96,10 @@ class SimEngine:
         self.net: SimNetwork = cell.net
         self.spec = spec
         self.name = spec.name
-        connector = cell.topology.connector
+        connector = spec.engine_connector(cell.topology.connector)
         self.config = EngineConfig(
             name=spec.name,
-            role=spec.role,
+            role=spec.engine_role,
             connector=connector,
             host=spec.host,
             http_port=spec.http_port,

@@ -10,10 +10,11 @@ drops them: the engines' records say more).
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, assert_never
+from typing import Any, Concatenate, ParamSpec, assert_never
 
 import simpy
 
@@ -32,6 +33,7 @@ from harness.routers.reference import reference_config
 from harness.scenario import RouterSettings, mistaken_body
 from harness.scenario.links import LinkRef
 from harness.session.requests import RequestPlan
+from harness.topology import registration_body
 from harness.value_checks import error_body_problem
 from harness.worlds.sim.cell import CellView
 from harness.worlds.sim.engine import SimEngine, StreamMarks
@@ -80,6 +82,26 @@ from reference_router.core.worker_urls import url_problem
 
 # Bytes of a stream's first message (headers, a token's chunk): what its trip to the router is timed by.
 STREAM_CHUNK_BYTES = 128
+
+
+_P = ParamSpec("_P")
+
+
+def _answered_as_the_server(
+    call: Callable[Concatenate[Any, _P], tuple[int, Any]],
+) -> Callable[Concatenate[Any, _P], tuple[int, Any]]:
+    """A worker API call as the reference router's server answers it: a failure its handler did not expect
+    (a bug of the core, e.g. a type it forgot to check) is a 500 with the exception named, as the server's
+    error middleware sends, not a crash of the world."""
+
+    @functools.wraps(call)
+    def answered(self: Any, *args: _P.args, **kwargs: _P.kwargs) -> tuple[int, Any]:
+        try:
+            return call(self, *args, **kwargs)
+        except Exception as exc:  # the server answers every failure
+            return 500, ErrorAnswer(500, "internal_error", f"{exc.__class__.__name__}: {exc}").body()
+
+    return answered
 
 
 @dataclass(frozen=True)
@@ -138,7 +160,8 @@ class SimRouter:
     def _spec(self, name: str) -> Any:
         spec = self.cell.topology.engine(name)
         boot = spec.bootstrap_port if spec.role == "prefill" and self.connector == "mooncake" else None
-        told = self.settings.told_connector(self.connector, self.transport)
+        regular = spec.role == "regular"
+        told = None if regular else self.settings.told_connector(self.connector, self.transport)
         return make_worker_spec(spec.url(self.transport), spec.role, connector=told, bootstrap_port=boot)
 
     def _add(self, spec: Any) -> Worker:
@@ -171,16 +194,10 @@ class SimRouter:
     def engine_of(self, worker: Worker) -> SimEngine | None:
         return self.cell.engine_at_url(worker.spec.url)
 
+    @_answered_as_the_server
     def add_worker(self, name: str, mistake: Mapping[str, Any] | None = None) -> tuple[int, Any]:
         """POST /workers for engine `name`, with `mistake`'s fields laid over the body."""
-        spec = self.cell.topology.engine(name)
-        body: dict[str, Any] = {
-            "url": spec.url(self.transport),
-            "role": spec.role,
-            "connector": self.connector,
-        }
-        if spec.role == "prefill" and self.connector == "mooncake":
-            body["bootstrap_port"] = spec.bootstrap_port
+        body = registration_body(self.cell.topology.engine(name), self.connector, self.transport)
         body = mistaken_body(body, mistake)
         # As the server: a url it refuses before it reads the rest (credentials, a host not loopback).
         refused = url_problem(body.get("url"), None)
@@ -198,6 +215,7 @@ class SimRouter:
         url = self.cell.topology.engine(name).url(self.transport)
         return next((w for w in self.registry.all() if w.spec.url == url), None)
 
+    @_answered_as_the_server
     def patch_worker(self, name: str, body: dict[str, Any]) -> tuple[int, Any]:
         worker = self._worker_of(name)
         if worker is None:
@@ -208,6 +226,7 @@ class SimRouter:
             return 400, ErrorAnswer(400, "invalid_update", str(exc)).body()
         return 200, self._api(worker)
 
+    @_answered_as_the_server
     def remove_worker(self, name: str) -> tuple[int, Any]:
         worker = self._worker_of(name)
         if worker is None:
@@ -402,7 +421,8 @@ class SimRouter:
         self, plan: RequestPlan, client_deadline: float, t0: float
     ) -> Generator[Any, Any, ClientAnswer]:
         flow = DispatchFlow(dict(plan.body), self.registry, self.policies, self.limits,
-                            new_uuid=self.new_uuid, breaker=self.breaker, bugs=self.cfg.bugs)
+                            pd=self.cell.topology.shape.pd, new_uuid=self.new_uuid, breaker=self.breaker,
+                            bugs=self.cfg.bugs)
         try:
             return (yield from self._run(flow, plan, client_deadline, t0))
         finally:
@@ -549,6 +569,9 @@ class SimRouter:
                 engine, "serve", lambda e, d: e.refuse(body, chat, refused, d, grpc), 256, timeout_s,
                 client_deadline,
             )
+            if res.ok:
+                # Refused before any answer began (an HTTP stream's headers included): its status relayed.
+                return _rejected(res.value, self.transport)
         else:
             nbytes = 256 + 4 * len(req.prompt_text)
             res = yield from self._call(

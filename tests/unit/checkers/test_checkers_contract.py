@@ -639,6 +639,39 @@ def test_the_router_answers_within_its_own_deadline_when_the_client_waits_longer
     assert v.status == "pass" and v.numbers["deadline_judged"] == 0
 
 
+def _regular_run(legs: list[dict[str, Any]]) -> Any:
+    """A router in regular mode (`1r`): one engine in both roles; each of `legs` reached it for a request."""
+    hb = HB(started=False)
+    layout = {"engines_layout": {"regular-0": {"role": "regular", "url": "http://r0"}}}
+    hb.at(0.0).run_started("contract", "1r", "mooncake", "http", "gateway", 1, {**settings(), **layout})
+    hb.engine(0.0, "regular-0", "R", "regular", "http://r0")
+    tag = hb.request(1.0, 0.05)
+    for i, leg in enumerate(legs):
+        hb.at(1.01 + i / 100).handoff({
+            "ts": WALL0 + 1.0 + i / 100, "engine": "regular-0", "engine_id": "R", "generation": 1,
+            "role": "both", "kind": "local", "request_id": f"r-{tag}-{i}", "tag": tag, "connector": "none",
+            "transfer_id": None, "remote_engine_id": None, "remote_request_id": None, "prompt_digest": "pd",
+            "kv_digest": None, "outcome": "computed", "error": None, "duration_s": 0.01,
+            "output_digest": "o", "leg": leg})
+    hb.end(6.0)
+    return hb.history()
+
+
+def test_a_regular_leg_carries_the_client_s_parameters_and_no_handoff_params() -> None:
+    plain = {"stream": False, "max_tokens": 6}
+    v = check_leg_shape(_regular_run([plain]))
+    assert v.status == "pass" and v.numbers["legs"] == 1
+    handed = {**plain, "kv_transfer_params": {"do_remote_decode": False, "do_remote_prefill": True}}
+    v = check_leg_shape(_regular_run([handed]))
+    assert v.status == "fail" and "handoff params on a regular leg" in v.evidence[0]
+    v = check_leg_shape(_regular_run([{**plain, "max_tokens": 1}]))
+    assert v.status == "fail" and "max_tokens 1 (the client asked 6)" in v.evidence[0]
+    assert check_legs_once(_regular_run([plain])).status == "pass"
+    v = check_legs_once(_regular_run([plain, plain]))
+    assert v.status == "fail" and "reached the regulars 2 times" in v.evidence[0]
+    assert check_handoff_params(_regular_run([plain])).status == "pass"
+
+
 # ------------------------------------------------------------------------------------ breaker_contract
 
 
@@ -787,6 +820,34 @@ def test_no_leg_fails_unseen_before_an_engine_first_served() -> None:
     assert [w.why for w in view.windows("decode-0")] == ["not started"]
     assert leg_windows(history, "decode-0", view.contract) == []
     assert check_breaker_contract(history).status == "fail"
+
+
+def test_a_pick_made_while_the_breaker_cannot_have_been_closed_surely_took_the_trial() -> None:
+    rules = BreakerRules(threshold=1, open_s=1.0)
+    s = on_outcome(INITIAL, FAILURE, 1.0, rules)
+    kept = on_pick(s, 2.5, rules)  # picked maybe before it opened, its leg arriving late: no trial
+    assert not surely_refuses(kept, 2.6, rules)
+    trial = on_pick(s, 2.5, rules, maybe_closed=False)
+    assert surely_refuses(trial, 2.6, rules), "the only request a half-open breaker admits is its trial"
+
+
+@pytest.mark.parametrize(("second_at", "verdict"), [(2.6, "fail"), (4.0, "pass")])
+def test_a_half_open_breaker_that_admits_a_second_request_before_its_trial_ends_breaks_the_contract(
+    second_at: float, verdict: str
+) -> None:
+    """One own failure opens prefill-0's breaker for 1 s; after it, the 0.5 s trial fails again. A second
+    request picked while the trial is out is a half-open breaker letting everything through (a mutant of
+    the reference router's trial bookkeeping that no scenario caught)."""
+    run = Run(circuit_breaker_failures=1, circuit_breaker_open_s=1.0)
+    run.probes("prefill-0", 0.1, 5.9)
+    run.probes("decode-0", 0.1, 5.9)
+    for t, duration in ((1.0, 0.005), (2.3, 0.5), (second_at, 0.005)):
+        tag = run.hb.request(t, duration + 0.01, status=500)
+        refused(run, t, "prefill-0", "prefill", tag, 500, duration=duration)
+    v = check_breaker_contract(run.history(end=6.0))
+    assert v.status == verdict, v.evidence
+    if verdict == "fail":
+        assert "surely kept it out" in v.evidence[0]
 
 
 def test_a_half_open_decode_may_have_given_its_trial_to_a_request_no_decode_saw() -> None:

@@ -32,3 +32,14 @@ def test_a_search_draws_the_profile_s_own_transports(name: str) -> None:
 def test_the_reference_router_draws_what_it_is_told() -> None:
     assert _profile_transport("reference", None) is None
     assert _profile_transport("reference", "http") == "http"
+
+
+@pytest.mark.parametrize("spec", ["smg==1.13.0", "vllm-router==0.1.17", "cmd:my-router --port {port}"])
+def test_a_router_with_no_regular_mode_adapter_skips_regular_cells_with_the_reason(spec: str) -> None:
+    from harness.routers import make_router_adapter
+
+    router = make_router_adapter(spec)
+    scenario = Scenario(name="s", description="d")
+    why = skip_reason(router, scenario, Cell("2r", "mooncake", "http"))
+    assert why is not None and "regular mode (2r) runs on the reference router" in why
+    assert skip_reason(make_router_adapter("reference"), scenario, Cell("2r", "mooncake", "http")) is None

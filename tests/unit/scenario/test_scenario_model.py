@@ -39,7 +39,7 @@ from harness.scenario import (
 )
 from harness.session.requests import ABSENT_STOP, expected_text, plan_request
 from harness.session.workers import status_changes
-from harness.topology import allocate, build_topology, parse_topology
+from harness.topology import allocate, build_topology, parse_topology, registration_body
 from pdchaos.sse import stream_text
 
 # ---------------------------------------------------------------- topology
@@ -55,7 +55,21 @@ def test_parse_topology_shapes(text: str, p: int, d: int) -> None:
     assert sh.engine_names()[p:] == [f"decode-{i}" for i in range(d)]
 
 
-@pytest.mark.parametrize("text", ["", "1p", "p1d", "0p1d", "1p0d", "1d1p", "2x2", "1p1d1", "-1p1d", "100p1d"])
+def test_a_regular_topology_runs_engines_in_both_roles_with_no_connector() -> None:
+    sh = parse_topology(" 2R ")
+    assert (sh.name, sh.pd, sh.engines, sh.engine_names()) == ("2r", False, 2, ["regular-0", "regular-1"])
+    topo = build_topology(sh, "nixl", "http", list(range(21000, 21011)))
+    r1 = topo.engine("regular-1")
+    assert [e.name for e in topo.regulars] == ["regular-0", "regular-1"] and not topo.prefills
+    assert (r1.engine_role, r1.engine_connector("nixl")) == ("both", "none")
+    assert registration_body(r1, "nixl", "grpc") == {"url": r1.url("grpc"), "role": "regular"}
+    p0 = build_topology("1p1d", "mooncake", "http", list(range(21000, 21011))).engine("prefill-0")
+    assert registration_body(p0, "mooncake", "http") == {
+        "url": p0.http_url, "role": "prefill", "connector": "mooncake", "bootstrap_port": p0.bootstrap_port}
+
+
+@pytest.mark.parametrize("text", ["", "1p", "p1d", "0p1d", "1p0d", "1d1p", "2x2", "1p1d1", "-1p1d", "100p1d",
+                                  "0r", "r", "1p1r", "100r"])
 def test_parse_topology_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="bad topology"):
         parse_topology(text)

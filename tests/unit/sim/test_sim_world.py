@@ -195,3 +195,24 @@ async def test_a_paused_router_expires_the_probe_it_held_and_serves_what_waited(
     waited = [r for r in h.request_list() if r.invoked_t is not None
               and pause.applied_t < r.invoked_t < pause.healed_t]
     assert waited and all(r.ok and (r.completed_t or 0.0) >= pause.healed_t for r in waited)
+
+
+async def test_a_worker_api_failure_the_core_did_not_expect_is_a_500_as_the_server_sends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A core that forgets a type check raises where the server's handler expects a ValueError: the server
+    answers 500 (its error middleware), so the simulated router does too, and the worker API contract
+    fails with that answer as its evidence, rather than the cell ending unknown on the world's crash."""
+    import harness.worlds.sim.router as sim_router
+
+    def careless(body: Any) -> Any:
+        return 1 <= body.get("bootstrap_port", 1) <= 65535 and real(body)  # TypeError on a port as text
+
+    real = sim_router.spec_from_json
+    monkeypatch.setattr(sim_router, "spec_from_json", careless)
+    res = await run_scenario(SCENARIOS["worker_api_add_remove"], "2p1d", "mooncake", "http", "reference",
+                             tmp_path, world="sim", settings="scaled")
+    api = next(v for v in res.verdicts if v.name == "worker_api")
+    assert res.status == "fail" and api.status == "fail", (res.status, res.run_reason)
+    assert any("was 500, not a 4xx" in line and "bootstrap_port" in line for line in api.evidence), \
+        api.evidence
