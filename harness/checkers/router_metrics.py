@@ -3,6 +3,10 @@ its events say it did, label by label. An operator's dashboards and alerts read 
 whose counters miscount (a wrong label, an outcome counted under another) misleads them while its events,
 and every other check, look right.
 
+A prefill leg run again is counted when it runs and named in its request's `dispatch` (`retried_from`) when
+the request ends, so that counter is held to at least what the dispatches name (a request its client left
+may end with none).
+
 Judged where the router documents both (the counters below and their events): the counters are read at the
 run's end, just before the last read of its events, so each counter lies between the events before the
 read began and those before it ended. A router without them (a gateway of its own metrics) passes with
@@ -32,6 +36,13 @@ _COUNTED: tuple[tuple[str, str, Callable[[Mapping[str, Any]], dict[str, str] | N
     ("pdchaos_router_probes_total", "probe",
      lambda f: {"outcome": "ok" if f.get("ok") is True else "failed"}),
     ("pdchaos_router_metadata_reads_total", "metadata_read", lambda f: {"outcome": str(f.get("outcome"))}),
+)
+# Counted at the moment, told by a later event: a prefill leg run again is counted when it is, and named in
+# its request's `dispatch` (`retried_from`) when the request ends; a request its client left mid-way may end
+# with no dispatch. So these counters are held to at least what the events say.
+_AT_LEAST: tuple[tuple[str, str, dict[str, str], Callable[[Mapping[str, Any]], int]], ...] = (
+    ("pdchaos_router_leg_retries_total", "dispatch", {"leg": "prefill", "outcome": "retried"},
+     lambda f: len(f.get("retried_from") or ())),
 )
 # Counted with no event of their own (identity checks say nothing unless the id moved).
 _UNEVENTED_PREFIX = {"pdchaos_router_metadata_reads_total": ("outcome", "identity_")}
@@ -82,6 +93,18 @@ def check_router_metrics(history: History, exp: RouterMetricsExpect | None = Non
                 events = f"{high}" if low == high else f"{low} to {high}"
                 evidence.append(f"router side: {name}{{{what}}} is {value:g}, but its {event} events say "
                                 f"{events}")
+    for name, event, labels, count_of in _AT_LEAST:
+        shown = {_key(lab): v for lab, v in metrics.of(name)}
+        told = sum(count_of(ev.fields) for ev in history.router_events_of(event)
+                   if ev.at < metrics.start - _EPSILON_S)
+        if not shown and not told:
+            continue
+        judged += 1
+        value = shown.get(_key(labels), 0.0)
+        if value < told:
+            what = ",".join(f"{k}={v}" for k, v in _key(labels))
+            evidence.append(f"router side: {name}{{{what}}} is {value:g}, but its {event} events name {told} "
+                            "before the read")
     numbers = {"counters": judged, "wrong": len(evidence)}
     if evidence:
         what = f"{len(evidence)} counter(s) disagree with the router's own events"

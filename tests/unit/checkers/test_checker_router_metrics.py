@@ -46,6 +46,30 @@ def test_a_miscounted_label_is_a_violation_with_both_sides() -> None:
     assert any("{connector=mooncake,outcome=ok} is 0, but its dispatch events say 3" in e for e in v.evidence)
 
 
+RETRIES = "pdchaos_router_leg_retries_total"
+
+
+@pytest.mark.parametrize(("counted", "ok"), [
+    ({"leg": "prefill", "outcome": "retried"}, True),
+    ({"leg": "prefill", "outcome": "None"}, False),  # a retry counted under no outcome
+])
+def test_prefill_legs_run_again_are_counted_at_least_as_the_dispatches_name_them(
+    counted: dict[str, str], ok: bool
+) -> None:
+    hb = HB()
+    hb.at(1.0).router_event({"type": "dispatch", "request_id": "r1", "prefill": "w2", "decode": "w3",
+                             "connector": "mooncake", "outcome": "ok", "status": 200, "ts": WALL0 + 1.0,
+                             "retried_from": ["w1"]})
+    # One more counted for a request its client left before it ended (no dispatch): at least, not exactly.
+    hb.at(5.1).router_metrics(snapshot((WALL0 + 5.0, WALL0 + 5.1), [
+        (DISPATCHES, {"connector": "mooncake", "outcome": "ok"}, 1), (RETRIES, counted, 2)]))
+    hb.end(6.0)
+    v = check_router_metrics(hb.history())  # type: ignore[arg-type]
+    assert (v.status == "pass") == ok, v
+    if not ok:
+        assert "{leg=prefill,outcome=retried} is 0, but its dispatch events name 1" in v.evidence[0]
+
+
 def test_a_router_without_counters_has_nothing_to_hold() -> None:
     hb = HB()
     hb.end(2.0)
