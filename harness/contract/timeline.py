@@ -1,8 +1,9 @@
 """Each worker's contract status over a run, built from what its engine saw (its engine call records).
 
 The probes an engine answered are outcomes the router saw, outside the windows where a fault could hide
-or bend them (`harness.contract.reach`). Inside a MURKY window a probe it answered may have looked either
-way to the router, and failed probes it never saw may be hidden; inside a LOSSY one a probe it answered is
+or bend them (`harness.contract.reach`). Inside a MURKY window a probe it answered healthy may have looked
+either way to the router (one it answered unhealthy, or that its caller cut, failed for the router in any
+window), and failed probes it never saw may be hidden; inside a LOSSY one a probe it answered is
 judged as it is, but failed ones may be hidden too; across a DOWN window the router's probes failed
 unseen, at least and at most as many as its schedule allows. The result, per worker, is the set of
 states the router may be in at every moment (`WorkerTimeline`), as Knossos keeps the set of states a
@@ -133,7 +134,11 @@ def build_timeline(
             if ABSENT in statuses(states):
                 continue  # a probe before the router knew the worker (another caller's, or early)
             murky = any(o.window.kind != LOSSY for o in opened)
-            outcome = Outcome.EITHER if murky else probe_outcome(what, contract.probe_timeout_s)
+            # An answer the engine gave as unhealthy, or never gave (cut: the caller left), the router saw
+            # fail in any window; only one it answered healthy may have looked either way.
+            outcome = probe_outcome(what, contract.probe_timeout_s)
+            if murky and what.healthy:
+                outcome = Outcome.EITHER
             states = apply(states, outcome, th)
             if opened:
                 states = apply_hidden_failures(states, max(o.window.hidden(contract)[1] for o in opened), th)

@@ -1160,6 +1160,25 @@ def test_a_worker_removed_then_registered_again_is_a_new_pending_worker() -> Non
     assert absent.statuses_in(0.0, 6.0) == {"absent"}
 
 
+def test_in_a_murky_window_only_a_probe_answered_healthy_may_have_looked_healthy() -> None:
+    """A router paused across a probe (a murky window): a probe the engine answered healthy may have been
+    judged either way, but one it answered unhealthy, or that the router cut (499), failed for the router.
+    A router that counts an expired probe as a success (a mutant of the reference router's probe expiry)
+    shows here."""
+    from harness.contract.evidence import ProbeSeen
+    from harness.contract.timeline import build_timeline
+
+    contract = contract_of(healthy_run().history())
+    assert contract is not None
+    good = [ProbeSeen(t / 10, 0.001, True) for t in range(1, 20, 3)]
+    paused = [Window(2.0, 4.0, MURKY, "router paused")]
+    for healthy, may_be_ready in ((False, False), (True, True)):
+        late = [ProbeSeen(t / 10, 0.5, healthy) for t in range(21, 40, 6)]
+        tl = build_timeline("decode-0", [*good, *late], paused, contract)
+        assert (READY in tl.statuses_in(3.9, 3.95)) == may_be_ready, healthy
+        assert tl.statuses_in(3.9, 3.95) - {READY}, "failed probes may be hidden in it"
+
+
 @pytest.mark.parametrize(("gone_at", "ok"), [(1.2, True), (None, False), (3.0, False)])
 def test_a_removed_worker_leaves_the_worker_list_once_idle(gone_at: float | None, ok: bool) -> None:
     run = healthy_run()
