@@ -80,10 +80,12 @@ _WRONG_REGISTRATIONS: tuple[tuple[str, dict[str, object]], ...] = (
     ("url", {"url": "http://:8000"}),
     ("url", {"url": "http://user:secret@127.0.0.1:8000"}),
     ("bootstrap_port", {"bootstrap_port": "8998"}),
+    ("bootstrap_port", {"bootstrap_port": 65536}),
     ("role", {"role": "mixer"}),
     ("connector", {"connector": "rdma"}),
     ("labels", {"labels": {"tier": 1}}),
     ("dp_size", {"dp_size": 0}),
+    ("dp_size", {"dp_size": "2"}),
     ("engine_id", {"engine_id": ""}),
     ("kv_role", {"kv_role": 5}),
     ("shard", {"shard": 1}),
@@ -474,11 +476,11 @@ SCENARIOS = [
         description="A second prefill is registered through the worker API mid-traffic (with its connector "
         "and bootstrap port), then the first one is removed once the new one is Ready. The added worker must "
         "hand off like a configured one, and the removal must drain without a client error. Before that, "
-        "mistaken registrations (a url with a port out of range, with a path, of another scheme, without a "
-        "host, with credentials; a bootstrap port out of range or given as text; an unknown role, connector"
-        " or field; labels, dp size, engine id or KV role of the wrong kind) must be refused with a 4xx "
-        "naming the field, adding nothing; so must the added engine registered again under another spelling"
-        " of its url.",
+        "mistaken registrations (a url with a port out of range, with a path, of another scheme, without "
+        "a host, with credentials; a bootstrap port out of range (by one, or more) or given as text; an "
+        "unknown role, connector or field; labels, dp size (also as text), engine id or KV role of the "
+        "wrong kind) must be refused with a 4xx naming the field, adding nothing; so must the added "
+        "engine registered again under another spelling of its url.",
         bugs=("zoo-7",),
         topologies=("2p1d",),
         connectors=("mooncake", "nixl"),

@@ -157,8 +157,9 @@ class _Judge:
             self.say(ev, f"says {outcome} with status {status} (the client got 200 then)")
         if outcome in ("prefill_failed", "decode_failed") and not (isinstance(status, int) and status >= 400):
             self.say(ev, f"says {outcome} with status {status} (a failed leg is answered as an error)")
-        if "error" in ev.fields and outcome is not None:
+        if outcome is not None:
             # What an operator reads for a failed request: the failure, named; none for one that went well.
+            # A router that tells the outcome (the extension) names the error with it.
             error = ev.get("error")
             if outcome != "ok" and not (isinstance(error, str) and error):
                 self.say(ev, f"says {outcome} without naming the error ({error!r})")

@@ -44,6 +44,15 @@ _AT_LEAST: tuple[tuple[str, str, dict[str, str], Callable[[Mapping[str, Any]], i
     ("pdchaos_router_leg_retries_total", "dispatch", {"leg": "prefill", "outcome": "retried"},
      lambda f: len(f.get("retried_from") or ())),
 )
+# Label values the contract documents (CONTRACTS §2) for counters no event counts label by label: a value
+# outside them (a retry counted under no outcome, a delivered failure counted as a retry outcome) is a
+# miscount an operator's alert on the documented values never sees.
+_DOCUMENTED_LABELS: dict[str, dict[str, frozenset[str]]] = {
+    "pdchaos_router_leg_retries_total": {
+        "leg": frozenset({"prefill"}),
+        "outcome": frozenset({"retried", "no_other_ready_worker", "deadline_passed"}),
+    },
+}
 # Counted with no event of their own (identity checks say nothing unless the id moved).
 _UNEVENTED_PREFIX = {"pdchaos_router_metadata_reads_total": ("outcome", "identity_")}
 # The router's wall clock and the harness's are one machine's; this covers their rounding.
@@ -105,6 +114,14 @@ def check_router_metrics(history: History, exp: RouterMetricsExpect | None = Non
             what = ",".join(f"{k}={v}" for k, v in _key(labels))
             evidence.append(f"router side: {name}{{{what}}} is {value:g}, but its {event} events name {told} "
                             "before the read")
+    for name, documented in _DOCUMENTED_LABELS.items():
+        for labels, value in metrics.of(name):
+            bad = {k: v for k, v in labels.items() if k in documented and v not in documented[k]}
+            if bad:
+                what = ",".join(f"{k}={v}" for k, v in _key(labels))
+                evidence.append(f"router side: {name}{{{what}}} is {value:g}: "
+                                + ", ".join(f"{k} {v!r} is none of {sorted(documented[k])}"
+                                            for k, v in sorted(bad.items())))
     numbers = {"counters": judged, "wrong": len(evidence)}
     if evidence:
         what = f"{len(evidence)} counter(s) disagree with the router's own events"

@@ -88,3 +88,16 @@ def test_prometheus_text_and_increments_give_one_snapshot_shape() -> None:
     assert snapshot((1.0, 1.0), tally.counters()) == snapshot((1.0, 1.0), counters_of_text(text))
     with pytest.raises(ValueError):
         counters_of_text("pdchaos_router_dispatches_total{connector=nixl 7\n")
+
+
+@pytest.mark.parametrize(("outcome", "ok"), [("no_other_ready_worker", True), ("deadline_passed", True),
+                                             ("request_may_have_reached_engine", False)])
+def test_a_leg_retry_outcome_is_one_the_contract_documents(outcome: str, ok: bool) -> None:
+    hb = HB()
+    hb.at(5.1).router_metrics(snapshot((WALL0 + 5.0, WALL0 + 5.1), [
+        (RETRIES, {"leg": "prefill", "outcome": outcome}, 3)]))
+    hb.end(6.0)
+    v = check_router_metrics(hb.history())  # type: ignore[arg-type]
+    assert (v.status == "pass") == ok, v
+    if not ok:
+        assert f"outcome {outcome!r} is none of" in v.evidence[0]

@@ -1057,6 +1057,25 @@ def test_a_dispatch_account_the_legs_contradict_is_a_violation(fields: dict[str,
     assert v.status == "fail" and any(words in e for e in v.evidence), v.evidence
 
 
+@pytest.mark.parametrize(("error", "ok"), [("prefill-0 answered 500", True), ("", False), (None, False)])
+def test_a_dispatch_that_tells_a_failed_outcome_names_its_error(error: str | None, ok: bool) -> None:
+    """The outcome extension comes with the error: an operator reading a failed dispatch learns why."""
+    run = healthy_run()
+    tag = run.pd(1.0)
+    fields = {"status": 502, "outcome": "decode_failed"}
+    if error is None:
+        run.hb.at(1.1).router_event({
+            "type": "dispatch", "ts": WALL0 + 1.1, "request_id": f"req-{tag}", "prefill": "w1",
+            "decode": "w2", "prefill_url": "http://p0", "decode_url": "http://d0", "connector": "mooncake",
+            "transfer_id": f"xfer-{tag}", "remote_engine_id": "A", **fields})  # no error at all
+    else:
+        _dispatch(run, 1.1, tag, error=error, **fields)
+    v = check_router_events(run.history())
+    assert (v.status == "pass") == ok, v.evidence
+    if not ok:
+        assert any("says decode_failed without naming the error" in e for e in v.evidence), v.evidence
+
+
 def test_a_dispatch_naming_another_prefill_than_served_its_transfer_is_a_violation() -> None:
     run = healthy_run()
     tag = run.pd(1.0)
