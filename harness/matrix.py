@@ -31,7 +31,6 @@ from harness.routers.gateways.adapters import GatewayAdapter
 from harness.routers.profiles import ProfileRouter
 from harness.runner import Cell, expand_matrix
 from harness.scenario import Scenario, apply_preset, preset
-from harness.topology import parse_topology
 from harness.usage_parser import UsageParser, seed_arg
 from harness.worlds.real.processes import mark_processes
 
@@ -63,9 +62,8 @@ def router_dir_name(label: str) -> str:
 
 def skip_reason(adapter: RouterAdapter, scenario: Scenario, cell: Cell) -> str | None:
     """Why this router cannot run that cell (None: it runs)."""
-    if not adapter.regular_mode and not parse_topology(cell.topology).pd:
-        return (f"its adapter runs PD topologies (NpMd) only; regular mode ({cell.topology}) runs on the "
-                "reference router")
+    if problem := adapter.mode_problem(cell.topology):
+        return problem
     if isinstance(adapter, GatewayAdapter):
         return adapter.cannot_run(scenario, cell.topology, cell.connector, cell.transport)
     if isinstance(adapter, ProfileRouter) and (problem := adapter.transport_problem(cell.transport)):

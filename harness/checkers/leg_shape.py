@@ -84,7 +84,24 @@ def prefill_problems(leg: Leg, view: EngineView) -> list[str]:
 
 
 def decode_problems(leg: Leg, req: RequestView, view: EngineView) -> list[str]:
-    shape = leg.leg
+    out = _client_parameter_problems(leg.leg, req, view)
+    kv = leg.leg.get("kv_transfer_params")
+    remote = isinstance(kv, dict) and kv.get("do_remote_prefill") is True and not kv.get("do_remote_decode")
+    if isinstance(kv, dict) and kv and not remote:
+        out.append(f"handoff params not for a remote prefill: {_brief(kv)}")
+    return out
+
+
+def regular_problems(leg: Leg, req: RequestView, view: EngineView) -> list[str]:
+    out = _client_parameter_problems(leg.leg, req, view)
+    kv = leg.leg.get("kv_transfer_params")
+    if kv is not None:
+        out.append(f"handoff params on a regular leg: {_brief(kv) if isinstance(kv, dict) else kv!r}")
+    return out
+
+
+def _client_parameter_problems(shape: dict[str, Any], req: RequestView, view: EngineView) -> list[str]:
+    """The leg whose answer the client sees carries the client's own parameters."""
     out = []
     stream = bool(req.stream)
     if bool(shape.get("stream")) != stream:
@@ -96,18 +113,6 @@ def decode_problems(leg: Leg, req: RequestView, view: EngineView) -> list[str]:
     if shape.get("n") not in (None, 1):
         out.append(f"n {shape.get('n')} (the client asked 1)")
     out.extend(_ignored(shape))
-    kv = shape.get("kv_transfer_params")
-    remote = isinstance(kv, dict) and kv.get("do_remote_prefill") is True and not kv.get("do_remote_decode")
-    if isinstance(kv, dict) and kv and not remote:
-        out.append(f"handoff params not for a remote prefill: {_brief(kv)}")
-    return out
-
-
-def regular_problems(leg: Leg, req: RequestView, view: EngineView) -> list[str]:
-    out = decode_problems(leg, req, view)
-    kv = leg.leg.get("kv_transfer_params")
-    if kv is not None and not any(p.startswith("handoff params") for p in out):
-        out.append(f"handoff params on a regular leg: {_brief(kv) if isinstance(kv, dict) else kv!r}")
     return out
 
 
@@ -140,8 +145,12 @@ def check_leg_shape(view: EngineView, exp: LegShapeExpect) -> Verdict:
         if role not in exp.roles or req is None or not leg.leg:
             continue
         judged += 1
-        problems = (prefill_problems(leg, view) if role == "prefill" else regular_problems(leg, req, view)
-                    if role == "regular" else decode_problems(leg, req, view))
+        if role == "prefill":
+            problems = prefill_problems(leg, view)
+        elif role == "regular":
+            problems = regular_problems(leg, req, view)
+        else:
+            problems = decode_problems(leg, req, view)
         if problems:
             evidence.append(f"router side: {leg.tag}'s {role} leg to {leg.engine} at t={leg.at:.3f}: "
                             + "; ".join(problems))

@@ -12,7 +12,7 @@ import aiohttp
 
 from harness.router_metrics import counters_of_text
 from harness.scenario import RouterSettings, mistaken_body
-from harness.topology import Topology, registration_body
+from harness.topology import Topology, parse_topology, registration_body
 from pdchaos.waiting import poll_until
 
 READY_PREFIX = "PDCHAOS_ROUTER_READY"
@@ -46,6 +46,14 @@ class RouterAdapter:
     supports_inject_bug = False
     # Whether it can run a topology of regular engines (`Nr`: the router in regular mode, no handoff).
     regular_mode = False
+
+    def mode_problem(self, topology: str) -> str | None:
+        """Why this router cannot run a topology's mode (None: it can): regular mode (`Nr`) needs an adapter
+        that launches the router in it."""
+        if self.regular_mode or parse_topology(topology).pd:
+            return None
+        return (f"its adapter runs PD topologies (NpMd) only; regular mode ({topology}) runs on the "
+                "reference router")
 
     def cli_spec(self) -> str | None:
         """The `--router` value that selects this router again (a replay command names it); None when no

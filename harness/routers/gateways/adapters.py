@@ -32,7 +32,7 @@ from harness.routers.gateways.kv_facts import (
 from harness.scenario import AddWorker, PatchWorker, RemoveWorker, RouterSettings, Scenario, mistaken_body
 from harness.scenario.settings import whole_seconds
 from harness.session.events import WorldNote
-from harness.topology import TRANSPORTS, Topology, parse_topology
+from harness.topology import TRANSPORTS, Topology
 from pdchaos.ports import free_port
 
 SMG_POLICIES = frozenset({
@@ -117,9 +117,8 @@ class GatewayAdapter(RouterAdapter):
 
     def cannot_run(self, scenario: Scenario, topology: str, connector: str, transport: str) -> str | None:
         """Why this gateway cannot run that cell (None: it can)."""
-        if not parse_topology(topology).pd:
-            return (f"its adapter runs {self.package} in PD mode (NpMd topologies) only; regular mode "
-                    f"({topology}) runs on the reference router")
+        if problem := self.mode_problem(topology):
+            return problem
         if scenario.router.inject_bugs:
             return f"injects bug(s) {', '.join(scenario.router.inject_bugs)} into the reference router"
         if transport not in self.transports:
